@@ -1,0 +1,130 @@
+"""Structured logs: one JSON line per event on stderr (or text for people).
+
+Every line carries `ts`, `level`, `event` (dotted, e.g. `mcp.handshake`) and
+`run_id`, then the event's fields. Loggers are cheap to `bind()` with context
+(server name, subagent handle) so callers never format strings.
+
+Secrets: the primary rule is that secret values are never passed to a logger.
+As a second line of defence every value registered with `register_secret()` is
+replaced by `***` in each emitted line, wherever it appears.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import orjson
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+REDACTED = "***"
+_MIN_SECRET = 4  # shorter values would redact ordinary text
+
+
+class _Sink:
+    """Process-wide destination and settings shared by every bound logger."""
+
+    def __init__(self) -> None:
+        self.stream: TextIO = sys.stderr
+        self.fmt = "json"
+        self.level = LEVELS["info"]
+        self.run_id = ""
+        self.secrets: set[str] = set()
+
+    def write(self, level: str, event: str, fields: dict[str, Any]) -> None:
+        record: dict[str, Any] = {
+            "ts": round(time.time(), 6),
+            "level": level,
+            "event": event,
+            "run_id": self.run_id,
+        }
+        record.update(fields)
+        if self.fmt == "json":
+            line = orjson.dumps(record, default=str).decode()
+        else:
+            extra = " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+            stamp = time.strftime("%H:%M:%S", time.localtime(record["ts"]))
+            line = f"{stamp} {level.upper():7} {event} {extra}".rstrip()
+        for secret in self.secrets:
+            if secret in line:
+                line = line.replace(secret, REDACTED)
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):  # stderr closed: never die of logging
+            pass
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and " " not in value else orjson.dumps(value).decode()
+    return orjson.dumps(value, default=str).decode()
+
+
+_sink = _Sink()
+
+
+class Logger:
+    """A logger with bound context fields; `bind()` returns a child."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: dict[str, Any] | None = None) -> None:
+        self._ctx = ctx or {}
+
+    def bind(self, **fields: Any) -> Logger:
+        return Logger({**self._ctx, **fields})
+
+    def enabled(self, level: str) -> bool:
+        return LEVELS[level] >= _sink.level
+
+    def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
+        if LEVELS[level] >= _sink.level:
+            _sink.write(level, event, {**self._ctx, **fields} if self._ctx else fields)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit("debug", event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit("info", event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit("warning", event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, fields)
+
+
+log = Logger()
+
+
+def configure(
+    *,
+    fmt: str | None = None,
+    run_id: str | None = None,
+    level: str | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Set process-wide log settings (called once by the CLI, or by a child)."""
+    if fmt is not None:
+        _sink.fmt = fmt
+    if run_id is not None:
+        _sink.run_id = run_id
+    if level is not None:
+        _sink.level = LEVELS[level]
+    if stream is not None:
+        _sink.stream = stream
+
+
+def register_secret(value: str | None) -> None:
+    """Redact `value` from every line logged from now on."""
+    if value and len(value) >= _MIN_SECRET:
+        _sink.secrets.add(value)
+
+
+def env_level() -> str:
+    """The level from AGENTD_LOG_LEVEL, defaulting to info."""
+    level = os.environ.get("AGENTD_LOG_LEVEL", "info").lower()
+    return level if level in LEVELS else "info"

@@ -1,0 +1,117 @@
+"""The contract between the subagent supervisor and its two callers.
+
+The self-MCP (peers calling `subagent.*` over HTTP, the Management origin) and
+the agent loop's own `agentd__subagent_*` self-tools (the Stdio origin) both go
+through one `SubagentBackend`, so every cap and scope check lives at a single
+chokepoint. `Unavailable` is the backend of a build or process that runs no
+subagents: every spawn is refused with a clear message, never a fake result.
+
+Handles: the root agent is `0`; inside the tree a child is its parent's handle
+plus `.n` (`0.2.1.3`); runs started by a peer over the self-MCP are `served.n`.
+A handle's depth is its number of dotted components (the root has depth 1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+SpawnMode = Literal["sync", "async", "warm", "detach"]
+TERMINAL = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "deadline"})
+
+
+class SpawnRequest(msgspec.Struct, frozen=True):
+    """A spawn as a caller asks for it; depth is never taken from here."""
+
+    instruction: str
+    output_contract: str | None = None
+    tool_scope: tuple[str, ...] | None = None  # None: the caller's whole scope
+    mode: SpawnMode = "sync"
+
+
+class HandleState(msgspec.Struct):
+    """What is known of one subagent run; `body()` is its agent:// resource."""
+
+    handle: str
+    status: str = "running"  # running | completed | failed | cancelled | budget_exhausted | deadline
+    partial: bool = False
+    result: Any = None
+    started: float = msgspec.field(default_factory=time.monotonic)
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+    def body(self) -> dict[str, Any]:
+        """The spec §2.3 body: running vs terminal shapes."""
+        if not self.done:
+            return {"handle": self.handle, "status": self.status, "done": False,
+                    "age_ms": int((time.monotonic() - self.started) * 1000)}
+        return {"handle": self.handle, "status": self.status, "done": True,
+                "partial": self.partial, "result": self.result}
+
+
+class SpawnRefused(Exception):
+    """A cap or scope refusal; its text is shown to the caller as an isError result.
+
+    The message always starts `spawn refused: ` (spec §2.2), e.g.
+    `spawn refused: max_depth=4 reached at handle 0.2.1.3`.
+    """
+
+
+class UnknownHandle(Exception):
+    """No such handle (never existed, or evicted)."""
+
+
+class SubagentBackend(Protocol):
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+        """Spawn under `caller`. sync: returns the terminal state; async/warm/detach:
+        returns at once with status running. Raises SpawnRefused."""
+        ...
+
+    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+        """Send another message into a warm session; acks with its state."""
+        ...
+
+    def status(self, handle: str) -> HandleState:
+        """Raises UnknownHandle."""
+        ...
+
+    async def cancel(self, handle: str) -> HandleState:
+        """Walk the kill ladder over the handle's whole subtree; raises UnknownHandle."""
+        ...
+
+    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
+        """Call `callback` once when any run reaches a terminal status."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Spawn counters for agent://status (spawned, running, completed, failed, ...)."""
+        ...
+
+
+class Unavailable:
+    """The backend where subagents are not available: refuses every spawn."""
+
+    REASON = "spawn refused: subagents are not available in this build"
+
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+        raise SpawnRefused(self.REASON)
+
+    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+        raise UnknownHandle(handle)
+
+    def status(self, handle: str) -> HandleState:
+        raise UnknownHandle(handle)
+
+    async def cancel(self, handle: str) -> HandleState:
+        raise UnknownHandle(handle)
+
+    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
+        pass
+
+    def counts(self) -> dict[str, int]:
+        return {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}

@@ -1,0 +1,38 @@
+"""Suite-wide fixtures. Peer helpers (npm peers, free ports) live in tests/peers.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def agentd_executable() -> str:
+    """The installed `agentd` console script (the real entry point operators run)."""
+    candidate = Path(sysconfig.get_path("scripts")) / "agentd"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("agentd")
+    if found:
+        return found
+    if IN_CI:
+        pytest.fail("the agentd console script is not installed (pip install -e '.[test]')")
+    pytest.skip("the agentd console script is not installed; run pip install -e '.[test]'")
+    raise AssertionError  # unreachable
+
+
+@pytest.fixture(scope="session")
+def agentd_bin() -> str:
+    return agentd_executable()
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable

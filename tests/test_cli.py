@@ -1,0 +1,118 @@
+"""The CLI surface: every exit-2 case through the real console script.
+
+Each case must fail before any side effect: we also point it at a port that
+nothing listens on and check that stdout stays empty and stderr is one line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from agentd import __version__
+
+LOOPBACK = "http://127.0.0.1:9/mcp"  # discard port: a connection would fail, not hang
+
+
+def run(agentd_bin: str, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([agentd_bin, *args], capture_output=True, text=True, timeout=30, **kw)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--instruction", "x", "--mcp", f"={LOOPBACK}"], "name is empty"),
+        (["--instruction", "x", "--mcp", f"a={LOOPBACK}", "--mcp", f"a={LOOPBACK}"], "duplicate"),
+        (["--instruction", "x", "--mcp", "fs"], "name=<endpoint>"),
+        (["--instruction", "x", "--mcp", "fs=http://example.com/mcp"], "loopback"),
+        (["--instruction", "x", "--mcp", "fs=ftp://127.0.0.1/mcp"], "https://"),
+        (["--instruction", "x", "--mcp", "fs=http://10.0.0.1/mcp"], "loopback"),
+        (["--instruction", "x", "--mode", "reactive"], "--subscribe"),
+        (["--instruction", "x", "--mode", "sometimes"], "--mode"),
+        (["--instruction", "x", "--mode", "reactive", "--subscribe", "file:///{id}"], "template"),
+        (["--instruction", "x", "--serve-mcp", "http://0.0.0.0:8443"], "non-loopback"),
+        (["--instruction", "x", "--serve-mcp", "https://0.0.0.0:8443"], "--serve-cert"),
+        (["--instruction", "x", "--serve-mcp", "https://127.0.0.1:8443",
+          "--serve-cert", "/etc/hostname"], "go together"),
+        (["--intelligence", "playback:/dev/null"], "--instruction"),
+        (["--instruction", "x", "--config", "/nonexistent/agentd.toml"], "--config"),
+        (["--instruction", "x", "--max-depth", "0"], "--max-depth"),
+        (["--instruction", "x", "--spawn", "vfork"], "--spawn"),
+        (["--instruction", "x", "--log-format", "xml"], "--log-format"),
+        (["--no-such-flag"], "no-such-flag"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(agentd_bin, args, needle):
+    proc = run(agentd_bin, *args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("agentd: error: ")
+    assert needle in lines[0]
+
+
+def test_invalid_config_file(agentd_bin, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("mcp_servers = [ {name = 'fs' ")
+    proc = run(agentd_bin, "--instruction", "x", "--config", str(bad))
+    assert proc.returncode == 2
+    assert "invalid TOML" in proc.stderr
+
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text("[[mcp_servers]]\nname = 'fs'\nurl = 'http://example.com/mcp'\n")
+    proc = run(agentd_bin, "--instruction", "x", "--config", str(wrong))
+    assert proc.returncode == 2
+    assert "loopback" in proc.stderr
+
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("colour = 'blue'\n")
+    proc = run(agentd_bin, "--instruction", "x", "--config", str(unknown))
+    assert proc.returncode == 2
+    assert "colour" in proc.stderr
+
+
+def test_config_file_duplicate_with_flag(agentd_bin, tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text("[[mcp_servers]]\nname = 'fs'\nurl = 'http://127.0.0.1:9/mcp'\n")
+    proc = run(agentd_bin, "--instruction", "x", "--config", str(good), "--mcp", f"fs={LOOPBACK}")
+    assert proc.returncode == 2
+    assert "duplicate" in proc.stderr
+
+
+def test_version(agentd_bin):
+    proc = run(agentd_bin, "--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"agentd {__version__}"
+
+
+def test_help_groups_flags_and_lists_exit_codes(agentd_bin):
+    proc = run(agentd_bin, "--help")
+    assert proc.returncode == 0
+    out = proc.stdout
+    for heading in ("TOOLS / MCP:", "SERVE:", "BUDGETS:", "SUBAGENTS:", "REACTIVE:"):
+        assert heading in out
+    for flag in ("--instruction", "--intelligence", "--mcp", "--serve-mcp", "--serve-cert",
+                 "--serve-key", "--serve-client-ca", "--serve-bearer", "--mode", "--subscribe",
+                 "--max-depth", "--drain-timeout", "--config", "--model", "--max-steps",
+                 "--deadline", "--max-children", "--max-subagents", "--token-ceiling",
+                 "--init-timeout", "--ping-interval", "--log-format", "--version"):
+        assert flag in out
+    assert out.index("--mcp name=<endpoint>") > out.index("TOOLS / MCP:")
+    assert "130" in out and "a required MCP server failed its handshake" in out
+
+
+def test_python_dash_m_is_the_same_cli(python):
+    proc = subprocess.run([python, "-m", "agentd", "--mcp", "=x"], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("agentd: error: ")
+
+
+def test_serve_bearer_never_echoed(agentd_bin):
+    secret = "s3cr3t-bearer-value-123"
+    proc = run(agentd_bin, "--instruction", "x", "--serve-mcp", "http://0.0.0.0:8443",
+               "--serve-bearer", secret, "--mode", "nonsense")
+    assert proc.returncode == 2
+    assert secret not in proc.stderr + proc.stdout

@@ -1,0 +1,107 @@
+"""Config merging, secret resolution and the log/stdout contracts."""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pytest
+
+from agentd import config as cfg
+from agentd import log as agentd_log
+from agentd.cli import config_from_flags
+from agentd.output import RunResult, Usage, print_result
+
+
+def test_config_is_frozen_with_documented_defaults():
+    config = cfg.build({"instruction": "x"})
+    assert (config.max_depth, config.max_children, config.max_subagents) == (4, 16, 256)
+    assert (config.init_timeout, config.ping_interval, config.drain_timeout) == (10.0, 30.0, 25.0)
+    with pytest.raises(AttributeError):
+        config.max_depth = 9  # type: ignore[misc]
+
+
+def test_file_then_flags(tmp_path):
+    path = tmp_path / "agentd.toml"
+    path.write_text(
+        "max_steps = 7\nmodel = 'from-file'\n"
+        "[[mcp_servers]]\nname = 'fs'\nurl = 'https://fs.example/mcp'\nrequired = false\n"
+        "headers = { Authorization = 'Bearer {{secret:FS_TOKEN}}' }\n"
+    )
+    config = config_from_flags({"config_file": str(path), "instruction": "go", "model": "flag",
+                                "mcp": ("web=http://localhost:8000/mcp",)})
+    assert config.max_steps == 7
+    assert config.model == "flag"
+    assert [s.name for s in config.mcp] == ["fs", "web"]
+    assert config.mcp[0].required is False
+    # unresolved in the config: secrets are substituted at connect time only
+    assert config.mcp[0].headers == {"Authorization": "Bearer {{secret:FS_TOKEN}}"}
+
+
+def test_loopback_forms_accepted():
+    for url in ("http://127.0.0.1:1/mcp", "http://127.3.4.5/mcp", "http://localhost:9/x",
+                "http://[::1]:8080/mcp", "https://anything.example/mcp"):
+        assert cfg.parse_mcp_flag(f"s={url}").url == url
+
+
+def test_secret_from_env_and_file(tmp_path, monkeypatch):
+    spec = cfg.ServerSpec(name="fs", url="https://x/mcp",
+                          headers={"Authorization": "Bearer {{secret:TOK}}", "X-Plain": "v"})
+    monkeypatch.setenv("AGENTD_SECRET_TOK", "env-value-1234")
+    assert cfg.resolve_headers(spec, str(tmp_path)) == {
+        "Authorization": "Bearer env-value-1234", "X-Plain": "v"}
+    monkeypatch.delenv("AGENTD_SECRET_TOK")
+    (tmp_path / "TOK").write_text("file-value-5678\n")
+    assert cfg.resolve_headers(spec, str(tmp_path))["Authorization"] == "Bearer file-value-5678"
+    (tmp_path / "TOK").unlink()
+    with pytest.raises(cfg.ConfigError, match="TOK"):
+        cfg.resolve_headers(spec, str(tmp_path))
+
+
+def test_resolved_secret_never_reaches_logs_or_stdout(tmp_path, monkeypatch):
+    err, out = io.StringIO(), io.StringIO()
+    agentd_log.configure(stream=err, run_id="r1", fmt="json")
+    try:
+        monkeypatch.setenv("AGENTD_SECRET_API", "hunter2-very-secret")
+        spec = cfg.ServerSpec(name="fs", url="https://x/mcp",
+                              headers={"Authorization": "Bearer {{secret:API}}"})
+        headers = cfg.resolve_headers(spec)
+        # even a careless caller that logs the resolved header is redacted
+        agentd_log.log.bind(server="fs").info("mcp.connect", headers=headers)
+        agentd_log.log.error("mcp.error", detail=f"401 for {headers['Authorization']}")
+        print_result(RunResult(run_id="r1", status="completed", partial=False,
+                               result="done", steps=1, usage=Usage()), stream=out)
+    finally:
+        agentd_log.configure(stream=__import__("sys").stderr)
+    assert "hunter2-very-secret" not in err.getvalue()
+    assert "***" in err.getvalue()
+    assert "hunter2" not in out.getvalue()
+
+
+def test_log_line_shape_and_text_format():
+    err = io.StringIO()
+    agentd_log.configure(stream=err, run_id="run-9", fmt="json")
+    try:
+        agentd_log.log.bind(server="fs").info("mcp.handshake", version="2025-11-25")
+        agentd_log.log.debug("invisible.at.info")
+        agentd_log.configure(fmt="text")
+        agentd_log.log.warning("tool.call", tool="fs__read")
+    finally:
+        agentd_log.configure(stream=__import__("sys").stderr, fmt="json")
+    first, second = err.getvalue().splitlines()
+    record = orjson.loads(first)
+    assert list(record)[:4] == ["ts", "level", "event", "run_id"]
+    assert record["event"] == "mcp.handshake" and record["run_id"] == "run-9"
+    assert record["server"] == "fs" and record["version"] == "2025-11-25"
+    assert "WARNING tool.call tool=fs__read" in second
+
+
+def test_result_object_shape():
+    out = io.StringIO()
+    print_result(RunResult(run_id="r", status="budget_exhausted", partial=True,
+                           result={"k": 1}, steps=3, usage=Usage(1, 2, 3)), stream=out)
+    line = out.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    obj = orjson.loads(line)
+    assert list(obj) == ["run_id", "status", "partial", "result", "steps", "usage"]
+    assert obj["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
