@@ -99,7 +99,9 @@ def test_help_groups_flags_and_lists_exit_codes(agentd_bin):
                  "--deadline", "--max-children", "--max-subagents", "--token-ceiling",
                  "--init-timeout", "--ping-interval", "--log-format", "--version"):
         assert flag in out
-    assert out.index("--mcp name=<endpoint>") > out.index("TOOLS / MCP:")
+    tools_section = out.split("TOOLS / MCP:")[1].split("\n\n")[0]
+    assert "--mcp name=<endpoint>" in tools_section
+    assert "declare a remote MCP server" in tools_section
     assert "130" in out and "a required MCP server failed its handshake" in out
 
 
