@@ -1,0 +1,37 @@
+"""agentd's MCP: the client (per server and across servers) and the server engine.
+
+Names are imported lazily so that importing one side (e.g. the server engine)
+never loads the other's dependencies.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "MCPClient": "agentd.mcp.client",
+    "Observation": "agentd.mcp.client",
+    "ToolFault": "agentd.mcp.client",
+    "ToolInfo": "agentd.mcp.client",
+    "ResourceInfo": "agentd.mcp.client",
+    "HandshakeError": "agentd.mcp.client_session",
+    "CapabilityError": "agentd.mcp.client_session",
+    "Capabilities": "agentd.mcp.client_session",
+    "Toolbox": "agentd.mcp.toolbox",
+    "ToolEntry": "agentd.mcp.toolbox",
+    "RequiredServerFailed": "agentd.mcp.toolbox",
+    "qualify": "agentd.mcp.toolbox",
+    "RetryPolicy": "agentd.mcp.retry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentd.mcp' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

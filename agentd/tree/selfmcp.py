@@ -1,0 +1,285 @@
+"""The self-MCP: agentd's own MCP server (spec §2), a handler on the generic engine.
+
+Exactly two capabilities (``tools: {}``, ``resources: {subscribe: true}``),
+exactly five tools (``status``, ``subagent.spawn``, ``subagent.send``,
+``subagent.status``, ``subagent.cancel``) with JSON Schema 2020-12 input
+schemas validated by jsonschema-rs, and two resource forms:
+
+* ``agent://status`` (listed): run id, mode, version, pid, uptime, spawn counts;
+* ``agent://subagent/{handle}`` (unlisted): a served run's §2.3 body.
+
+Every ``subagent.*`` tool routes into one :class:`~agentd.tree.api.SubagentBackend`
+with the caller ``"served"`` (the backend mints ``served.{n}`` handles); a peer
+only ever sees handles under ``served.``.  Refusals (``SpawnRefused``) and
+unknown handles are ``isError: true`` tool results; malformed calls are
+JSON-RPC errors (the engine's -32601/-32602).
+
+The emission rule: when a served run becomes terminal, every session
+subscribed to its URI gets one ``notifications/resources/updated {uri}`` and
+the subscriptions are consumed.  A subscribe that arrives after the run is
+already terminal gets its one ``updated`` at once; a subscribe to a URI the
+self-MCP does not serve (or to ``agent://status``, which never changes state
+in a way that is announced) answers ``{}`` and never fires.
+
+Terminal runs stay readable for ``terminal_ttl`` seconds (default 600) and at
+most ``keep_terminal`` of them (default 1024, oldest first) -- the same
+defaults as the Supervisor's own eviction; after that the URI reads -32002.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import orjson
+
+from agentd import __version__
+from agentd.config import Config, ServeSpec
+from agentd.log import log
+from agentd.mcp.auth import server_ssl_context
+from agentd.mcp.http_server import Limits, Runner
+from agentd.mcp.http_server import serve as _serve_http
+from agentd.mcp.server_session import CallContext, Handler, ResourceNotFound
+from agentd.tree.api import (
+    HandleState,
+    SpawnRefused,
+    SpawnRequest,
+    SubagentBackend,
+    Unavailable,
+    UnknownHandle,
+)
+from agentd.wire import mcp_types as t
+
+__all__ = [
+    "DEFAULT_KEEP_TERMINAL",
+    "DEFAULT_TERMINAL_TTL",
+    "SERVED_CALLER",
+    "STATUS_URI",
+    "SUBAGENT_PREFIX",
+    "TOOL_SCHEMAS",
+    "SelfMCP",
+    "serve",
+    "serve_self_mcp",
+]
+
+SERVED_CALLER: Final = "served"
+STATUS_URI: Final = "agent://status"
+SUBAGENT_PREFIX: Final = "agent://subagent/"
+DEFAULT_TERMINAL_TTL: Final = 600.0
+DEFAULT_KEEP_TERMINAL: Final = 1024
+_EVICTED_MEMORY: Final = 65536
+
+_HANDLE: Final = {"type": "string"}
+
+TOOL_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
+    "status": {"type": "object", "properties": {}},
+    "subagent.spawn": {  # exactly spec §2.2
+        "type": "object",
+        "properties": {
+            "instruction": {"type": "string"},
+            "output_contract": {"type": "string"},
+            "tool_scope": {"type": "array", "items": {"type": "string"}},
+            "async": {"type": "boolean", "default": False},
+            "warm": {"type": "boolean", "default": False},
+        },
+        "required": ["instruction"],
+    },
+    "subagent.send": {"type": "object",
+                      "properties": {"handle": _HANDLE, "message": {"type": "string"}},
+                      "required": ["handle", "message"]},
+    "subagent.status": {"type": "object", "properties": {"handle": _HANDLE},
+                        "required": ["handle"]},
+    "subagent.cancel": {"type": "object", "properties": {"handle": _HANDLE},
+                        "required": ["handle"]},
+}
+
+_DESCRIPTIONS: Final = {
+    "status": "Read this agent's run id, mode, version, pid and uptime.",
+    "subagent.spawn": (
+        "Delegate a task to a fresh agent. Sync (default) blocks and returns the distilled "
+        "result; async returns a handle at once (read or subscribe agent://subagent/<handle>); "
+        "warm keeps it alive as a session driven by subagent.send."),
+    "subagent.send": "Send another message into a warm session; returns its state.",
+    "subagent.status": "Read a handle's status (and its result once terminal).",
+    "subagent.cancel": "Request a graceful cancel of a run and its subtree (kill ladder).",
+}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+
+
+def _refused(text: str) -> t.CallToolResult:
+    return t.CallToolResult(content=[t.TextContent(text=text)], isError=True)
+
+
+def _state_result(structured: dict[str, Any], text: str | None = None) -> t.CallToolResult:
+    return t.CallToolResult(content=[t.TextContent(text=text if text is not None
+                                                   else _text(structured))],
+                            structuredContent=structured)
+
+
+class SelfMCP(Handler):
+    """The self-MCP handler over one backend (default :class:`Unavailable`)."""
+
+    def __init__(self, backend: SubagentBackend | None = None, *, run_id: str = "",
+                 mode: str = "task", terminal_ttl: float = DEFAULT_TERMINAL_TTL,
+                 keep_terminal: int = DEFAULT_KEEP_TERMINAL) -> None:
+        super().__init__("agentd", __version__, subscribe=True)
+        self.backend: SubagentBackend = backend if backend is not None else Unavailable()
+        self.run_id = run_id
+        self.mode = mode
+        self.terminal_ttl = terminal_ttl
+        self.keep_terminal = keep_terminal
+        self.started = time.monotonic()
+        self._terminal: OrderedDict[str, float] = OrderedDict()  # handle -> when it ended
+        self._evicted: OrderedDict[str, None] = OrderedDict()
+        self._log = log.bind(component="selfmcp")
+        for name, fn in (("status", self._status), ("subagent.spawn", self._spawn),
+                         ("subagent.send", self._send), ("subagent.status", self._sub_status),
+                         ("subagent.cancel", self._cancel)):
+            self.add_tool(name, fn, TOOL_SCHEMAS[name], description=_DESCRIPTIONS[name])
+        self.add_resource(STATUS_URI, self._read_status, name="status",
+                          description="This agent's run id, mode, version, pid, uptime and "
+                                      "spawn counts.", mime_type="application/json")
+        self.backend.on_terminal(self._on_terminal)
+
+    # ------------------------------------------------------------ state
+    def status_body(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "mode": self.mode, "version": __version__,
+                "pid": os.getpid(), "uptime_ms": int((time.monotonic() - self.started) * 1000)}
+
+    def _prune(self, now: float) -> None:
+        term = self._terminal
+        while term and (len(term) > self.keep_terminal
+                        or now - next(iter(term.values())) > self.terminal_ttl):
+            handle, _ = term.popitem(last=False)
+            self._evicted[handle] = None
+            if len(self._evicted) > _EVICTED_MEMORY:
+                self._evicted.popitem(last=False)
+
+    def _on_terminal(self, state: HandleState) -> None:
+        handle = state.handle
+        if not handle.startswith(SERVED_CALLER + "."):
+            return
+        now = time.monotonic()
+        self._terminal[handle] = now
+        self._prune(now)
+        n = self.notify_updated(SUBAGENT_PREFIX + handle, consume=True)
+        self._log.info("selfmcp.terminal", handle=handle, status=state.status, notified=n)
+
+    def lookup(self, handle: str) -> HandleState:
+        """The state of a served handle; raises UnknownHandle (never, evicted, not served)."""
+        if not handle.startswith(SERVED_CALLER + ".") or handle in self._evicted:
+            raise UnknownHandle(handle)
+        state = self.backend.status(handle)
+        if state.done:
+            now = time.monotonic()
+            self._prune(now)
+            if handle in self._evicted:
+                raise UnknownHandle(handle)
+            if handle not in self._terminal:  # terminal before its callback ran
+                self._terminal[handle] = now
+        return state
+
+    # ------------------------------------------------------------ tools
+    async def _status(self, args: dict[str, Any], ctx: CallContext) -> Any:
+        return self.status_body()
+
+    async def _spawn(self, args: dict[str, Any], ctx: CallContext) -> Any:
+        mode = "warm" if args.get("warm") else "async" if args.get("async") else "sync"
+        scope = args.get("tool_scope")
+        request = SpawnRequest(instruction=args["instruction"],
+                               output_contract=args.get("output_contract"),
+                               tool_scope=tuple(scope) if scope is not None else None, mode=mode)
+        try:
+            state = await self.backend.spawn(SERVED_CALLER, request)
+        except SpawnRefused as exc:
+            return _refused(str(exc))
+        if not state.done:
+            return _state_result({"handle": state.handle, "status": state.status,
+                                  "done": False})
+        body = state.body()
+        return _state_result(body, _text(body.get("result")))
+
+    async def _send(self, args: dict[str, Any], ctx: CallContext) -> Any:
+        handle = args["handle"]
+        try:
+            self.lookup(handle)
+            state = await self.backend.send(SERVED_CALLER, handle, args["message"])
+        except UnknownHandle:
+            return _refused(f"unknown handle: {handle}")
+        return _state_result(state.body())
+
+    async def _sub_status(self, args: dict[str, Any], ctx: CallContext) -> Any:
+        handle = args["handle"]
+        try:
+            state = self.lookup(handle)
+        except UnknownHandle:
+            return _refused(f"unknown handle: {handle}")
+        return _state_result(state.body())
+
+    async def _cancel(self, args: dict[str, Any], ctx: CallContext) -> Any:
+        handle = args["handle"]
+        try:
+            self.lookup(handle)
+            state = await self.backend.cancel(handle)
+        except UnknownHandle:
+            return _refused(f"unknown handle: {handle}")
+        return _state_result(state.body())
+
+    # -------------------------------------------------------- resources
+    async def _read_status(self, uri: str) -> Any:
+        return {**self.status_body(), "spawns": self.backend.counts()}
+
+    async def read_resource(self, uri: str, ctx: CallContext) -> Any:
+        if uri.startswith(SUBAGENT_PREFIX):
+            try:
+                state = self.lookup(uri[len(SUBAGENT_PREFIX):])
+            except UnknownHandle:
+                raise ResourceNotFound(uri) from None
+            text = orjson.dumps(state.body(), default=str).decode()
+            return t.ReadResourceResult(contents=[t.TextResourceContents(
+                uri=uri, text=text, mimeType="application/json")])
+        return await super().read_resource(uri, ctx)
+
+    def subscribe(self, uri: str, ctx: CallContext) -> None:
+        if not uri.startswith(SUBAGENT_PREFIX):
+            return  # agent://status or a URI we do not serve: {} and never fires
+        try:
+            state = self.lookup(uri[len(SUBAGENT_PREFIX):])
+        except UnknownHandle:
+            return
+        if state.done:  # became terminal before the subscribe: fire at once
+            ctx.session.notify_updated(uri)
+            return
+        ctx.session.subscribe(uri)
+
+
+async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None, *,
+                         run_id: str = "", mode: str = "task",
+                         limits: Limits | None = None) -> Runner:
+    """Serve the self-MCP at ``/mcp`` of ``spec`` (``--serve-mcp``); returns the runner."""
+    if not spec.loopback and not spec.authenticated:  # config validation already exits 2
+        raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
+    ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
+        if spec.scheme == "https" and spec.cert and spec.key else None
+    handler = SelfMCP(backend, run_id=run_id, mode=mode)
+    return await _serve_http(handler, host=spec.host, port=spec.port, ssl_context=ssl_ctx,
+                             bearer=spec.bearer, limits=limits)
+
+
+@contextlib.asynccontextmanager
+async def serve(config: Config, *, run_id: str = "",
+                backend: SubagentBackend | None = None) -> AsyncIterator[Runner]:
+    """``async with selfmcp.serve(config, run_id=..., backend=...)``: serve for the run."""
+    assert config.serve is not None, "serve() needs --serve-mcp"
+    runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode)
+    try:
+        yield runner
+    finally:
+        await runner.stop()
