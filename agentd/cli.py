@@ -66,6 +66,12 @@ def _secs(text: str) -> str:
 @opt("--intelligence", section="INTELLIGENCE", metavar="URL|playback:PATH",
      help="OpenAI-compatible gateway base URL (https://…/v1 or loopback http://) or playback:PATH")
 @opt("--model", section="INTELLIGENCE", envvar="AGENTD_MODEL", help="model name sent to the gateway  [env: AGENTD_MODEL]")
+@opt("--stream/--no-stream", "intelligence_stream", section="INTELLIGENCE", default=None,
+     help="stream completions (SSE)  [default: off; env AGENTD_INTELLIGENCE_STREAM]")
+@opt("--intelligence-timeout", section="INTELLIGENCE", type=float,
+     help=_secs("per-request timeout  [default: 120]"))
+@opt("--intelligence-attempts", section="INTELLIGENCE", type=int,
+     help="tries per request before exit 5  [default: 5]")
 @opt("--mcp", "mcp", section="TOOLS / MCP", multiple=True, metavar="name=<endpoint>",
      help="declare a remote MCP server (repeatable; Streamable HTTP)")
 @opt("--init-timeout", section="TOOLS / MCP", type=float, help=_secs("MCP handshake timeout  [default: 10]"))

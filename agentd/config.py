@@ -25,6 +25,7 @@ import msgspec
 from agentd import log as _log
 
 MODES = ("task", "reactive")
+RESERVED_SERVER_NAME = "agentd"  # the self-tools' server name (agentd__subagent_spawn, ...)
 SPAWN_MODES = ("exec", "forkserver")
 LOG_FORMATS = ("json", "text")
 SECRET_RE = re.compile(r"\{\{secret:([A-Za-z0-9_.-]+)\}\}")
@@ -55,6 +56,8 @@ class ServerSpec(msgspec.Struct, frozen=True):
     required: bool = True
     headers: dict[str, str] = {}  # values may hold {{secret:NAME}}, unresolved
     ca_file: str | None = None  # custom CA bundle for a private https endpoint
+    client_cert: str | None = None  # PEM certificate presented to an mTLS server
+    client_key: str | None = None  # its private key (PEM)
 
 
 class ServeSpec(msgspec.Struct, frozen=True):
@@ -82,6 +85,9 @@ class Config(msgspec.Struct, frozen=True):
     instruction: str | None = None
     intelligence: str | None = None
     model: str | None = None
+    intelligence_stream: bool | None = None  # None: env AGENTD_INTELLIGENCE_STREAM, else off
+    intelligence_timeout: float | None = None  # None: env, else the provider's default
+    intelligence_attempts: int | None = None  # None: env, else the provider's default
     output_contract: str | None = None
     mcp: tuple[ServerSpec, ...] = ()
     serve: ServeSpec | None = None
@@ -191,6 +197,14 @@ def load_config_file(path: str) -> dict:
         if not spec.name.strip():
             raise ConfigError(f"--config {path}: mcp_servers[{i}]: the server name is empty")
         check_endpoint(spec.url, f"--config mcp_servers[{i}] {spec.name}")
+        if bool(spec.client_cert) != bool(spec.client_key):
+            raise ConfigError(f"--config mcp_servers[{i}] {spec.name}: client_cert and "
+                              "client_key go together")
+        for field in ("ca_file", "client_cert", "client_key"):
+            value = getattr(spec, field)
+            if value and not os.access(value, os.R_OK):
+                raise ConfigError(f"--config mcp_servers[{i}] {spec.name}: {field} "
+                                  f"{value}: not readable")
         servers.append(spec)
     known = set(Config.__struct_fields__) - {"mcp", "serve"}
     unknown = sorted(set(data) - known)
@@ -207,6 +221,9 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"--mcp: duplicate server name {dupes[0]!r}")
+    if RESERVED_SERVER_NAME in names:
+        raise ConfigError(f"--mcp: the server name {RESERVED_SERVER_NAME!r} is reserved "
+                          "for agentd's own self-tools")
     mode = values.get("mode", "task")
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -221,10 +238,11 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     if needs_instruction and not values.get("instruction"):
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
-                "observation_bytes", "max_subscriptions"):
+                "observation_bytes", "max_subscriptions", "intelligence_attempts"):
         if key in values and values[key] is not None and values[key] < 1:
             raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
-    for key in ("init_timeout", "ping_interval", "drain_timeout", "deadline"):
+    for key in ("init_timeout", "ping_interval", "drain_timeout", "deadline",
+                "intelligence_timeout"):
         if values.get(key) is not None and values[key] <= 0:
             raise ConfigError(f"--{key.replace('_', '-')} must be positive")
     if values.get("debounce") is not None and values["debounce"] < 0:

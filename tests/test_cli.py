@@ -118,3 +118,9 @@ def test_serve_bearer_never_echoed(agentd_bin):
                "--serve-bearer", secret, "--mode", "nonsense")
     assert proc.returncode == 2
     assert secret not in proc.stderr + proc.stdout
+
+
+def test_reserved_server_name(agentd_bin):
+    proc = run(agentd_bin, "--instruction", "x", "--mcp", f"agentd={LOOPBACK}")
+    assert proc.returncode == 2
+    assert "reserved" in proc.stderr

@@ -1,0 +1,377 @@
+"""The agent loop: intelligence <-> toolbox, under budgets.
+
+One *step* is one answer of the intelligence plus the tool calls it asked for
+(several at once run concurrently, their results kept in the model's order).
+The loop ends when the model answers without a tool call (completed), or a
+budget is spent before the next model call: `max_steps` or the token ceiling
+(budget_exhausted, exit 3, partial). The deadline and signals are enforced by
+the caller (`agentd.agent.run`) by cancelling the loop; the `LoopState` it was
+given keeps the steps, usage and last words for the partial result.
+
+Observations: a tool's result — `isError` content, -32002, argument-validation
+failures — goes back to the model fenced as untrusted data, cut to
+`observation_bytes` with a clear marker. A protocol/transport fault (`ToolFault`,
+after the client's own retry policy) is never shown as tool output: the model
+gets an `[agentd]` notice that the call failed, outside any fence.
+
+Logs: `intelligence.turn`, `tool.call`, `tool.result` (sizes, durations, no
+bodies at info level; bodies at debug for audit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import msgspec
+import orjson
+
+from agentd.agent import prompt as P
+from agentd.agent.selftools import SelfTools
+from agentd.intelligence.base import (
+    Completion,
+    Intelligence,
+    Message,
+    ToolCall,
+    ToolDef,
+    system,
+    tool_result,
+    user,
+)
+from agentd.log import log
+from agentd.output import Usage
+
+
+def _tool_fault_type() -> type[BaseException]:
+    """The MCP client's protocol-fault exception (the one place the loop names it)."""
+    try:
+        from agentd.mcp.client import ToolFault
+    except ImportError:  # pragma: no cover - the client is part of the package
+        return _NoFault
+    return ToolFault
+
+
+class _NoFault(Exception):
+    pass
+
+
+class Budgets(msgspec.Struct, frozen=True):
+    max_steps: int = 50
+    token_ceiling: int | None = None
+    observation_bytes: int = 64 * 1024
+
+
+class LoopState:
+    """What a run has done so far; survives cancellation for the partial result."""
+
+    __slots__ = ("calls", "last_content", "messages", "steps", "usage")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.calls = 0
+        self.usage = Usage()
+        self.last_content: str | None = None
+        self.messages: list[Message] = []
+
+
+class Outcome(msgspec.Struct):
+    status: str  # completed | budget_exhausted (deadline/interrupted/failed: see run.py)
+    partial: bool
+    result: Any
+    reason: str = ""
+
+
+class Tracer:
+    """Hooks for a readable trace (the demo); the default does nothing."""
+
+    def turn(self, step: int, completion: Completion) -> None:
+        pass
+
+    def call(self, step: int, name: str, arguments: str) -> None:
+        pass
+
+    def result(self, step: int, name: str, text: str, is_error: bool, size: int,
+               duration_ms: float, note: str | None) -> None:
+        pass
+
+
+class Actions:
+    """The action space: MCP tools (the Toolbox) plus the `agentd__*` self-tools."""
+
+    def __init__(self, toolbox: Any, selftools: SelfTools) -> None:
+        self.toolbox = toolbox
+        self.selftools = selftools
+        self.fault_type = _tool_fault_type()
+        self._catalogue: Any = None
+        self.mcp_names: set[str] = set()
+        self.entries: list[P.ToolEntry] = []
+        self.defs: list[ToolDef] = []
+        self.refresh()
+
+    def refresh(self) -> list[ToolDef]:
+        """The tool definitions, rebuilt when a server re-listed its tools."""
+        catalogue = self.toolbox.tools if self.toolbox is not None else None
+        if catalogue is self._catalogue and self.defs:
+            return self.defs
+        self._catalogue = catalogue
+        entries = list(self.selftools.entries())
+        names: set[str] = set()
+        for e in toolbox_entries(self.toolbox):
+            if e.name in self.selftools:
+                log.warning("tool.shadowed", tool=e.name,
+                            reason="the name is taken by an agentd self-tool")
+                continue
+            names.add(e.name)
+            entries.append(e)
+        self.mcp_names = names
+        self.entries = entries
+        self.defs = P.tool_defs(entries)
+        return self.defs
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        if name in self.selftools:
+            return await self.selftools.call(name, arguments)
+        return await self.toolbox.call(name, arguments)
+
+    def knows(self, name: str) -> bool:
+        return name in self.mcp_names or name in self.selftools
+
+
+# --- reading the Toolbox (the MCP client's catalogue) ------------------------------
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for n in names:
+        if isinstance(obj, dict):
+            if n in obj:
+                return obj[n]
+        elif hasattr(obj, n):
+            value = getattr(obj, n)
+            if value is not msgspec.UNSET:
+                return value
+    return default
+
+
+def toolbox_entries(toolbox: Any) -> list[P.ToolEntry]:
+    """The Toolbox's qualified tools as prompt entries."""
+    if toolbox is None:
+        return []
+    tools = toolbox.tools
+    items: Iterable[tuple[str, Any]]
+    if isinstance(tools, dict):
+        items = tools.items()
+    else:
+        items = ((_get(t, "qualified", "qualified_name", "name"), t) for t in tools)
+    out = []
+    for qualified, t in items:
+        tool = _get(t, "tool", default=t)  # a wrapper holding the MCP Tool, or the Tool
+        schema = _get(tool, "inputSchema", "input_schema")
+        if isinstance(schema, msgspec.Struct):
+            schema = msgspec.to_builtins(schema)
+        out.append(P.ToolEntry(name=qualified,
+                               description=_get(tool, "description"),
+                               input_schema=schema if isinstance(schema, dict) else None,
+                               server=_get(t, "server", default="") or ""))
+    return out
+
+
+def toolbox_resources(toolbox: Any) -> list[P.ResourceEntry]:
+    if toolbox is None:
+        return []
+    out = []
+    for r in _get(toolbox, "resources", default=()) or ():
+        res = _get(r, "resource", default=r)
+        out.append(P.ResourceEntry(
+            server=_get(r, "server", default="") or "",
+            uri=_get(res, "uri", default=""),
+            name=_get(res, "name"),
+            description=_get(res, "description"),
+            mime_type=_get(res, "mimeType", "mime_type"),
+            size=_get(res, "size")))
+    return out
+
+
+def toolbox_instructions(toolbox: Any) -> dict[str, str | None]:
+    if toolbox is None:
+        return {}
+    instr = _get(toolbox, "instructions", default={}) or {}
+    return dict(instr)
+
+
+# --- the result -------------------------------------------------------------------
+
+def wants_json(contract: str | None) -> bool:
+    if not contract:
+        return False
+    c = contract.strip()
+    return "json" in c.lower() or c.startswith(("{", "["))
+
+
+def distil(answer: str | None, contract: str | None) -> Any:
+    """The distillate: JSON when the contract asks for it and the answer parses."""
+    if answer is None:
+        return None
+    if not wants_json(contract):
+        return answer
+    text = answer.strip()
+    if text.startswith("```"):
+        body = text.split("\n", 1)[1] if "\n" in text else ""
+        text = body.rsplit("```", 1)[0].strip()
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return answer
+
+
+# --- the loop ---------------------------------------------------------------------
+
+class Loop:
+    def __init__(self, intelligence: Intelligence, actions: Actions, *, budgets: Budgets,
+                 state: LoopState | None = None, tracer: Tracer | None = None,
+                 on_step: Callable[[LoopState], None] | None = None,
+                 spent: Callable[[], int] | None = None) -> None:
+        self.intelligence = intelligence
+        self.actions = actions
+        self.budgets = budgets
+        self.state = state if state is not None else LoopState()
+        self.tracer = tracer
+        self.on_step = on_step  # after each answer: progress reports, tree accounting
+        self.spent = spent  # tokens counted against the ceiling (default: this run's)
+        self._debug = log.enabled("debug")
+
+    def conversation(self, instruction: str, *, output_contract: str | None = None,
+                     toolbox: Any = None) -> list[Message]:
+        sys_text = P.system_prompt(instructions=toolbox_instructions(toolbox),
+                                   resources=toolbox_resources(toolbox),
+                                   output_contract=output_contract)
+        return [system(sys_text), user(P.user_instruction(instruction))]
+
+    async def run(self, messages: list[Message], *, output_contract: str | None = None
+                  ) -> Outcome:
+        """Drive the conversation to a final answer or an exhausted budget."""
+        st = self.state
+        st.messages = messages
+        b = self.budgets
+        while True:
+            if st.steps >= b.max_steps:
+                return self._exhausted(f"max_steps={b.max_steps} reached")
+            if b.token_ceiling is not None:
+                spent = self.spent() if self.spent is not None else st.usage.total_tokens
+                if spent >= b.token_ceiling:
+                    return self._exhausted(f"token_ceiling={b.token_ceiling} reached "
+                                           f"({spent} tokens)")
+            defs = self.actions.refresh()
+            t0 = time.perf_counter()
+            completion = await self.intelligence.complete(messages, defs)
+            st.steps += 1
+            st.usage.add(completion.usage)
+            step = st.steps
+            log.info("intelligence.turn", step=step, tool_calls=len(completion.tool_calls),
+                     content_bytes=len(completion.content or ""),
+                     prompt_tokens=completion.usage.prompt_tokens,
+                     completion_tokens=completion.usage.completion_tokens,
+                     finish_reason=completion.finish_reason,
+                     duration_ms=round((time.perf_counter() - t0) * 1000, 3))
+            if self.tracer is not None:
+                self.tracer.turn(step, completion)
+            if self.on_step is not None:
+                self.on_step(st)
+            messages.append(completion.message())
+            if completion.content:
+                st.last_content = completion.content
+            if not completion.tool_calls:
+                return Outcome(status="completed", partial=False,
+                               result=distil(completion.content or "", output_contract))
+            calls = completion.tool_calls
+            if len(calls) == 1:
+                messages.append(await self._call(step, calls[0]))
+            else:
+                async with asyncio.TaskGroup() as tg:
+                    tasks = [tg.create_task(self._call(step, c)) for c in calls]
+                messages.extend(t.result() for t in tasks)
+
+    def _exhausted(self, reason: str) -> Outcome:
+        log.warning("budget.exhausted", reason=reason, steps=self.state.steps,
+                    total_tokens=self.state.usage.total_tokens)
+        return Outcome(status="budget_exhausted", partial=True,
+                       result=self.state.last_content, reason=reason)
+
+    async def _call(self, step: int, call: ToolCall) -> Message:
+        name = call.function.name
+        raw = call.function.arguments
+        self.state.calls += 1
+        if self._debug:
+            log.debug("tool.call", step=step, tool=name, call_id=call.id, arguments=raw)
+        else:
+            log.info("tool.call", step=step, tool=name, call_id=call.id, args_bytes=len(raw))
+        if self.tracer is not None:
+            self.tracer.call(step, name, raw)
+        t0 = time.perf_counter()
+        note: str | None = None
+        text = ""
+        is_error = True
+        try:
+            arguments = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            note = f"the arguments for {name} are not valid JSON ({exc}); nothing was called"
+            arguments = None
+        if arguments is not None and not isinstance(arguments, dict):
+            note = f"the arguments for {name} must be a JSON object; nothing was called"
+        elif note is None and not self.actions.knows(name):
+            note = (f"there is no tool named {name!r}; nothing was called. "
+                    "Use one of the offered functions.")
+        if note is None:
+            try:
+                obs = await self.actions.call(name, arguments)
+            except self.actions.fault_type as exc:
+                note = (f"the call to {name} failed with a protocol or transport fault "
+                        f"({_fault_text(exc)}); this is not output from the tool")
+                log.warning("tool.fault", step=step, tool=name, call_id=call.id,
+                            fault=_fault_text(exc),
+                            retryable=bool(getattr(exc, "retryable", False)))
+            else:
+                text = obs.text or ""
+                structured = getattr(obs, "structured", None)
+                if not text and structured is not None:
+                    text = orjson.dumps(structured, default=str).decode()
+                is_error = bool(obs.is_error)
+        duration_ms = round((time.perf_counter() - t0) * 1000, 3)
+        if note is not None:
+            content = P.notice(note)
+            size, cut = len(content), False
+        else:
+            content, size, cut = P.observation(name, text, is_error=is_error,
+                                               limit=self.budgets.observation_bytes)
+        if self._debug:
+            log.debug("tool.result", step=step, tool=name, call_id=call.id, bytes=size,
+                      is_error=is_error, cut=cut, duration_ms=duration_ms,
+                      fault=note is not None, body=text)
+        else:
+            log.info("tool.result", step=step, tool=name, call_id=call.id, bytes=size,
+                     is_error=is_error, cut=cut, duration_ms=duration_ms,
+                     fault=note is not None)
+        if self.tracer is not None:
+            self.tracer.result(step, name, text, is_error, size, duration_ms, note)
+        return tool_result(call.id, content)
+
+
+def _fault_text(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:300]
+
+
+async def run_task(intelligence: Intelligence, toolbox: Any, selftools: SelfTools, *,
+                   instruction: str, output_contract: str | None, budgets: Budgets,
+                   state: LoopState, tracer: Tracer | None = None,
+                   history: Sequence[Message] = (),
+                   on_step: Callable[[LoopState], None] | None = None,
+                   spent: Callable[[], int] | None = None) -> Outcome:
+    """One task: build the prompt, then loop to an outcome."""
+    actions = Actions(toolbox, selftools)
+    loop = Loop(intelligence, actions, budgets=budgets, state=state, tracer=tracer,
+                on_step=on_step, spent=spent)
+    messages = loop.conversation(instruction, output_contract=output_contract,
+                                 toolbox=toolbox)
+    messages.extend(history)
+    return await loop.run(messages, output_contract=output_contract)

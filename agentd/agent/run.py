@@ -1,0 +1,456 @@
+"""A whole run: connect, serve, loop, print one result, exit with the right code.
+
+`run(config)` is what `agentd --instruction ...` executes (the CLI has already
+installed uvloop and validated the config). Order of events:
+
+1. logging configured; the intelligence provider built (a bad `--intelligence`
+   or playback file is exit 2, before any side effect);
+2. the Toolbox connects every declared MCP server — a required server failing
+   its handshake is exit 6, before the intelligence is called;
+3. the subagent backend and, with `--serve-mcp`, the self-MCP are started;
+4. the loop runs (task mode; reactive mode is the reactive daemon's, through the
+   same `RunContext`), under `--deadline` (exit 4, in-flight calls cancelled so
+   the client sends `notifications/cancelled`) and the step/token budgets
+   (exit 3, partial result);
+5. exactly one JSON object goes to stdout; the exit code is returned.
+
+SIGINT/SIGTERM cancel the run and drain it (close MCP sessions, stop the
+self-MCP and the tree) within `--drain-timeout`; the result says
+`interrupted`, exit 130. A second signal stops waiting for the drain.
+
+`run_child(...)` is the same for a subagent process: no stdout object (the
+child entry reports the result over the control wire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agentd.agent.loop import Actions, Budgets, Loop, LoopState, Outcome, Tracer, run_task
+from agentd.agent.selftools import SelfTools
+from agentd.config import Config, ConfigError
+from agentd.exitcodes import ExitCode
+from agentd.intelligence import IntelligenceUnavailable, make_intelligence
+from agentd.intelligence.base import Intelligence, Message, user
+from agentd.log import configure, env_level, log
+from agentd.output import RunResult, Usage, print_result
+from agentd.tree.api import SubagentBackend, Unavailable
+
+EXIT_BY_STATUS = {
+    "completed": ExitCode.COMPLETED,
+    "budget_exhausted": ExitCode.BUDGET,
+    "deadline": ExitCode.DEADLINE,
+    "interrupted": ExitCode.INTERRUPTED,
+    "failed": ExitCode.FAILED,
+}
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class RunContext:
+    """Everything one run holds; the hook for the reactive daemon and the tree.
+
+    `task(instruction, history=...)` runs the loop once on a fresh conversation
+    (a reactive wake passes what it read as extra `history` messages);
+    `resume(message)` continues the last conversation (warm subagents).
+    """
+
+    def __init__(self, config: Config, *, run_id: str, handle: str,
+                 intelligence: Intelligence, state: LoopState,
+                 tracer: Tracer | None) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.handle = handle
+        self.intelligence = intelligence
+        self.state = state
+        self.tracer = tracer
+        self.toolbox: Any = None
+        self.backend: SubagentBackend = Unavailable()
+        self.selftools: SelfTools | None = None
+        self.budgets = Budgets(max_steps=config.max_steps, token_ceiling=config.token_ceiling,
+                               observation_bytes=config.observation_bytes)
+        self.on_step: Callable[[LoopState], None] | None = None
+        self.spent: Callable[[], int] | None = None
+        self.prior: list[Message] | None = None  # a warm session's conversation so far
+        self.stop = asyncio.Event()  # set on SIGINT/SIGTERM: reactive mode drains itself
+        self.interrupted = False
+        self.scope: asyncio.Timeout | None = None
+        self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
+
+    def interrupt(self) -> None:
+        """Cancel the run's work now (signals); the drain then runs normally."""
+        self.interrupted = True
+        scope = self.scope
+        if scope is not None and not scope.expired():
+            scope.reschedule(asyncio.get_running_loop().time())
+
+    async def task(self, instruction: str, *, history: list[Message] | None = None
+                   ) -> Outcome:
+        """Run the loop once on a fresh conversation."""
+        assert self.selftools is not None
+        return await run_task(self.intelligence, self.toolbox, self.selftools,
+                              instruction=instruction,
+                              output_contract=self.config.output_contract,
+                              budgets=self.budgets, state=self.state, tracer=self.tracer,
+                              history=history or (), on_step=self.on_step, spent=self.spent)
+
+    async def resume(self, messages: list[Message], message: str) -> Outcome:
+        """Continue a conversation with another user message (warm sessions)."""
+        assert self.selftools is not None
+        messages.append(user(message))
+        loop = Loop(self.intelligence, Actions(self.toolbox, self.selftools),
+                    budgets=self.budgets, state=self.state, tracer=self.tracer,
+                    on_step=self.on_step, spent=self.spent)
+        return await loop.run(messages, output_contract=self.config.output_contract)
+
+
+# --- the integration points (one call site each) ----------------------------------
+
+def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    from agentd.mcp.toolbox import Toolbox
+
+    return Toolbox(config.mcp, run_id=run_id, init_timeout=config.init_timeout,
+                   ping_interval=config.ping_interval, secrets_dir=config.secrets_dir)
+
+
+def _required_failed() -> type[BaseException]:
+    try:
+        from agentd.mcp.toolbox import RequiredServerFailed
+    except ImportError:  # pragma: no cover
+        return _Never
+    return RequiredServerFailed
+
+
+class _Never(Exception):
+    pass
+
+
+async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> SubagentBackend:
+    """The root's subagent backend: the tree's Supervisor (the one chokepoint)."""
+    from agentd.tree.supervisor import Supervisor
+
+    sup = await stack.enter_async_context(Supervisor(ctx.config, run_id=ctx.run_id))
+    state = ctx.state
+    ctx.on_step = lambda st: sup.charge_root(st.usage.total_tokens)
+    ctx.spent = lambda: max(state.usage.total_tokens, sup.tree_tokens)
+    return sup
+
+
+def make_selftools(ctx: RunContext) -> SelfTools:
+    """The run's `agentd__*` self-tools: the built-in ones plus `graph.run` (the tree)."""
+    tools = SelfTools(resources=ctx.toolbox, backend=ctx.backend, caller=ctx.handle,
+                      max_subscriptions=ctx.config.max_subscriptions)
+    from agentd.tree import graph
+
+    graph.install(tools, ctx.backend, ctx.handle)
+    return tools
+
+
+async def _serve_self(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
+    """`--serve-mcp`: the self-MCP, on the same backend as the loop's self-tools."""
+    from agentd.tree import selfmcp
+
+    ctx.served = await stack.enter_async_context(
+        selfmcp.serve(ctx.config, run_id=ctx.run_id, backend=ctx.backend))
+
+
+async def _run_reactive(ctx: RunContext) -> RunResult:
+    """`--mode reactive`: the reactive daemon runs the loop once per wake until
+    `ctx.stop` is set by a signal (agentd.reactive.daemon)."""
+    from agentd.reactive.awaiting import Waiters, await_resource_tool
+    from agentd.reactive.daemon import loop_runner, run_reactive
+
+    config = ctx.config
+    waiters = Waiters()
+
+    def fresh_selftools() -> SelfTools:  # a fresh subscribe queue per wake
+        tools = make_selftools(ctx)
+        tools.add(await_resource_tool(ctx.toolbox, waiters))
+        return tools
+
+    run_wake = loop_runner(ctx.intelligence, ctx.toolbox,
+                           instruction=config.instruction or "",
+                           output_contract=config.output_contract, budgets=ctx.budgets,
+                           selftools=fresh_selftools, deadline=config.deadline,
+                           tracer=ctx.tracer)
+    result, _code = await run_reactive(config, ctx.toolbox, run_wake, ctx.stop,
+                                       run_id=ctx.run_id, waiters=waiters)
+    return result
+
+
+async def _run_mode(ctx: RunContext) -> Outcome | RunResult:
+    if ctx.config.mode == "reactive":
+        return await _run_reactive(ctx)
+    from agentd.reactive.awaiting import await_resource_tool, watch_updates
+
+    instruction = ctx.config.instruction or ""
+    async with watch_updates(ctx.toolbox) as waiters:
+        if ctx.selftools is not None:
+            ctx.selftools.add(await_resource_tool(ctx.toolbox, waiters))
+        outcome = await (ctx.resume(ctx.prior, instruction) if ctx.prior is not None
+                         else ctx.task(instruction))
+    if ctx.selftools is not None and ctx.selftools.subscriptions:
+        log.info("subscribe.unapplied", uris=ctx.selftools.subscriptions,
+                 reason="task mode: subscriptions apply in reactive mode")
+    return outcome
+
+
+# --- the run ------------------------------------------------------------------------
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first meaningful exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = (inner or list(exc.exceptions))[0]
+    return exc
+
+
+async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None,
+                extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
+                | None = None) -> Outcome | RunResult:
+    config = ctx.config
+    loop = asyncio.get_running_loop()
+    # In reactive mode --deadline bounds each wake's run, not the daemon.
+    deadline_at = (loop.time() + config.deadline
+                   if config.deadline and config.mode != "reactive" else None)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(ctx.intelligence.aclose)
+        # One cancel scope for the deadline and for signals: when it fires, the
+        # work inside is cancelled (in-flight calls send notifications/cancelled)
+        # and everything entered on the stack then closes normally: the drain.
+        scope = ctx.scope = asyncio.timeout_at(deadline_at)
+        try:
+            async with scope:
+                if ctx.interrupted:
+                    raise TimeoutError
+                ctx.toolbox = await stack.enter_async_context(
+                    _open_toolbox(config, ctx.run_id))
+                if backend is not None:
+                    ctx.backend = backend
+                else:
+                    ctx.backend = await _start_backend(stack, ctx)
+                ctx.selftools = make_selftools(ctx)
+                if serve and config.serve is not None:
+                    await _serve_self(stack, ctx)
+                if extra is not None:
+                    await extra(stack, ctx)
+                return await _run_mode(ctx)
+        except TimeoutError:
+            if ctx.interrupted:
+                return Outcome(status="interrupted", partial=True,
+                               result=ctx.state.last_content, reason="signal")
+            if not scope.expired():
+                raise
+            log.warning("run.deadline", deadline_s=config.deadline, steps=ctx.state.steps)
+            return Outcome(status="deadline", partial=True, result=ctx.state.last_content,
+                           reason=f"deadline={config.deadline}s passed")
+        finally:
+            ctx.scope = None
+
+
+def _classify(exc: BaseException) -> tuple[ExitCode, str, str]:
+    """(exit code, log event, message) for an exception that ended a run."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, IntelligenceUnavailable):
+        return ExitCode.INTELLIGENCE, "intelligence.unavailable", str(leaf)
+    if isinstance(leaf, _required_failed()):
+        return ExitCode.MCP_REQUIRED, "mcp.required_failed", str(leaf)
+    if isinstance(leaf, ConfigError):
+        return ExitCode.USAGE, "config.invalid", str(leaf)
+    return ExitCode.FAILED, "run.failed", f"{type(leaf).__name__}: {leaf}"
+
+
+async def execute(config: Config, *, run_id: str, handle: str = "0",
+                  tracer: Tracer | None = None, serve: bool = True, signals: bool = True,
+                  backend: SubagentBackend | None = None,
+                  extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
+                  | None = None) -> tuple[RunResult, ExitCode, LoopState]:
+    """Run to an outcome and classify it; no printing (shared by run and run_child).
+
+    `backend=None` starts the tree's Supervisor for this run (the root);
+    a subagent passes its remote backend. `extra` is called once everything is
+    connected, before the loop (the demo and the reactive work hook in here).
+    """
+    state = LoopState()
+    try:
+        # Unset tunables fall back to AGENTD_INTELLIGENCE_* env, then the provider defaults.
+        intelligence = make_intelligence(
+            config.intelligence, model=config.model,
+            stream=config.intelligence_stream,
+            timeout=config.intelligence_timeout,
+            attempts=config.intelligence_attempts)
+    except ConfigError as exc:
+        log.error("config.invalid", error=str(exc))
+        return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state
+    ctx = RunContext(config, run_id=run_id, handle=handle, intelligence=intelligence,
+                     state=state, tracer=tracer)
+    loop = asyncio.get_running_loop()
+    body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra),
+                               name=f"agentd-run-{handle}")
+    hard = loop.create_future()
+    interrupted: list[str] = []
+    drain_timer: list[asyncio.TimerHandle] = []
+
+    def on_signal(name: str) -> None:
+        if interrupted:
+            log.warning("run.signal.again", signal=name, action="stop waiting for the drain")
+            if not hard.done():
+                hard.set_result(None)
+            return
+        interrupted.append(name)
+        log.warning("run.signal", signal=name, drain_timeout_s=config.drain_timeout)
+        ctx.stop.set()
+        grace = 0.0
+        if config.mode == "reactive":
+            grace = config.drain_timeout  # the daemon drains its in-flight wake itself
+            drain_timer.append(loop.call_later(grace, ctx.interrupt))
+        else:
+            ctx.interrupt()
+        drain_timer.append(loop.call_later(
+            grace + config.drain_timeout, lambda: hard.done() or hard.set_result(None)))
+
+    installed = []
+    if signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig.name)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
+    try:
+        await asyncio.wait({body, hard}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # our caller gave up (a subagent turn cancelled)
+        ctx.interrupt()  # soft first: in-flight calls get notifications/cancelled
+        await asyncio.wait({body}, timeout=config.drain_timeout)
+        if not body.done():
+            body.cancel()
+            await asyncio.wait({body}, timeout=1.0)
+        raise
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        for t in drain_timer:
+            t.cancel()
+    if not body.done():
+        log.error("run.drain.timeout", drain_timeout_s=config.drain_timeout)
+        body.cancel()
+        await asyncio.wait({body}, timeout=1.0)
+    if interrupted and body.done() and not body.cancelled() and body.exception() is None \
+            and isinstance(body.result(), RunResult):
+        result = body.result()  # the reactive daemon drained and reported
+        log.info("run.interrupted", signal=interrupted[0], steps=result.steps)
+        return result, ExitCode.INTERRUPTED, state
+    if interrupted:
+        if body.done() and not body.cancelled() and body.exception() is not None:
+            log.warning("run.drain.error", error=repr(_leaf(body.exception())))
+        log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
+        return (_result(run_id, "interrupted", True, state.last_content, state),
+                ExitCode.INTERRUPTED, state)
+    if body.cancelled():
+        log.error("run.cancelled", steps=state.steps)
+        return (_result(run_id, "interrupted", True, state.last_content, state),
+                ExitCode.INTERRUPTED, state)
+    exc = body.exception()
+    if exc is None and isinstance(body.result(), RunResult):
+        result = body.result()
+        code = EXIT_BY_STATUS.get(result.status, ExitCode.FAILED)
+        log.info("run.end", status=result.status, steps=result.steps, exit_code=int(code))
+        return result, code, state
+    if exc is None:
+        outcome = body.result()
+        code = EXIT_BY_STATUS.get(outcome.status, ExitCode.FAILED)
+        log.info("run.end", status=outcome.status, steps=state.steps, calls=state.calls,
+                 total_tokens=state.usage.total_tokens,
+                 tree_tokens=getattr(ctx.backend, "tree_tokens", None), exit_code=int(code),
+                 reason=outcome.reason or None)
+        return (_result(run_id, outcome.status, outcome.partial, outcome.result, state),
+                code, state)
+    code, event, message = _classify(exc)
+    if code == ExitCode.FAILED:
+        log.error(event, error=message, exc_type=type(_leaf(exc)).__name__)
+    else:
+        log.error(event, error=message)
+    return _result(run_id, "failed", False, {"error": message}, state), code, state
+
+
+def _result(run_id: str, status: str, partial: bool, result: Any,
+            state: LoopState) -> RunResult:
+    usage = Usage(state.usage.prompt_tokens, state.usage.completion_tokens,
+                  state.usage.total_tokens)
+    return RunResult(run_id=run_id, status=status, partial=partial, result=result,
+                     steps=state.steps, usage=usage)
+
+
+async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = None) -> int:
+    """`agentd --instruction ...`: the whole run; returns the exit code."""
+    run_id = new_run_id()
+    configure(fmt=config.log_format, run_id=run_id, level=env_level())
+    log.info("run.start", mode=config.mode, servers=[s.name for s in config.mcp],
+             max_steps=config.max_steps, deadline_s=config.deadline,
+             token_ceiling=config.token_ceiling, serve=config.serve is not None)
+    result, code, _state = await execute(config, run_id=run_id, tracer=tracer)
+    if code != ExitCode.USAGE:
+        print_result(result, stdout)
+    return int(code)
+
+
+def child_config(cfg: Any, *, instruction: str, output_contract: str | None) -> Config:
+    """A subagent's Config from the `ChildConfig` its parent handed it."""
+    g = getattr
+    return Config(
+        instruction=instruction, intelligence=g(cfg, "intelligence", None),
+        model=g(cfg, "model", None), output_contract=output_contract,
+        mcp=tuple(g(cfg, "mcp", ())), mode="task",
+        max_depth=g(cfg, "max_depth", Config.max_depth),
+        max_children=g(cfg, "max_children", Config.max_children),
+        max_subagents=g(cfg, "max_subagents", Config.max_subagents),
+        max_steps=g(cfg, "max_steps", Config.max_steps),
+        deadline=g(cfg, "deadline", None), token_ceiling=g(cfg, "token_budget", None),
+        init_timeout=g(cfg, "init_timeout", Config.init_timeout),
+        ping_interval=g(cfg, "ping_interval", Config.ping_interval),
+        drain_timeout=g(cfg, "drain_timeout", Config.drain_timeout),
+        observation_bytes=g(cfg, "observation_bytes", Config.observation_bytes),
+        log_format=g(cfg, "log_format", "json"),
+        secrets_dir=g(cfg, "secrets_dir", Config.secrets_dir))
+
+
+# A warm session's conversation, kept between its turns (one child process, one handle).
+_conversations: dict[str, list[Message]] = {}
+
+
+async def run_child(cfg: Any, *, handle: str, instruction: str,
+                    output_contract: str | None = None,
+                    backend: SubagentBackend | None = None,
+                    on_progress: Callable[[int, int], None] | None = None,
+                    first: bool = True, tracer: Tracer | None = None) -> RunResult:
+    """One turn of a subagent (called by the child runtime, agentd.tree.childrt).
+
+    `cfg` is the `ChildConfig` from the parent; `handle` the child's tree handle
+    (its self-tools spawn under it, through `backend`, the root's chokepoint);
+    `first=False` continues a warm session's conversation with `instruction` as
+    the next user message. `on_progress(steps, tokens)` is called after each
+    answer of the intelligence. No stdout object and no signal handlers: the
+    child entry owns the wire and the kill ladder. Returns the RunResult.
+    """
+    config = child_config(cfg, instruction=instruction, output_contract=output_contract)
+    prior = None if first else _conversations.get(handle)
+
+    async def setup(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
+        ctx.prior = prior
+        if on_progress is not None:
+            ctx.on_step = lambda st: on_progress(st.steps, st.usage.total_tokens)
+
+    result, _code, state = await execute(
+        config, run_id=getattr(cfg, "run_id", "") or new_run_id(), handle=handle,
+        serve=False, signals=False, tracer=tracer, backend=backend or Unavailable(),
+        extra=setup)
+    if getattr(cfg, "mode", "sync") == "warm" and state.messages:
+        _conversations[handle] = state.messages
+    return result

@@ -1,0 +1,124 @@
+"""The intelligence provider contract, and the messages it speaks.
+
+Messages are the OpenAI Chat Completions wire shapes, as msgspec Structs: the
+HTTP provider encodes them as they are, and the playback provider reads the
+same objects, so both providers go through exactly the same loop code.
+
+A provider is anything with
+
+    async def complete(messages, tools) -> Completion
+    async def aclose() -> None
+
+`IntelligenceUnavailable` means the gateway is unreachable or keeps failing
+(after the provider's own bounded retries): the run ends with exit 5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from agentd.output import Usage
+
+__all__ = [
+    "Completion",
+    "FunctionCall",
+    "FunctionDef",
+    "Intelligence",
+    "IntelligenceUnavailable",
+    "Message",
+    "ToolCall",
+    "ToolDef",
+    "Usage",
+    "assistant",
+    "system",
+    "tool_result",
+    "user",
+]
+
+
+class IntelligenceUnavailable(Exception):
+    """The intelligence is unreachable or keeps failing: exit 5."""
+
+
+class FunctionCall(Struct, omit_defaults=True):
+    name: str
+    arguments: str = ""  # a JSON text, exactly as the model wrote it
+
+
+class ToolCall(Struct):
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+
+class Message(Struct, omit_defaults=True):
+    """One chat message (system, user, assistant or tool)."""
+
+    role: str
+    content: str | UnsetType | None = UNSET
+    tool_calls: list[ToolCall] | UnsetType = UNSET
+    tool_call_id: str | UnsetType = UNSET
+
+
+class FunctionDef(Struct, omit_defaults=True):
+    name: str
+    description: str | UnsetType = UNSET
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolDef(Struct):
+    """A tool offered to the model (`type: function`)."""
+
+    function: FunctionDef
+    type: str = "function"
+
+
+class Completion(Struct):
+    """One answer of the intelligence: text and/or tool calls, and usage."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    usage: Usage = msgspec.field(default_factory=Usage)
+    finish_reason: str | None = None
+
+    def message(self) -> Message:
+        """The assistant message that goes back into the conversation."""
+        if self.tool_calls:
+            return Message(role="assistant", content=self.content, tool_calls=self.tool_calls)
+        return Message(role="assistant", content=self.content or "")
+
+
+class Intelligence(Protocol):
+    """What the loop needs of a provider."""
+
+    name: str  # for logs: "openai" or "playback"
+
+    async def complete(self, messages: Sequence[Message],
+                       tools: Sequence[ToolDef]) -> Completion: ...
+
+    async def aclose(self) -> None: ...
+
+
+def system(text: str) -> Message:
+    return Message(role="system", content=text)
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def assistant(text: str) -> Message:
+    return Message(role="assistant", content=text)
+
+
+def tool_result(call_id: str, text: str) -> Message:
+    return Message(role="tool", tool_call_id=call_id, content=text)

@@ -1,0 +1,364 @@
+"""An OpenAI-compatible Chat Completions gateway over aiohttp.
+
+`POST {base}/chat/completions` with `model`, `messages` and `tools` (`type:
+function`); the answer's `choices[0].message` carries `content` and/or
+`tool_calls` (several at once: parallel tool calls), and `usage`. With
+`stream=True` the request asks for `stream: true` (plus `stream_options.
+include_usage`) and the SSE answer is parsed by the native SSE parser, the
+same one the MCP client uses; tool-call deltas are reassembled by `index`.
+
+Failures: connection errors, request timeouts, 408, 429 and 5xx are retried
+with bounded exponential backoff (jittered), honouring `Retry-After`; any other
+4xx, or a gateway that keeps failing once the attempts are spent, raises
+`IntelligenceUnavailable` (exit 5). The bearer comes from env
+`AGENTD_INTELLIGENCE_KEY`; it is registered for redaction and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+import msgspec
+import orjson
+from msgspec import UNSET, Struct, UnsetType
+
+from agentd import __version__
+from agentd import log as _logmod
+from agentd.intelligence.base import (
+    Completion,
+    FunctionCall,
+    IntelligenceUnavailable,
+    Message,
+    ToolCall,
+    ToolDef,
+    Usage,
+)
+from agentd.log import log
+
+KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_ATTEMPTS = 5
+DEFAULT_BACKOFF = 0.5
+MAX_BACKOFF = 10.0
+MAX_RETRY_AFTER = 60.0
+RETRY_STATUSES = frozenset({408, 429})
+
+_log = log.bind(component="intelligence")
+
+
+# --- the wire ------------------------------------------------------------------
+
+class StreamOptions(Struct):
+    include_usage: bool = True
+
+
+class ChatRequest(Struct, omit_defaults=True):
+    messages: Sequence[Message]
+    model: str | UnsetType = UNSET
+    tools: Sequence[ToolDef] | UnsetType = UNSET
+    stream: bool | UnsetType = UNSET
+    stream_options: StreamOptions | UnsetType = UNSET
+
+
+class _RespFunction(Struct):
+    name: str = ""
+    arguments: Any = ""
+
+
+class _RespToolCall(Struct):
+    id: str = ""
+    function: _RespFunction = msgspec.field(default_factory=_RespFunction)
+
+
+class _RespMessage(Struct):
+    content: str | None = None
+    tool_calls: list[_RespToolCall] | None = None
+
+
+class _Choice(Struct):
+    message: _RespMessage = msgspec.field(default_factory=_RespMessage)
+    finish_reason: str | None = None
+
+
+class _ErrorBody(Struct):
+    message: str = ""
+
+
+class ChatResponse(Struct):
+    choices: list[_Choice] = []
+    usage: Usage | None = None
+    error: _ErrorBody | None = None
+
+
+class _DeltaFunction(Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _DeltaToolCall(Struct):
+    index: int = 0
+    id: str | None = None
+    function: _DeltaFunction | None = None
+
+
+class _Delta(Struct):
+    content: str | None = None
+    tool_calls: list[_DeltaToolCall] | None = None
+
+
+class _ChunkChoice(Struct):
+    delta: _Delta = msgspec.field(default_factory=_Delta)
+    finish_reason: str | None = None
+
+
+class ChatChunk(Struct):
+    choices: list[_ChunkChoice] = []
+    usage: Usage | None = None
+    error: _ErrorBody | None = None
+
+
+_encoder = msgspec.json.Encoder()
+_response_decoder = msgspec.json.Decoder(ChatResponse)
+_chunk_decoder = msgspec.json.Decoder(ChatChunk)
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _arguments_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()  # a gateway that sends an object
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """`Retry-After` as seconds (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _sse_parser():
+    """The native incremental SSE parser (agentd_native), shared with MCP."""
+    from agentd_native import SSEParser
+
+    return SSEParser()
+
+
+class _StreamAssembler:
+    """Reassembles streamed deltas into one Completion."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, list[Any]] = {}  # index -> [id, name, [argument parts]]
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+
+    def add(self, chunk: ChatChunk) -> None:
+        if chunk.error is not None:
+            raise _Retryable(f"stream error: {chunk.error.message[:200]}")
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        for choice in chunk.choices[:1]:
+            d = choice.delta
+            if d.content:
+                self.text.append(d.content)
+            for tc in d.tool_calls or ():
+                slot = self.calls.setdefault(tc.index, ["", "", []])
+                if tc.id:
+                    slot[0] = tc.id
+                if tc.function is not None:
+                    if tc.function.name:
+                        slot[1] += tc.function.name
+                    if tc.function.arguments:
+                        slot[2].append(tc.function.arguments)
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+
+    def completion(self) -> Completion:
+        calls = [ToolCall(id=slot[0] or f"call_{i}",
+                          function=FunctionCall(name=slot[1], arguments="".join(slot[2])))
+                 for i, slot in sorted(self.calls.items())]
+        return Completion(content="".join(self.text) if self.text else None,
+                          tool_calls=calls, usage=self.usage or Usage(),
+                          finish_reason=self.finish)
+
+
+class OpenAICompatible:
+    """The HTTP provider. Create inside the running event loop's lifetime;
+    `aclose()` (or `async with`) releases the connection pool."""
+
+    name = "openai"
+
+    def __init__(self, base_url: str, *, model: str | None = None, stream: bool = False,
+                 timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
+                 backoff: float = DEFAULT_BACKOFF, max_backoff: float = MAX_BACKOFF,
+                 key: str | None = None, ca_file: str | None = None) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.stream = stream
+        self.timeout = timeout
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.ca_file = ca_file
+        key = key if key is not None else os.environ.get(KEY_ENV)
+        self._headers = {"Content-Type": "application/json",
+                         "User-Agent": f"agentd/{__version__}"}
+        if key:
+            _logmod.register_secret(key)
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            ssl: Any = True
+            if self.ca_file:
+                import ssl as _ssl
+
+                ssl = _ssl.create_default_context(cafile=self.ca_file)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=ssl, limit=16),
+                headers=self._headers, skip_auto_headers=("Accept-Encoding",))
+        return self._session
+
+    async def __aenter__(self) -> OpenAICompatible:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def body(self, messages: Sequence[Message], tools: Sequence[ToolDef]) -> bytes:
+        """The exact request body (exposed for tests and the benchmark)."""
+        req = ChatRequest(messages=messages,
+                          model=self.model if self.model else UNSET,
+                          tools=tools if tools else UNSET,
+                          stream=True if self.stream else UNSET,
+                          stream_options=StreamOptions() if self.stream else UNSET)
+        return _encoder.encode(req)
+
+    async def complete(self, messages: Sequence[Message],
+                       tools: Sequence[ToolDef]) -> Completion:
+        body = self.body(messages, tools)
+        last = "no attempt"
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return await self._attempt(body)
+            except _Retryable as exc:
+                last = exc.reason
+                if attempt == self.attempts:
+                    break
+                delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+                delay *= 0.5 + random.random() / 2  # jitter
+                if exc.retry_after is not None:
+                    delay = min(MAX_RETRY_AFTER, max(delay, exc.retry_after))
+                _log.warning("intelligence.retry", attempt=attempt, reason=exc.reason,
+                             delay_s=round(delay, 3))
+                await asyncio.sleep(delay)
+        raise IntelligenceUnavailable(
+            f"intelligence gateway {self.url} failing after {self.attempts} attempts: {last}")
+
+    async def _attempt(self, body: bytes) -> Completion:
+        if self.stream:
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
+                                            sock_read=self.timeout)
+            headers = {"Accept": "text/event-stream"}
+        else:
+            timeout = aiohttp.ClientTimeout(total=self.timeout)
+            headers = {"Accept": "application/json"}
+        try:
+            async with self._client().post(self.url, data=body, headers=headers,
+                                           timeout=timeout) as resp:
+                if resp.status != 200:
+                    await self._refuse(resp)
+                ctype = resp.headers.get("Content-Type", "")
+                if self.stream and ctype.startswith("text/event-stream"):
+                    return await self._read_stream(resp)
+                raw = await resp.read()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise _Retryable(f"request timed out after {self.timeout}s") from None
+        return self._decode(raw)
+
+    async def _refuse(self, resp: aiohttp.ClientResponse) -> None:
+        status = resp.status
+        try:
+            text = (await resp.content.read(512)).decode("utf-8", "replace")
+        except (aiohttp.ClientError, TimeoutError):
+            text = ""
+        detail = " ".join(text.split())[:200]
+        if status in RETRY_STATUSES or status >= 500:
+            raise _Retryable(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After")))
+        raise IntelligenceUnavailable(
+            f"intelligence gateway {self.url} refused the request: HTTP {status} {detail}".rstrip())
+
+    def _decode(self, raw: bytes) -> Completion:
+        try:
+            resp = _response_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise _Retryable(f"malformed response: {exc}") from None
+        if resp.error is not None and not resp.choices:
+            raise _Retryable(f"gateway error: {resp.error.message[:200]}")
+        if not resp.choices:
+            raise _Retryable("response without choices")
+        choice = resp.choices[0]
+        msg = choice.message
+        calls = [ToolCall(id=tc.id or f"call_{i}",
+                          function=FunctionCall(name=tc.function.name,
+                                                arguments=_arguments_text(tc.function.arguments)))
+                 for i, tc in enumerate(msg.tool_calls or ())]
+        return Completion(content=msg.content, tool_calls=calls,
+                          usage=resp.usage or Usage(), finish_reason=choice.finish_reason)
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse) -> Completion:
+        parser = _sse_parser()
+        acc = _StreamAssembler()
+        done = False
+        try:
+            async for data in resp.content.iter_any():
+                for ev in parser.feed(data):
+                    payload = ev.data  # str: msgspec decodes it as it is
+                    if done or not payload:
+                        continue
+                    if payload.strip() == "[DONE]":
+                        done = True
+                        continue
+                    try:
+                        acc.add(_chunk_decoder.decode(payload))
+                    except msgspec.DecodeError as exc:
+                        raise _Retryable(f"malformed stream chunk: {exc}") from None
+                if done:
+                    break
+        finally:
+            parser.close()
+        if not done and acc.finish is None:
+            raise _Retryable("stream ended before [DONE]")
+        return acc.completion()

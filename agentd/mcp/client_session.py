@@ -1,0 +1,420 @@
+"""The MCP client session: a sans-IO state machine (no sockets, no tasks).
+
+It is fed the bytes of JSON-RPC messages that arrived from a server (a JSON
+body or one SSE event's data) and returns *events* for the caller to act on;
+it builds the bytes of every message the client sends.  Every protocol rule of
+spec §1 that does not need a clock or a socket lives here:
+
+* the handshake (§1.3): ``initialize`` with ``protocolVersion`` 2025-11-25,
+  ``capabilities: {}`` and ``clientInfo {name: "agentd", version}``; accepting
+  a downgrade to 2025-06-18, 2025-03-26 or 2024-11-05 and refusing any other
+  version; then ``notifications/initialized``;
+* the negotiated capabilities, frozen, gating every later request
+  (:class:`CapabilityError`);
+* request-id bookkeeping (which id is which method; ``initialize`` is never
+  cancelled);
+* answering the server's requests: ``ping`` -> ``{}``, ``roots/list`` ->
+  ``{"roots": []}``, anything else (sampling, elicitation, ...) -> -32601;
+* routing notifications, dropping the ones whose capability was not advertised.
+
+Revision-specific rules (what a negotiated version allows) live here and
+nowhere else, so the transport and the client API stay version-blind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+
+from agentd.wire import mcp_types as mt
+from agentd.wire.jsonrpc import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ErrorObject,
+    ErrorResponse,
+    Notification,
+    Request,
+    Response,
+)
+
+__all__ = [
+    "CLIENT_NAME",
+    "STRUCTURED_OUTPUT_SINCE",
+    "Capabilities",
+    "CapabilityError",
+    "ClientSession",
+    "Failed",
+    "HandshakeError",
+    "Notified",
+    "Reply",
+    "Resolved",
+]
+
+CLIENT_NAME: Final = "agentd"
+STRUCTURED_OUTPUT_SINCE: Final = "2025-06-18"  # outputSchema / structuredContent
+
+# A request method -> the Capabilities attribute it needs.
+_REQUIRES: Final[dict[str, str]] = {
+    mt.TOOLS_LIST: "tools",
+    mt.TOOLS_CALL: "tools",
+    mt.RESOURCES_LIST: "resources",
+    mt.RESOURCES_TEMPLATES_LIST: "resources",
+    mt.RESOURCES_READ: "resources",
+    mt.RESOURCES_SUBSCRIBE: "resources_subscribe",
+    mt.RESOURCES_UNSUBSCRIBE: "resources_subscribe",
+    mt.PROMPTS_LIST: "prompts",
+    mt.PROMPTS_GET: "prompts",
+    mt.LOGGING_SET_LEVEL: "logging",
+    mt.COMPLETION_COMPLETE: "completions",
+}
+
+
+class HandshakeError(Exception):
+    """The server could not be initialized: a connect failure (exit 6 if required)."""
+
+
+class CapabilityError(Exception):
+    """A request the negotiated (frozen) capabilities do not allow; never sent."""
+
+    def __init__(self, method: str, needs: str) -> None:
+        super().__init__(f"{method} needs the server capability {needs!r}, "
+                         "which it did not advertise")
+        self.method = method
+        self.needs = needs
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """The server's negotiated capabilities, frozen at the handshake."""
+
+    tools: bool = False
+    tools_list_changed: bool = False
+    resources: bool = False
+    resources_subscribe: bool = False
+    resources_list_changed: bool = False
+    prompts: bool = False
+    logging: bool = False
+    completions: bool = False
+    raw: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_wire(cls, caps: mt.ServerCapabilities) -> Capabilities:
+        tools, res = caps.tools, caps.resources
+        return cls(
+            tools=tools is not UNSET,
+            tools_list_changed=bool(tools and tools.listChanged),
+            resources=res is not UNSET,
+            resources_subscribe=bool(res and res.subscribe),
+            resources_list_changed=bool(res and res.listChanged),
+            prompts=caps.prompts is not UNSET,
+            logging=caps.logging is not UNSET,
+            completions=caps.completions is not UNSET,
+            raw=MappingProxyType(msgspec.to_builtins(caps)),
+        )
+
+
+# ---------------------------------------------------------------- events out
+
+
+class Resolved(msgspec.Struct, gc=False):
+    """The result of our request ``id`` arrived (undecoded)."""
+
+    id: int | str
+    method: str
+    result: Raw
+
+
+class Failed(msgspec.Struct, gc=False):
+    """Our request ``id`` got a top-level JSON-RPC error."""
+
+    id: int | str
+    method: str
+    error: ErrorObject
+
+
+class Reply(msgspec.Struct, gc=False):
+    """Bytes to send to the server: the answer to one of its requests."""
+
+    data: bytes
+    method: str
+
+
+class Notified(msgspec.Struct, gc=False):
+    """A server notification the client acts on (already capability-gated)."""
+
+    method: str
+    params: Raw
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class _ErrorIn(msgspec.Struct, gc=False):
+    code: int = 0
+    message: str = ""
+    data: Any = UNSET
+
+
+class _In(msgspec.Struct, gc=False):
+    """Any inbound JSON-RPC message; which one it is follows from its fields."""
+
+    id: int | str | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: Raw = Raw()
+    result: Raw = Raw()
+    error: _ErrorIn | UnsetType = UNSET
+
+
+_dec_one = msgspec.json.Decoder(_In)
+_dec_batch = msgspec.json.Decoder(list[_In])
+_dec_init = msgspec.json.Decoder(mt.InitializeResult)
+_dec_uri = msgspec.json.Decoder(mt.ResourceUpdatedParams)
+_enc = msgspec.json.Encoder()
+
+_EMPTY_RESULT: Final = Raw(b"{}")
+_ROOTS_RESULT: Final = Raw(b'{"roots":[]}')
+_NOTIFIED: Final = frozenset({
+    mt.NOTIFICATION_TOOLS_LIST_CHANGED,
+    mt.NOTIFICATION_RESOURCES_LIST_CHANGED,
+    mt.NOTIFICATION_RESOURCES_UPDATED,
+    mt.NOTIFICATION_MESSAGE,
+    mt.NOTIFICATION_PROGRESS,
+    mt.NOTIFICATION_CANCELLED,
+})
+
+
+class ClientSession:
+    """One MCP client session's protocol state.  Not thread-safe; no I/O."""
+
+    __slots__ = (
+        "_ids", "_init_id", "_next_id", "_pending", "capabilities", "client_version",
+        "garbage", "instructions", "offered_version", "protocol_version",
+        "server_info", "state", "structured_output",
+    )
+
+    def __init__(self, *, client_version: str, offered_version: str = mt.LATEST_PROTOCOL_VERSION
+                 ) -> None:
+        self.client_version = client_version
+        self.offered_version = offered_version
+        self.state = "new"  # new -> initializing -> ready ; any -> closed
+        self.protocol_version: str | None = None
+        self.capabilities = Capabilities()
+        self.server_info: mt.Implementation | None = None
+        self.instructions: str | None = None  # untrusted, server-controlled text
+        self.structured_output = False
+        self.garbage = 0  # undecodable inbound messages seen (peer mistakes)
+        self._next_id = 1
+        self._pending: dict[int | str, str] = {}  # id -> method
+        self._init_id: int | None = None
+
+    # ------------------------------------------------------------ handshake
+
+    def start_initialize(self) -> tuple[int, bytes]:
+        """The ``initialize`` request (exactly §1.3): its id and bytes."""
+        if self.state not in ("new", "closed"):
+            raise RuntimeError(f"initialize in state {self.state}")
+        self.state = "initializing"
+        params = mt.InitializeParams(
+            protocolVersion=self.offered_version,
+            capabilities=mt.ClientCapabilities(),  # {}: agentd services none
+            clientInfo=mt.Implementation(name=CLIENT_NAME, version=self.client_version),
+        )
+        rid = self._take_id()
+        self._init_id = rid
+        self._pending[rid] = mt.INITIALIZE
+        return rid, _enc.encode(Request(rid, mt.INITIALIZE, params))
+
+    def finish_initialize(self, result: Raw) -> bytes:
+        """Accept the ``initialize`` result; returns ``notifications/initialized``.
+
+        Raises :class:`HandshakeError` for an undecodable result or a version
+        agentd cannot speak.
+        """
+        if self.state != "initializing":
+            raise HandshakeError(f"initialize result in state {self.state}")
+        try:
+            init = _dec_init.decode(result)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.state = "closed"
+            raise HandshakeError(f"malformed initialize result: {exc}") from None
+        if init.protocolVersion not in mt.SUPPORTED_PROTOCOL_VERSIONS:
+            self.state = "closed"
+            raise HandshakeError(
+                f"server answered protocolVersion {init.protocolVersion!r}; agentd speaks "
+                + ", ".join(mt.SUPPORTED_PROTOCOL_VERSIONS))
+        self.protocol_version = init.protocolVersion
+        self.capabilities = Capabilities.from_wire(init.capabilities)
+        self.server_info = init.serverInfo
+        self.instructions = init.instructions or None
+        self.structured_output = init.protocolVersion >= STRUCTURED_OUTPUT_SINCE
+        self.state = "ready"
+        return _enc.encode(Notification(mt.NOTIFICATION_INITIALIZED))
+
+    def handshake_failed(self) -> None:
+        """The initialize exchange failed or timed out: forget it (it is never cancelled)."""
+        if self._init_id is not None:
+            self._pending.pop(self._init_id, None)
+        self.state = "closed"
+
+    def reset(self) -> None:
+        """Drop everything for a fresh ``initialize`` (reconnect, session expiry)."""
+        self._pending.clear()
+        self._init_id = None
+        self.state = "new"
+
+    # ------------------------------------------------------------ requests out
+
+    def _take_id(self) -> int:
+        rid = self._next_id
+        self._next_id = rid + 1
+        return rid
+
+    def check(self, method: str) -> None:
+        """Raise :class:`CapabilityError` unless the frozen capabilities allow ``method``."""
+        need = _REQUIRES.get(method)
+        if need is not None and not getattr(self.capabilities, need):
+            raise CapabilityError(method, need.replace("_", "."))
+
+    def allows(self, method: str) -> bool:
+        need = _REQUIRES.get(method)
+        return need is None or bool(getattr(self.capabilities, need))
+
+    def request(self, method: str, params: Any = UNSET) -> tuple[int, bytes]:
+        """A request's id and bytes; gated by the negotiated capabilities."""
+        if self.state != "ready":
+            raise RuntimeError(f"{method} before the session is ready (state {self.state})")
+        need = _REQUIRES.get(method)
+        if need is not None and not getattr(self.capabilities, need):
+            raise CapabilityError(method, need.replace("_", "."))
+        rid = self._next_id
+        self._next_id = rid + 1
+        self._pending[rid] = method
+        return rid, _enc.encode(Request(rid, method, params))
+
+    def call_tool(self, name_json: bytes, arguments_json: bytes, meta_json: bytes
+                  ) -> tuple[int, bytes]:
+        """The hot path: a ``tools/call`` from pre-encoded pieces.
+
+        ``name_json`` is the tool name as a JSON string, ``arguments_json`` a
+        JSON object, ``meta_json`` the ``_meta`` object; the result is the same
+        bytes ``request("tools/call", CallToolParams(...))`` would produce.
+        """
+        if self.state != "ready":
+            raise RuntimeError(f"tools/call before the session is ready (state {self.state})")
+        if not self.capabilities.tools:
+            raise CapabilityError(mt.TOOLS_CALL, "tools")
+        rid = self._next_id
+        self._next_id = rid + 1
+        self._pending[rid] = mt.TOOLS_CALL
+        return rid, b"".join((
+            b'{"jsonrpc":"2.0","id":', str(rid).encode(), b',"method":"tools/call","params":{"name":',
+            name_json, b',"arguments":', arguments_json, b',"_meta":', meta_json, b"}}",
+        ))
+
+    def notification(self, method: str, params: Any = UNSET) -> bytes:
+        return _enc.encode(Notification(method, params))
+
+    def cancel(self, request_id: int | str, reason: str) -> bytes | None:
+        """``notifications/cancelled`` for an abandoned request, or None.
+
+        None when the request is not in flight any more or is ``initialize``
+        (which is never cancelled).
+        """
+        method = self._pending.pop(request_id, None)
+        if method is None or method == mt.INITIALIZE:
+            return None
+        return _enc.encode(Notification(
+            mt.NOTIFICATION_CANCELLED, mt.CancelledParams(requestId=request_id, reason=reason)))
+
+    def forget(self, request_id: int | str) -> None:
+        self._pending.pop(request_id, None)
+
+    def pending(self, request_id: int | str) -> bool:
+        return request_id in self._pending
+
+    # ------------------------------------------------------------ messages in
+
+    def receive(self, data: bytes | bytearray | memoryview | str) -> list:
+        """Events for one inbound body or SSE event (a message or a batch).
+
+        A peer's malformed message is counted in ``garbage`` and dropped: it
+        never raises.
+        """
+        stripped = data.lstrip()
+        if not stripped:
+            return []
+        try:
+            if stripped[:1] in (b"[", "["):
+                msgs = _dec_batch.decode(stripped)
+            else:
+                msgs = (_dec_one.decode(stripped),)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self.garbage += 1
+            return []
+        out: list = []
+        for m in msgs:
+            self._receive_one(m, out)
+        return out
+
+    def _receive_one(self, m: _In, out: list) -> None:
+        method = m.method
+        if method is UNSET:  # a response
+            rid = m.id
+            if rid is UNSET or rid is None:
+                self.garbage += 1  # e.g. {"id": null, "error": ...} or a 202-ish body
+                return
+            sent = self._pending.pop(rid, None)
+            if sent is None:
+                return  # late answer to a cancelled/abandoned request, or a stray
+            if m.error is not UNSET:
+                e = m.error
+                out.append(Failed(rid, sent, ErrorObject(e.code, e.message, e.data)))
+            elif m.result:
+                out.append(Resolved(rid, sent, m.result))
+            else:
+                self.garbage += 1
+                out.append(Failed(rid, sent, ErrorObject(
+                    INVALID_REQUEST, "response without result or error")))
+            return
+        rid = m.id
+        if rid is UNSET:  # a notification
+            if method in _NOTIFIED:
+                self._route(method, m.params, out)
+            return
+        if rid is None:
+            self.garbage += 1
+            return
+        # a request from the server
+        if method == mt.PING:
+            out.append(Reply(_enc.encode(Response(rid, _EMPTY_RESULT)), method))
+        elif method == mt.ROOTS_LIST:
+            out.append(Reply(_enc.encode(Response(rid, _ROOTS_RESULT)), method))
+        else:  # sampling/createMessage, elicitation/create, anything else: not serviced
+            out.append(Reply(_enc.encode(ErrorResponse(rid, ErrorObject(
+                METHOD_NOT_FOUND, f"method not found: {method}"))), method))
+
+    def _route(self, method: str, params: Raw, out: list) -> None:
+        caps = self.capabilities
+        if method == mt.NOTIFICATION_TOOLS_LIST_CHANGED:
+            if caps.tools_list_changed:
+                out.append(Notified(method, params))
+        elif method == mt.NOTIFICATION_RESOURCES_LIST_CHANGED:
+            if caps.resources_list_changed:
+                out.append(Notified(method, params))
+        elif method == mt.NOTIFICATION_RESOURCES_UPDATED:
+            if caps.resources_subscribe:
+                out.append(Notified(method, params))
+        else:
+            out.append(Notified(method, params))
+
+    @staticmethod
+    def updated_uri(params: Raw) -> str | None:
+        """The URI of a ``notifications/resources/updated`` (None if malformed)."""
+        try:
+            return _dec_uri.decode(params).uri if params else None
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None

@@ -1,0 +1,387 @@
+"""Streamable HTTP (MCP 2025-11-25) client transport on aiohttp.
+
+One :class:`StreamableHTTPTransport` per server: one ``aiohttp.ClientSession``
+(keep-alive, TLS verified by default, optional custom CA).  It knows HTTP and
+SSE, nothing of MCP semantics: every JSON-RPC message that arrives -- a JSON
+body, or the ``data`` of an SSE event on a POST answer or on the GET stream --
+is handed to ``on_message(bytes)``, and the session layer decides what it is.
+
+* POST each message with ``Accept: application/json, text/event-stream``;
+  the answer is a JSON body, an SSE stream (requests and notifications may
+  precede the response on it), or 202 for a notification/response.
+* ``Mcp-Session-Id`` kept from the initialize answer and sent after;
+  ``MCP-Protocol-Version`` sent once negotiated.
+* A POST's SSE stream that ends (or is cut mid-event) before our response is
+  resumed with ``GET`` + ``Last-Event-ID``, after the server's ``retry`` delay.
+* :meth:`listen` runs the standalone GET stream for server-initiated messages
+  where the server offers one (405/400/404-without-session mean "not offered");
+  it reconnects with ``Last-Event-ID`` honouring ``retry``.
+* HTTP 404 on a request carrying our session id raises :class:`SessionExpired`.
+* :meth:`close` DELETEs the session (best effort) and closes the connector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Callable
+from typing import Final
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from agentd import __version__
+from agentd.mcp.retry import HTTPStatusError, SessionExpired, TransportError
+from agentd_native import SSEParser
+
+__all__ = ["DEFAULT_RETRY_MS", "MAX_RESUMES", "TAIL_WAIT", "StreamableHTTPTransport"]
+
+DEFAULT_RETRY_MS: Final = 1000  # SSE reconnection delay when the server gave none
+MAX_RESUMES: Final = 8
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024  # one JSON body or one SSE line/event
+TAIL_WAIT: Final = 0.25  # how long the end of an answered SSE stream is awaited  # consecutive resumptions of one stream without a new event
+_ACCEPT_BOTH: Final = "application/json, text/event-stream"
+_NOT_OFFERED: Final = frozenset({400, 404, 405, 406, 501})
+_CHUNK: Final = 65536
+_MAX_ERROR_BODY: Final = 300
+
+OnMessage = Callable[[bytes], None]
+
+
+class _Watch:
+    """Which response a request's SSE answer is being read from, and whether the
+    request's answer came on it (then its end is awaited, never cut)."""
+
+    __slots__ = ("mine", "over", "resp")
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self.resp = resp
+        self.mine = False
+        self.over = False
+
+    def interrupt(self, _answer: asyncio.Future) -> None:
+        if not self.mine and not self.over:
+            self.resp.close()  # answered elsewhere: stop waiting on this stream
+
+
+def _is_sse(ctype: str) -> bool:
+    return ctype.startswith("text/event-stream")
+
+
+class StreamableHTTPTransport:
+    """HTTP and SSE for one MCP endpoint.  ``on_message`` gets every inbound message."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None, *,
+                 on_message: OnMessage, ca_file: str | None = None,
+                 client_cert: str | None = None, client_key: str | None = None,
+                 connect_timeout: float = 10.0, max_connections: int = 128) -> None:
+        self.url = url
+        self._url = URL(url)
+        self.on_message = on_message
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.get_offered: bool | None = None  # None until the GET stream was tried
+        self._extra = dict(headers or {})
+        self._ca_file = ca_file
+        self._client_cert = client_cert
+        self._client_key = client_key
+        self._connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        self._http: aiohttp.ClientSession | None = None
+        self._post_headers: CIMultiDict[str] = CIMultiDict()
+        self._get_headers: CIMultiDict[str] = CIMultiDict()
+        self._rebuild_headers()
+
+    # ------------------------------------------------------------ set-up
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if not self.url.startswith("https:"):
+            return True
+        ctx = ssl.create_default_context(cafile=self._ca_file)  # verify on, always
+        if self._client_cert:  # mutual TLS: present our certificate
+            ctx.load_cert_chain(self._client_cert, self._client_key)
+        return ctx
+
+    async def open(self) -> None:
+        if self._http is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            # idle connections are dropped before common servers drop them (5 s), so a
+            # request never races a server closing its end of a pooled connection
+            limit=self._max_connections, ssl=self._ssl(), keepalive_timeout=4.0,
+            enable_cleanup_closed=False)
+        self._http = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
+            # Lean per-request path: no cookie jar (MCP state is the session id),
+            # identity encoding only (nothing to decompress), headers pre-built.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            auto_decompress=False,
+        )
+
+    async def reopen(self) -> None:
+        """Drop every pooled connection and the session id (a stale server)."""
+        await self._close_http()
+        self.session_id = None
+        self.protocol_version = None
+        self.get_offered = None
+        self._rebuild_headers()
+        await self.open()
+
+    def _rebuild_headers(self) -> None:
+        base = CIMultiDict(self._extra)
+        base["User-Agent"] = f"agentd/{__version__}"
+        if self.session_id:
+            base["Mcp-Session-Id"] = self.session_id
+        if self.protocol_version:
+            base["MCP-Protocol-Version"] = self.protocol_version
+        post = CIMultiDict(base)
+        post["Accept"] = _ACCEPT_BOTH
+        post["Content-Type"] = "application/json"
+        get = CIMultiDict(base)
+        get["Accept"] = "text/event-stream"
+        self._post_headers = post
+        self._get_headers = get
+
+    def set_protocol_version(self, version: str) -> None:
+        self.protocol_version = version
+        self._rebuild_headers()
+
+    def forget_session(self) -> None:
+        """Forget the session id and version (before a fresh initialize)."""
+        self.session_id = None
+        self.protocol_version = None
+        self.get_offered = None
+        self._rebuild_headers()
+
+    def _take_session_id(self, resp: aiohttp.ClientResponse) -> None:
+        sid = resp.headers.get("Mcp-Session-Id")
+        if sid and sid != self.session_id:
+            if not sid.isprintable() or len(sid) > 1024:
+                return  # a peer's garbage: keep the session we have
+            self.session_id = sid
+            self._rebuild_headers()
+
+    # ------------------------------------------------------------ POST
+
+    async def post(self, body: bytes, answer: asyncio.Future | None = None, *,
+                   initialize: bool = False) -> None:
+        """POST one message and feed what comes back to ``on_message``.
+
+        ``answer`` (for a request) is the future its response resolves; an SSE
+        answer is read until it has (resuming a cut stream), else until EOF.
+        Returns once the exchange is over; the caller checks its own future.
+        """
+        http = self._http
+        if http is None:
+            raise TransportError("transport is closed", sent=False)
+        had_session = self.session_id is not None
+        try:
+            resp = await http.post(self._url, data=body, headers=self._post_headers)
+        except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
+            raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+        try:
+            status = resp.status
+            if initialize and status < 300:
+                self._take_session_id(resp)
+            if status == 200:
+                ctype = resp.headers.get("Content-Type", "")
+                if _is_sse(ctype):
+                    if answer is not None:
+                        await self._read_sse(resp, answer)
+                    else:
+                        await self._pump(resp, SSEParser(), None)
+                    return
+                length = resp.content_length
+                if length is not None and length > MAX_MESSAGE_BYTES:
+                    raise TransportError(f"answer of {length} bytes exceeds the "
+                                         f"{MAX_MESSAGE_BYTES} byte limit", sent=True)
+                try:
+                    data = await resp.read()
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+                if data and answer is not None:  # a JSON body answering a notification: ignored
+                    self.on_message(data)
+                return
+            if status == 202 or status == 204:
+                return
+            if status == 404 and had_session and not initialize:
+                raise SessionExpired(f"session {self.session_id} expired (HTTP 404)")
+            text = ""
+            try:
+                async with asyncio.timeout(2):
+                    text = (await resp.content.read(_MAX_ERROR_BODY)).decode("utf-8", "replace")
+            except Exception:
+                pass
+            if 200 < status < 300:
+                return
+            raise HTTPStatusError(status, text)
+        finally:
+            resp.release()
+
+    async def _read_sse(self, resp: aiohttp.ClientResponse, answer: asyncio.Future) -> None:
+        """Read a POST's SSE answer; resume it with GET + Last-Event-ID if cut short.
+
+        Should ``answer`` be resolved elsewhere (on the GET stream, or failed
+        because the session was replaced) while this stream is quiet, the
+        stream is closed so the caller is not held by it.
+        """
+        if answer.done():
+            return
+        done = answer.done
+        parser = SSEParser()
+        watch = _Watch(resp)
+        answer.add_done_callback(watch.interrupt)
+        resumes = 0
+        try:
+            while True:
+                progressed = await self._pump(watch.resp, parser, done, watch)
+                if done():
+                    return
+                # The stream ended (or broke) before our response: resume it if we can.
+                if not parser.last_event_id:
+                    raise TransportError("SSE stream ended before the response", sent=True)
+                resumes = 0 if progressed else resumes + 1
+                if resumes >= MAX_RESUMES:
+                    raise TransportError("SSE stream keeps ending without the response",
+                                         sent=True)
+                watch.resp.release()
+                await asyncio.sleep((parser.retry if parser.retry is not None
+                                     else DEFAULT_RETRY_MS) / 1000)
+                if done():
+                    return
+                try:
+                    nxt = await self._get(parser.last_event_id)
+                except (SessionExpired, HTTPStatusError, TransportError) as exc:
+                    # The request was accepted before this: it may have run, so this is
+                    # "lost mid-request", never "not processed".
+                    raise TransportError(f"resuming the answer failed: {exc}",
+                                         sent=True) from None
+                if nxt is None:
+                    raise TransportError("SSE stream could not be resumed (GET not offered)",
+                                         sent=True)
+                watch.resp = nxt
+                if done():
+                    return
+        finally:
+            watch.over = True
+            answer.remove_done_callback(watch.interrupt)
+            watch.resp.release()
+
+    async def _pump(self, resp: aiohttp.ClientResponse, parser: SSEParser,
+                    done: Callable[[], bool] | None, watch: _Watch | None = None) -> bool:
+        """Feed one SSE response's events to on_message until EOF, a cut, or done().
+
+        Returns whether any event arrived.
+        """
+        got = False
+        on_message = self.on_message
+        content = resp.content
+        try:
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    break
+                if parser.pending > MAX_MESSAGE_BYTES:
+                    break  # a runaway line: drop this stream (resumption decides what next)
+                for ev in parser.feed(chunk):
+                    got = True
+                    if ev.data and (ev.event == "message" or not ev.event):
+                        on_message(ev.data.encode())
+                if done is not None and done():
+                    if watch is not None:
+                        watch.mine = True
+                    # The response is in; the server should end the stream now.  Read
+                    # that end (briefly) so the connection goes back to the pool.
+                    if not content.is_eof():
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(TAIL_WAIT):
+                                while chunk := await content.readany():
+                                    for ev in parser.feed(chunk):
+                                        if ev.data and (ev.event == "message" or not ev.event):
+                                            on_message(ev.data.encode())
+                    break
+        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError):
+            pass  # cut mid-stream: whatever was incomplete is discarded by close()
+        parser.close()
+        return got
+
+    # ------------------------------------------------------------ GET
+
+    async def _get(self, last_event_id: str | None) -> aiohttp.ClientResponse | None:
+        """Open a GET stream; None when the server offers none."""
+        http = self._http
+        if http is None:
+            raise TransportError("transport is closed", sent=False)
+        headers = self._get_headers
+        if last_event_id:
+            headers = CIMultiDict(headers)
+            headers["Last-Event-ID"] = last_event_id
+        had_session = self.session_id is not None
+        try:
+            resp = await http.get(self._url, headers=headers)
+        except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
+            raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+        if resp.status == 200 and _is_sse(resp.headers.get("Content-Type", "")):
+            return resp
+        status = resp.status
+        resp.release()
+        if status == 404 and had_session:
+            raise SessionExpired(f"session {self.session_id} expired (HTTP 404 on GET)")
+        if status in _NOT_OFFERED or status == 200:
+            return None
+        raise HTTPStatusError(status)
+
+    async def listen(self) -> None:
+        """Run the standalone GET stream until it is not offered (returns).
+
+        Reconnects after the server's ``retry`` (with ``Last-Event-ID``) when
+        the stream ends; raises :class:`TransportError` when the server cannot
+        be reached and :class:`SessionExpired` on a 404 for our session.
+        """
+        parser = SSEParser()
+        quiet = 0
+        while True:
+            resp = await self._get(parser.last_event_id or None)
+            if resp is None:
+                self.get_offered = False
+                return
+            self.get_offered = True
+            try:
+                got = await self._pump(resp, parser, None)
+            finally:
+                resp.release()
+            quiet = 0 if got else quiet + 1
+            delay = parser.retry if parser.retry is not None else DEFAULT_RETRY_MS
+            # A server that closes the stream at once, again and again, is not hammered.
+            await asyncio.sleep(delay / 1000 * (1 if quiet < 3 else min(2 ** (quiet - 2), 30)))
+
+    # ------------------------------------------------------------ shutdown
+
+    async def delete(self, limit: float = 2.0) -> None:
+        """End the session (DELETE); best effort, 405 and errors are fine."""
+        http, sid = self._http, self.session_id
+        if http is None or not sid:
+            return
+        try:
+            async with asyncio.timeout(limit):
+                resp = await http.delete(self._url, headers=self._get_headers)
+                resp.release()
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            pass
+
+    async def _close_http(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
+
+    async def close(self) -> None:
+        await self.delete()
+        await self._close_http()

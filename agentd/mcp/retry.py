@@ -1,0 +1,162 @@
+"""The retry/abort policy for MCP faults, with bounded backoff.
+
+A *fault* is anything that is not an answer from the tool: a transport failure,
+an HTTP status, or a top-level JSON-RPC ``error``.  (A ``result`` with
+``isError: true`` is not a fault: it is an observation for the model.)  Every
+fault is classified by :func:`classify` into a :class:`Decision`:
+
+``retryable``
+    whether trying again later may succeed (reported on ``ToolFault``);
+``resend``
+    whether the client may send the same request again by itself now.  A
+    request is re-sent automatically only when that cannot run an operation
+    twice: it is idempotent (lists, reads, subscribe, ping), or it provably
+    never reached the server (connection refused, session expired/404 before
+    processing, HTTP 429/503);
+``reconnect``
+    whether the connection is suspect and the client should re-establish it
+    (reconnect, or re-initialize after a 404 on a known session).
+
+Table (docs/client.md has the same):
+
+=============================================  =========  ==========================  =========
+fault                                          retryable  resent automatically        reconnect
+=============================================  =========  ==========================  =========
+connect refused / DNS / TLS handshake          yes        yes (never sent)            yes
+connection lost mid-request, stream cut        yes        idempotent only             yes
+session expired (HTTP 404 on a known session)  yes        yes (after re-initialize)   re-init
+HTTP 429, 502, 503, 504                        yes        yes (not processed)         no
+other HTTP 5xx                                 yes        idempotent only             no
+HTTP 4xx (400, 401, 403, 405, 413, ...)        no         no                          no
+JSON-RPC -32700/-32600/-32601/-32602/-32002    no         no                          no
+JSON-RPC -32603 internal error                 yes        idempotent only             no
+JSON-RPC -32000..-32099 server-defined         yes        idempotent only             no
+any other JSON-RPC code                        no         no                          no
+timeout (call deadline)                        yes        no (cancelled instead)      no
+=============================================  =========  ==========================  =========
+
+Automatic re-sends are bounded: at most ``max_attempts`` sends per request,
+sleeping ``backoff(n)`` between them (exponential, full jitter, capped).  The
+reconnect loop uses the same shape with its own base and cap and runs until it
+succeeds or the client closes; a call waiting on it gives up after
+``reconnect_wait`` seconds with a retryable fault.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Final
+
+from agentd.wire.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RESOURCE_NOT_FOUND,
+)
+
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "Decision",
+    "HTTPStatusError",
+    "RPCError",
+    "RetryPolicy",
+    "SessionExpired",
+    "TransportError",
+    "classify",
+]
+
+IDEMPOTENT_METHODS: Final = frozenset({
+    "ping", "tools/list", "resources/list", "resources/templates/list", "resources/read",
+    "resources/subscribe", "resources/unsubscribe", "prompts/list",
+})
+
+_NOT_PROCESSED_STATUSES: Final = frozenset({429, 502, 503, 504})
+_FATAL_RPC: Final = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS,
+                               RESOURCE_NOT_FOUND})
+
+
+class TransportError(Exception):
+    """The HTTP exchange failed. ``sent`` is False when the request provably
+    never reached the server (e.g. connection refused)."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class SessionExpired(Exception):
+    """HTTP 404 on a request carrying our ``Mcp-Session-Id``: initialize again."""
+
+
+class HTTPStatusError(Exception):
+    def __init__(self, status: int, body: str = "") -> None:
+        super().__init__(f"HTTP {status}" + (f": {body}" if body else ""))
+        self.status = status
+
+
+class RPCError(Exception):
+    """A top-level JSON-RPC error answering our request."""
+
+    def __init__(self, code: int, message: str, data: object = None) -> None:
+        super().__init__(f"[{code}] {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    retryable: bool
+    resend: bool
+    reconnect: bool
+    reason: str
+
+
+def classify(exc: BaseException, *, idempotent: bool) -> Decision:
+    """The documented disposition of a fault (see the module table)."""
+    if isinstance(exc, SessionExpired):
+        return Decision(True, True, True, "session expired")
+    if isinstance(exc, TransportError):
+        if not exc.sent:
+            return Decision(True, True, True, f"unreachable: {exc}")
+        return Decision(True, idempotent, True, f"connection lost: {exc}")
+    if isinstance(exc, HTTPStatusError):
+        s = exc.status
+        if s in _NOT_PROCESSED_STATUSES:
+            return Decision(True, True, False, f"HTTP {s}")
+        if s >= 500:
+            return Decision(True, idempotent, False, f"HTTP {s}")
+        return Decision(False, False, False, f"HTTP {s}")
+    if isinstance(exc, RPCError):
+        c = exc.code
+        if c in _FATAL_RPC:
+            return Decision(False, False, False, f"JSON-RPC {c}: {exc.message}")
+        if c == INTERNAL_ERROR or -32099 <= c <= -32000:
+            return Decision(True, idempotent, False, f"JSON-RPC {c}: {exc.message}")
+        return Decision(False, False, False, f"JSON-RPC {c}: {exc.message}")
+    if isinstance(exc, TimeoutError):
+        return Decision(True, False, False, "timed out")
+    return Decision(False, False, False, f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded backoff settings (all seconds)."""
+
+    max_attempts: int = 3  # sends per request, the first included
+    base: float = 0.2
+    cap: float = 4.0
+    reconnect_base: float = 0.25
+    reconnect_cap: float = 15.0
+    reconnect_wait: float = 10.0  # how long a call waits for a reconnect
+
+    def backoff(self, attempt: int) -> float:
+        """Delay before re-send ``attempt`` (1-based): capped exponential, full jitter."""
+        return random.uniform(0.5, 1.0) * min(self.cap, self.base * (2 ** (attempt - 1)))
+
+    def reconnect_backoff(self, attempt: int) -> float:
+        return random.uniform(0.5, 1.0) * min(
+            self.reconnect_cap, self.reconnect_base * (2 ** min(attempt, 16)))

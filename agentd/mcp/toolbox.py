@@ -1,0 +1,286 @@
+"""``Toolbox``: every declared MCP server as one catalogue for the agent.
+
+An async context manager over ``MCPClient`` instances (one per ``ServerSpec``),
+connected concurrently.  A required server that fails its handshake raises
+:class:`RequiredServerFailed` (the CLI maps it to exit 6, before the
+intelligence is called); an optional one is logged (``mcp.server.omitted``) and
+left out.
+
+Tools are offered under qualified names ``{server}__{tool}``: every character
+outside ``[A-Za-z0-9_-]`` becomes ``_``, the name is cut to 64 characters and
+made unique with a short hash suffix when two would collide; the toolbox maps
+them back.  ``call()`` returns the model-facing :class:`Observation`; protocol
+faults raise :class:`ToolFault` and never become observations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Final
+
+from agentd.config import (
+    DEFAULT_INIT_TIMEOUT,
+    DEFAULT_PING_INTERVAL,
+    DEFAULT_SECRETS_DIR,
+    ServerSpec,
+)
+from agentd.log import log
+from agentd.mcp.client import (
+    HandshakeError,
+    MCPClient,
+    Observation,
+    ResourceInfo,
+    ToolFault,
+    ToolInfo,
+)
+from agentd.mcp.retry import RetryPolicy
+
+__all__ = [
+    "MAX_TOOL_NAME",
+    "Observation",
+    "RequiredServerFailed",
+    "ToolEntry",
+    "ToolFault",
+    "Toolbox",
+    "qualify",
+]
+
+MAX_TOOL_NAME: Final = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class RequiredServerFailed(Exception):
+    """A required MCP server failed its handshake: the run aborts with exit 6."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"required MCP server {server!r} failed: {reason}")
+        self.server = server
+        self.reason = reason
+
+
+def qualify(server: str, tool: str, taken: set[str] | None = None) -> str:
+    """``{server}__{tool}`` sanitised to ``[A-Za-z0-9_-]``, ≤ 64 chars, unique in ``taken``."""
+    base = _UNSAFE.sub("_", f"{server}__{tool}")
+    name = base[:MAX_TOOL_NAME]
+    if taken is None or name not in taken:
+        return name
+    digest = hashlib.sha1(f"{server}\0{tool}".encode()).hexdigest()
+    for n in range(len(digest) // 8):
+        suffix = "_" + digest[n * 8:(n + 1) * 8]
+        cand = base[:MAX_TOOL_NAME - len(suffix)] + suffix
+        if cand not in taken:
+            return cand
+    i = 2
+    while True:  # practically unreachable
+        suffix = f"_{i}"
+        cand = base[:MAX_TOOL_NAME - len(suffix)] + suffix
+        if cand not in taken:
+            return cand
+        i += 1
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEntry:
+    """A tool as offered to the model.  ``description`` is untrusted server text."""
+
+    qualified: str
+    server: str
+    tool: ToolInfo
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def description(self) -> str:
+        return self.tool.description
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return self.tool.input_schema
+
+    def as_function(self) -> dict[str, Any]:
+        """An OpenAI-style ``{"type": "function", ...}`` tool definition."""
+        return {"type": "function", "function": {
+            "name": self.qualified,
+            "description": self.tool.description,
+            "parameters": self.tool.input_schema or {"type": "object"},
+        }}
+
+
+class Toolbox:
+    """All declared servers; see the module docstring."""
+
+    def __init__(self, servers: Sequence[ServerSpec], *, run_id: str = "",
+                 init_timeout: float = DEFAULT_INIT_TIMEOUT,
+                 ping_interval: float | None = DEFAULT_PING_INTERVAL,
+                 secrets_dir: str = DEFAULT_SECRETS_DIR,
+                 policy: RetryPolicy | None = None, **client_options: Any) -> None:
+        self.specs = tuple(servers)
+        self.run_id = run_id
+        self.updates: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self.clients: dict[str, MCPClient] = {}
+        self.omitted: dict[str, str] = {}  # optional servers left out -> why
+        self._options = dict(run_id=run_id, init_timeout=init_timeout,
+                             ping_interval=ping_interval, secrets_dir=secrets_dir,
+                             policy=policy, **client_options)
+        self._stack: AsyncExitStack | None = None
+        self._tools: dict[str, ToolEntry] = {}
+        self._tools_key: tuple = ()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Toolbox:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        self._stack = stack
+        clients = {s.name: MCPClient(s, updates=self.updates, **self._options)
+                   for s in self.specs}
+        results: dict[str, BaseException | None] = {}
+
+        async def connect(name: str) -> None:
+            try:
+                await clients[name].__aenter__()
+                results[name] = None
+            except (HandshakeError, OSError, ToolFault) as exc:
+                results[name] = exc
+            except Exception as exc:  # e.g. a secret that cannot be resolved
+                results[name] = exc
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for name in clients:
+                    tg.create_task(connect(name))
+            for spec in self.specs:
+                exc = results.get(spec.name)
+                if exc is None:
+                    self.clients[spec.name] = clients[spec.name]
+                    stack.push_async_exit(clients[spec.name].__aexit__)
+            for spec in self.specs:
+                exc = results.get(spec.name)
+                if exc is None:
+                    continue
+                if spec.required:
+                    log.error("mcp.server.failed", server=spec.name, required=True,
+                              error=str(exc)[:500])
+                    raise RequiredServerFailed(spec.name, str(exc))
+                self.omitted[spec.name] = str(exc)
+                log.warning("mcp.server.omitted", server=spec.name, error=str(exc)[:500])
+        except BaseException:
+            self._stack = None
+            await stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    # ------------------------------------------------------------ catalogue
+
+    @property
+    def tools(self) -> dict[str, ToolEntry]:
+        """Qualified name -> entry, across servers (rebuilt when a server re-lists)."""
+        key = tuple((n, c.tools_version) for n, c in self.clients.items())
+        if key != self._tools_key:
+            taken: set[str] = set()
+            out: dict[str, ToolEntry] = {}
+            for name, client in self.clients.items():
+                for info in client.tools.values():
+                    q = qualify(name, info.name, taken)
+                    taken.add(q)
+                    out[q] = ToolEntry(q, name, info)
+            self._tools, self._tools_key = out, key
+        return self._tools
+
+    @property
+    def resources(self) -> list[ResourceInfo]:
+        return [r for c in self.clients.values() for r in c.resources]
+
+    @property
+    def resource_templates(self) -> dict[str, list]:
+        return {n: list(c.resource_templates) for n, c in self.clients.items()}
+
+    @property
+    def instructions(self) -> dict[str, str]:
+        """Per-server ``instructions`` (untrusted text)."""
+        return {n: c.instructions for n, c in self.clients.items() if c.instructions}
+
+    def prompt_material(self) -> str:
+        """Server instructions and the resource catalogue, fenced and labelled untrusted."""
+        parts: list[str] = []
+        for name, text in self.instructions.items():
+            parts.append(f'<untrusted source="mcp-server:{name}" kind="instructions">\n'
+                         f"{text}\n</untrusted>")
+        if self.resources:
+            lines = []
+            for r in self.resources:
+                meta = ", ".join(x for x in (r.mime_type, f"{r.size} bytes" if r.size else "")
+                                 if x)
+                desc = f" - {r.description}" if r.description else ""
+                lines.append(f"{r.uri} [{r.server}] {r.name}" + (f" ({meta})" if meta else "")
+                             + desc)
+            parts.append('<untrusted kind="resource-catalogue">\n' + "\n".join(lines)
+                         + "\n</untrusted>")
+        return "\n\n".join(parts)
+
+    # ------------------------------------------------------------ calls
+
+    async def call(self, qualified_name: str, arguments: Mapping[str, Any] | str | bytes | None
+                   = None, *, time_limit: float | None = None) -> Observation:
+        """Call a tool by qualified name.  An unknown name is an observation."""
+        entry = self.tools.get(qualified_name)
+        if entry is None:
+            return Observation(f"unknown tool {qualified_name!r}", is_error=True)
+        client = self.clients[entry.server]
+        return await client.call_tool(entry.tool.name, arguments, time_limit=time_limit)
+
+    def owner(self, uri: str, server: str | None = None) -> MCPClient | None:
+        """The client serving ``uri``: the named one, the one that lists it, else the
+        only one with resources."""
+        if server is not None:
+            return self.clients.get(server)
+        for c in self.clients.values():
+            if any(r.uri == uri for r in c.resources):
+                return c
+        with_res = [c for c in self.clients.values() if c.capabilities.resources]
+        if len(with_res) == 1:
+            return with_res[0]
+        return None
+
+    async def read_resource(self, uri: str, *, server: str | None = None) -> Observation:
+        client = self.owner(uri, server)
+        if client is None:
+            candidates = [c for c in self.clients.values() if c.capabilities.resources]
+            for c in candidates:  # unlisted URI, several servers: first that has it
+                obs = await c.read_resource(uri)
+                if not obs.is_error:
+                    return obs
+            return Observation(f"resource not found: {uri}", is_error=True)
+        return await client.read_resource(uri)
+
+    async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
+        """Subscribe to a concrete URI on its server; False when not possible (degraded)."""
+        client = self.owner(uri, server)
+        if client is None:
+            log.warning("mcp.subscribe.no_owner", uri=uri)
+            return False
+        return await client.subscribe(uri)
+
+    async def unsubscribe(self, uri: str, *, server: str | None = None) -> None:
+        for c in ([self.clients[server]] if server in self.clients else self.clients.values()):
+            await c.unsubscribe(uri)
+
+    async def next_update(self) -> tuple[str, str, Observation]:
+        """Notify-then-read: wait for the next ``updated`` wake and read the resource now."""
+        server, uri = await self.updates.get()
+        return server, uri, await self.clients[server].read_resource(uri)
+
+    def servers(self) -> Iterable[str]:
+        return self.clients.keys()

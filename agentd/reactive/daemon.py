@@ -1,0 +1,375 @@
+"""Reactive mode (`--mode reactive --subscribe URI…`): sleep until something
+watched changes, then run the loop once on its current state.
+
+* Ownership. Each URI is subscribed on the declared server that owns it: the
+  server whose resource catalogue lists it, else the only server that
+  advertises `resources.subscribe`. A URI no server owns, or whose owner does
+  not advertise `resources.subscribe`, is logged (`reactive.subscribe.unowned`
+  / `reactive.subscribe.unsupported`) and never sent. The daemon starts and
+  stays up either way (the spec's worker: `--subscribe file:///nowhere`, no
+  `--mcp`, serving only its self-MCP).
+* Wakes. The servers' `notifications/resources/updated` (and the client's
+  synthesized ones after a reconnect) flow through the `Router`: debounced,
+  coalesced per URI. For each wake the daemon reads every woken URI fresh
+  (notify-then-read) and runs the loop once with the instruction and that
+  current state. While a run is in flight further updates coalesce.
+* Self-subscribe. A run's queued `agentd__subscribe` / `agentd__unsubscribe`
+  requests (spec §2.4) are applied when it finishes, with the same ownership
+  rule.
+* Drain. On `stop` (SIGINT/SIGTERM, set by the caller) the daemon stops taking
+  wakes, gives an in-flight run `drain_timeout` seconds to finish, then cancels
+  it, and returns `interrupted` / exit 130. Everything it starts lives in its
+  own TaskGroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from agentd.exitcodes import ExitCode
+from agentd.log import log
+from agentd.output import RunResult, Usage
+from agentd.reactive.awaiting import Waiters
+from agentd.reactive.router import Router, RouterClosed, Wake
+
+_log = log.bind(component="reactive")
+
+
+# -- the servers, as the daemon needs to see them ---------------------------
+
+def clients_of(toolbox: Any) -> list[Any]:
+    """The per-server clients (`MCPClient`) behind a Toolbox-like object.
+
+    Accepts the Toolbox (its `clients` mapping or list), a mapping or list of
+    clients, or None (no servers declared)."""
+    if toolbox is None:
+        return []
+    for attr in ("clients", "servers", "_clients"):
+        found = getattr(toolbox, attr, None)
+        if found is not None and not callable(found):
+            toolbox = found
+            break
+    if isinstance(toolbox, dict):
+        return list(toolbox.values())
+    if isinstance(toolbox, (list, tuple)):
+        return list(toolbox)
+    if hasattr(toolbox, "read_resource") and hasattr(toolbox, "capabilities"):
+        return [toolbox]
+    return []
+
+
+def _can_subscribe(client: Any) -> bool:
+    caps = getattr(client, "capabilities", None)
+    return bool(getattr(caps, "resources_subscribe", False))
+
+
+def _lists(client: Any, uri: str) -> bool:
+    return any(getattr(r, "uri", None) == uri for r in getattr(client, "resources", ()) or ())
+
+
+def resolve_owner(uri: str, clients: Sequence[Any]) -> tuple[Any | None, str]:
+    """(the client that owns `uri`, why). Owner: the server whose catalogue
+    lists it; else the only server advertising `resources.subscribe`."""
+    for c in clients:
+        if _lists(c, uri):
+            return c, "listed"
+    able = [c for c in clients if _can_subscribe(c)]
+    if len(able) == 1:
+        return able[0], "only_subscribable"
+    if not able:
+        return None, "no server advertises resources.subscribe" if clients else \
+            "no MCP server is declared"
+    return None, (f"{len(able)} servers advertise resources.subscribe and none lists it")
+
+
+class WakeRun(msgspec.Struct):
+    """What one loop run for a wake produced (and queued for the daemon)."""
+
+    status: str
+    partial: bool = False
+    result: Any = None
+    steps: int = 0
+    usage: Usage = msgspec.field(default_factory=Usage)
+    subscribe: list[str] = []
+    unsubscribe: list[str] = []
+
+
+class Read(msgspec.Struct):
+    """One URI's state as read fresh for a wake."""
+
+    uri: str
+    server: str | None
+    text: str
+    is_error: bool = False
+    updates: int = 0  # notifications coalesced into this wake for this URI
+
+
+RunWake = Callable[[Wake, list[Read]], Awaitable[WakeRun]]
+
+
+class ReactiveDaemon:
+    """See the module docstring. `run_wake` runs the loop once for a wake."""
+
+    def __init__(self, toolbox: Any, run_wake: RunWake, *, run_id: str = "",
+                 debounce: float = 0.05, drain_timeout: float = 25.0,
+                 updates: asyncio.Queue | None = None,
+                 waiters: Waiters | None = None, router: Router | None = None,
+                 max_subscriptions: int = 64) -> None:
+        self.toolbox = toolbox
+        self.run_wake = run_wake
+        self.run_id = run_id
+        self.drain_timeout = drain_timeout
+        self.max_subscriptions = max_subscriptions
+        self.waiters = waiters if waiters is not None else Waiters()
+        self.router = router if router is not None else Router(debounce,
+                                                               claim=self.waiters.claim)
+        q = updates if updates is not None else getattr(toolbox, "updates", None)
+        self.updates: asyncio.Queue = q if q is not None else asyncio.Queue()
+        self.watched: dict[str, str] = {}  # uri -> owning server name
+        self.self_watched: set[str] = set()  # those a run asked for (capped)
+        self.runs = 0
+        self.steps = 0
+        self.usage = Usage()
+        self.last: WakeRun | None = None
+        self.status = "running"
+        self.ready = asyncio.Event()  # set once the --subscribe URIs are handled
+
+    # -- subscriptions ---------------------------------------------------
+    def _client(self, name: str) -> Any | None:
+        return next((c for c in clients_of(self.toolbox) if c.name == name), None)
+
+    async def subscribe(self, uri: str, *, origin: str = "flag") -> bool:
+        """Subscribe `uri` on its owner; False (with a warning) if it cannot be."""
+        uri = uri.strip()
+        if not uri or "{" in uri or "}" in uri:
+            _log.warning("reactive.subscribe.invalid", uri=uri, origin=origin,
+                         detail="a concrete URI is needed, not a template")
+            return False
+        if uri in self.watched:
+            return True
+        if origin == "self" and len(self.self_watched) >= self.max_subscriptions:
+            _log.warning("reactive.subscribe.cap", uri=uri, origin=origin,
+                         cap=self.max_subscriptions)
+            return False
+        clients = clients_of(self.toolbox)
+        owner, why = resolve_owner(uri, clients)
+        if owner is None:
+            _log.warning("reactive.subscribe.unowned", uri=uri, origin=origin, reason=why,
+                         detail="not sent; no wake will come from this URI")
+            return False
+        if not _can_subscribe(owner):
+            _log.warning("reactive.subscribe.unsupported", uri=uri, origin=origin,
+                         server=owner.name,
+                         detail="the server does not advertise resources.subscribe; not sent")
+            return False
+        try:
+            ok = await owner.subscribe(uri)
+        except Exception as exc:  # a server refusing the URI is not fatal
+            _log.warning("reactive.subscribe.failed", uri=uri, origin=origin,
+                         server=owner.name, error=f"{type(exc).__name__}: {exc}"[:300])
+            return False
+        if ok is False:
+            return False
+        self.watched[uri] = owner.name
+        if origin == "self":
+            self.self_watched.add(uri)
+        _log.info("reactive.subscribed", uri=uri, origin=origin, server=owner.name, owner=why)
+        return True
+
+    async def unsubscribe(self, uri: str, *, origin: str = "flag") -> None:
+        uri = uri.strip()
+        server = self.watched.pop(uri, None)
+        self.self_watched.discard(uri)
+        if server is None:
+            return
+        client = self._client(server)
+        if client is not None:
+            try:
+                await client.unsubscribe(uri)
+            except Exception as exc:
+                _log.warning("reactive.unsubscribe.failed", uri=uri, server=server,
+                             error=str(exc)[:300])
+        _log.info("reactive.unsubscribed", uri=uri, origin=origin, server=server)
+
+    async def apply_queued(self, subscribe: Iterable[str], unsubscribe: Iterable[str]) -> None:
+        """Apply a finished run's self-subscribe queue (spec §2.4), in order."""
+        for uri in unsubscribe:
+            await self.unsubscribe(uri, origin="self")
+        for uri in subscribe:
+            await self.subscribe(uri, origin="self")
+
+    # -- wakes -----------------------------------------------------------
+    async def read_fresh(self, wake: Wake) -> list[Read]:
+        """Notify-then-read: the current state of every woken, watched URI."""
+        uris = list(wake.uris)
+        if wake.resync:  # the pending set overflowed: re-read everything watched
+            uris += [u for u in self.watched if u not in wake.counts]
+        reads: list[Read] = []
+        for uri in uris:
+            server = self.watched.get(uri)
+            if server is None:
+                _log.debug("reactive.update.unwatched", uri=uri)
+                continue
+            client = self._client(server)
+            if client is None:
+                continue
+            try:
+                obs = await client.read_resource(uri)
+            except Exception as exc:
+                # Not handed to the model as state: the client re-subscribes and
+                # synthesizes an update on reconnect, so this URI wakes again.
+                _log.warning("reactive.read.failed", uri=uri, server=server,
+                             error=f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            reads.append(Read(uri=uri, server=server, text=obs.text,
+                              is_error=bool(obs.is_error), updates=wake.counts.get(uri, 0)))
+        return reads
+
+    async def handle(self, wake: Wake) -> WakeRun | None:
+        reads = await self.read_fresh(wake)
+        if not reads:
+            _log.info("reactive.wake.skipped", seq=wake.seq,
+                      reason="nothing watched could be read")
+            return None
+        t0 = time.perf_counter()
+        try:
+            outcome = await self.run_wake(wake, reads)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed run does not end the daemon
+            _log.error("reactive.run.failed", seq=wake.seq,
+                       error=f"{type(exc).__name__}: {exc}"[:500])
+            outcome = WakeRun(status="failed", partial=True)
+        self.runs += 1
+        self.steps += outcome.steps
+        self.usage.add(outcome.usage)
+        self.last = outcome
+        _log.info("reactive.run", seq=wake.seq, status=outcome.status, steps=outcome.steps,
+                  uris=[r.uri for r in reads],
+                  duration_ms=round((time.perf_counter() - t0) * 1000, 3))
+        await self.apply_queued(outcome.subscribe, outcome.unsubscribe)
+        return outcome
+
+    async def start(self, uris: Iterable[str]) -> None:
+        for uri in uris:
+            await self.subscribe(uri, origin="flag")
+        _log.info("reactive.ready", watched=sorted(self.watched),
+                  servers=[c.name for c in clients_of(self.toolbox)])
+        self.ready.set()
+
+    async def serve(self, stop: asyncio.Event, subscribe: Iterable[str] = ()) -> RunResult:
+        """Subscribe, then run once per wake until `stop` is set; drain."""
+        await self.start(subscribe)
+        async with asyncio.TaskGroup() as tg:
+            pump = tg.create_task(self.router.pump(self.updates))
+            stopped = tg.create_task(stop.wait())
+            try:
+                while not stop.is_set():
+                    waiting = tg.create_task(self.router.next_wake())
+                    await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        waiting.cancel()
+                        break
+                    try:
+                        wake = waiting.result()
+                    except RouterClosed:
+                        break
+                    run = tg.create_task(self.handle(wake))
+                    await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                    if not run.done():  # signalled mid-run: bounded drain
+                        _log.info("reactive.draining", seq=wake.seq,
+                                  drain_timeout=self.drain_timeout)
+                        await asyncio.wait({run}, timeout=self.drain_timeout)
+                        if not run.done():
+                            run.cancel()
+                            _log.warning("reactive.drain.cancelled", seq=wake.seq)
+                    if run.done() and not run.cancelled() and run.exception() is not None:
+                        raise run.exception()  # type: ignore[misc]
+            finally:
+                self.router.close()
+                pump.cancel()
+                stopped.cancel()
+        self.status = "interrupted"
+        stats = self.router.stats()
+        _log.info("reactive.drained", runs=self.runs, watched=len(self.watched), **stats)
+        last = self.last
+        return RunResult(run_id=self.run_id, status="interrupted",
+                         partial=bool(last.partial) if last else False,
+                         result=last.result if last else None,
+                         steps=self.steps, usage=self.usage)
+
+
+EXIT_INTERRUPTED = int(ExitCode.INTERRUPTED)
+
+
+# -- the loop, once per wake ------------------------------------------------
+
+def wake_message(wake: Wake, reads: Sequence[Read], *, limit: int = 64 * 1024) -> str:
+    """The user message a wake adds after the instruction: what changed, and
+    its current state read just now (fenced: server-controlled text)."""
+    from agentd.agent import prompt as P
+
+    head = (f"[agentd] reactive wake #{wake.seq}: {len(reads)} watched resource(s) changed "
+            f"({wake.coalesced} update(s) coalesced). Their current state, read now:")
+    parts = [head]
+    for r in reads:
+        text, size = P.cut_utf8(r.text, limit)
+        body = P.fence("resource", text, uri=r.uri, server=r.server or "",
+                       status="error" if r.is_error else "ok")
+        if size > limit:
+            body += f"\n[agentd] resource cut: showing the first {limit} of {size} bytes"
+        parts.append(body)
+    return "\n".join(parts)
+
+
+def loop_runner(intelligence: Any, toolbox: Any, *, instruction: str,
+                output_contract: str | None, budgets: Any,
+                selftools: Callable[[], Any], deadline: float | None = None,
+                tracer: Any = None, on_step: Callable[[Any], None] | None = None,
+                spent: Callable[[], int] | None = None) -> RunWake:
+    """A `run_wake` that runs `agentd.agent.loop.run_task` once per wake.
+
+    `selftools()` makes the run's fresh `SelfTools` (its subscribe queue is
+    per run); the instruction stays the first user message and the wake (URIs
+    and fresh state) follows it. `deadline` bounds each wake's run."""
+    from agentd.agent.loop import LoopState, run_task
+    from agentd.intelligence.base import user
+
+    async def run_wake(wake: Wake, reads: list[Read]) -> WakeRun:
+        tools = selftools()
+        state = LoopState()
+        history = [user(wake_message(wake, reads, limit=budgets.observation_bytes))]
+        try:
+            async with asyncio.timeout(deadline):
+                outcome = await run_task(intelligence, toolbox, tools, instruction=instruction,
+                                         output_contract=output_contract, budgets=budgets,
+                                         state=state, tracer=tracer, history=history,
+                                         on_step=on_step, spent=spent)
+            status, partial, result = outcome.status, outcome.partial, outcome.result
+        except TimeoutError:
+            status, partial, result = "deadline", True, state.last_content
+        return WakeRun(status=status, partial=partial, result=result, steps=state.steps,
+                       usage=state.usage,
+                       subscribe=list(getattr(tools, "subscriptions", ())),
+                       unsubscribe=list(getattr(tools, "unsubscriptions", ())))
+
+    return run_wake
+
+
+async def run_reactive(config: Any, toolbox: Any, run_wake: RunWake, stop: asyncio.Event, *,
+                       run_id: str = "", waiters: Waiters | None = None,
+                       router: Router | None = None) -> tuple[RunResult, int]:
+    """The whole reactive mode for `agentd.agent.run`: (the stdout object, exit code).
+
+    Returns when `stop` is set (the caller's SIGINT/SIGTERM handler), after the
+    bounded drain: status `interrupted`, exit 130."""
+    daemon = ReactiveDaemon(toolbox, run_wake, run_id=run_id, debounce=config.debounce,
+                            drain_timeout=config.drain_timeout, waiters=waiters,
+                            router=router, max_subscriptions=config.max_subscriptions)
+    result = await daemon.serve(stop, config.subscribe)
+    return result, EXIT_INTERRUPTED

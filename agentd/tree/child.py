@@ -1,0 +1,142 @@
+"""The subagent's entry: `python -m agentd --agentd-control-child --ppid N`.
+
+`main(argv)` answers the first control frame (`child/configure`) using only
+os-level reads and the stdlib `json` module, *before* importing the runtime
+(asyncio, uvloop, msgspec, aiohttp cost ~200 ms), so a parent sees its child
+alive as early as the interpreter allows.  Then it:
+
+* sets the Linux parent-death signal (SIGKILL when the parent dies, by any
+  signal) and exits at once if the parent is already gone;
+* moves the control wire off fds 0/1 (so nothing printed can corrupt it: fd 1
+  becomes a copy of stderr, fd 0 /dev/null);
+* imports the runtime and serves the wire: `child/run` runs the instruction
+  through the real agent loop (`agentd.agent.run.run_child`), `child/send`
+  runs another turn of a warm session, `child/cancel` cancels the turn,
+  `child/shutdown` and EOF on the control pipe end the process.
+
+stderr is the child's log stream; the parent drains it as `subagent.stderr`.
+`--forkserver` turns this entry into the forkserver (agentd.tree.forkserver).
+
+`AGENTD_TEST_CHILD_FAULT` (test-only, operator env) makes a child misbehave
+on purpose: `crash`, `malformed`, `oversized`, `ignore_term`, `hang`.
+"""
+
+import os
+import sys
+
+FAULT_ENV = "AGENTD_TEST_CHILD_FAULT"
+FIRST_FRAME_MAX = 16 * 1024 * 1024
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _set_pdeathsig() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): die with the parent (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, 9, 0, 0, 0)
+
+
+def _arg(argv: list[str], name: str) -> str | None:
+    if name in argv:
+        i = argv.index(name)
+        if i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if "--forkserver" in argv:
+        from agentd.tree.forkserver import serve
+
+        return serve(argv)
+    ppid_arg = _arg(argv, "--ppid")
+    ppid = int(ppid_arg) if ppid_arg and ppid_arg.isdigit() else None
+    return serve_wire(ppid)
+
+
+def serve_wire(ppid: int | None) -> int:
+    """Answer child/configure on fds 0/1, then run the runtime (also the forkserver's child)."""
+    import json
+
+    header = _read_exact(0, 4)
+    if header is None:
+        return EXIT_OK  # the parent went away before configuring us
+    size = int.from_bytes(header, "big")
+    if size > FIRST_FRAME_MAX:
+        return EXIT_USAGE
+    body = _read_exact(0, size)
+    if body is None:
+        return EXIT_OK
+    try:
+        msg = json.loads(body)
+        rid = msg["id"]
+        if msg.get("jsonrpc") != "2.0" or msg.get("method") != "child/configure":
+            raise ValueError("the first frame must be child/configure")
+        params = msg["params"]
+    except (ValueError, KeyError, TypeError):
+        sys.stderr.write("agentd child: the first control frame is not child/configure\n")
+        return EXIT_USAGE
+    answer = json.dumps({"jsonrpc": "2.0", "id": rid,
+                         "result": {"pid": os.getpid(), "protocol": 1}}).encode()
+    os.write(1, len(answer).to_bytes(4, "big") + answer)
+
+    _set_pdeathsig()
+    if ppid is not None and os.getppid() != ppid:
+        return EXIT_FAILED  # orphaned before the death signal was armed
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return _runtime(params, wire_in, wire_out, os.environ.get(FAULT_ENV, ""))
+
+
+def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
+    import msgspec
+
+    from agentd import log as logmod
+    from agentd import runtime
+    from agentd.tree.control import ChildConfig
+
+    try:
+        cfg = msgspec.convert(params, ChildConfig)
+    except msgspec.ValidationError as exc:
+        sys.stderr.write(f"agentd child: bad child/configure: {exc}\n")
+        return EXIT_USAGE
+    logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
+    if fault:
+        _early_fault(fault, wire_out)
+    from agentd.tree.childrt import serve
+
+    return runtime.run(serve(cfg, wire_in, wire_out, fault, hard_exit=True))
+
+
+def _early_fault(fault: str, wire_out: int) -> None:
+    import signal
+    import time
+
+    if fault == "crash":
+        os._exit(70)
+    if fault == "malformed":
+        junk = b"this is not json"
+        os.write(wire_out, len(junk).to_bytes(4, "big") + junk)
+    elif fault == "oversized":
+        os.write(wire_out, (1 << 31).to_bytes(4, "big") + b"{")
+    elif fault == "ignore_term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:  # ignores EOF and SIGTERM alike: only SIGKILL ends it
+            time.sleep(3600)

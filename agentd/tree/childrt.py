@@ -1,0 +1,216 @@
+"""The subagent's runtime, imported by `agentd.tree.child` after its first answer.
+
+`serve()` drives the child end of the control wire: each `child/run` /
+`child/send` is one turn of the real agent loop (`run_child`), with a
+`RemoteBackend` as its subagent backend, so the loop's `agentd__subagent_*`
+self-tools and `graph.run` reach the ONE chokepoint: the root's `Supervisor`
+(via `tree/spawn` etc.; the parent knows which pipe asked, so a child can
+never claim another handle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agentd.log import log
+from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.tree.control import (
+    BUSY,
+    SPAWN_REFUSED,
+    UNKNOWN_HANDLE,
+    ChildConfig,
+    ControlSession,
+    HandleBody,
+    HandleParams,
+    Incoming,
+    Progress,
+    RunOutcome,
+    SendParams,
+    SpawnParams,
+    TurnState,
+)
+from agentd.tree.procs import Channel, RemoteError
+
+__all__ = ["RemoteBackend", "serve"]
+
+
+def _state(body: HandleBody) -> HandleState:
+    return HandleState(handle=body.handle, status=body.status, partial=body.partial,
+                       result=body.result)
+
+
+class RemoteBackend:
+    """A `SubagentBackend` inside a child: every call goes to the root's Supervisor.
+
+    `status()` must be synchronous, so the states of this child's own
+    subagents are mirrored locally: the parent pushes `child/terminal` for each.
+    """
+
+    def __init__(self, handle: str, channel: Channel) -> None:
+        self.handle = handle
+        self._channel = channel
+        self._states: dict[str, HandleState] = {}
+        self._callbacks: list[Callable[[HandleState], None]] = []
+        self._counts = {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
+
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+        params = SpawnParams(instruction=request.instruction,
+                             output_contract=request.output_contract,
+                             tool_scope=request.tool_scope, mode=request.mode)
+        try:
+            body = await self._channel.call("tree/spawn", params)
+        except RemoteError as exc:
+            if exc.code == SPAWN_REFUSED:
+                self._counts["refused"] += 1
+                raise SpawnRefused(exc.message) from None
+            raise
+        self._counts["spawned"] += 1
+        return self._remember(body)
+
+    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+        body = await self._call("tree/send", SendParams(handle, message))
+        if body.status in TERMINAL:
+            return self._remember(body)
+        return TurnState(handle=body.handle, status=body.status, partial=body.partial,
+                         result=body.result)
+
+    def status(self, handle: str) -> HandleState:
+        state = self._states.get(handle)
+        if state is None:
+            raise UnknownHandle(handle)
+        return state
+
+    async def cancel(self, handle: str) -> HandleState:
+        return self._remember(await self._call("tree/cancel", HandleParams(handle)))
+
+    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
+        self._callbacks.append(callback)
+
+    def counts(self) -> dict[str, int]:
+        out = dict(self._counts)
+        out["running"] = sum(1 for s in self._states.values() if not s.done)
+        for s in self._states.values():
+            if s.done:
+                out[s.status] = out.get(s.status, 0) + 1
+        return out
+
+    async def _call(self, method: str, params: Any) -> HandleBody:
+        try:
+            return await self._channel.call(method, params)
+        except RemoteError as exc:
+            if exc.code == UNKNOWN_HANDLE:
+                raise UnknownHandle(exc.message) from None
+            raise
+
+    def _remember(self, body: HandleBody) -> HandleState:
+        old = self._states.get(body.handle)
+        state = _state(body)
+        if old is not None:
+            state.started = old.started
+        self._states[body.handle] = state
+        if state.done and (old is None or not old.done):
+            for cb in self._callbacks:
+                cb(state)
+        return state
+
+    def terminal(self, body: HandleBody) -> None:
+        """The parent says one of our subagents ended."""
+        if body.status in TERMINAL:
+            self._remember(body)
+
+
+def _outcome(result: Any) -> RunOutcome:
+    tokens = getattr(getattr(result, "usage", None), "total_tokens", 0) or 0
+    status = result.status if result.status != "interrupted" else "cancelled"
+    return RunOutcome(status=status, partial=result.partial, result=result.result,
+                      steps=result.steps, tokens=tokens)
+
+
+async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
+                *, hard_exit: bool = False) -> int:
+    """Serve the control wire until shutdown, EOF, or (non-warm) the end of the run.
+
+    `child/run` is the first turn, each `child/send` of a warm session another
+    (`run_child(first=False)` continues the conversation); one turn at a time.
+    """
+    from agentd.agent.run import run_child  # the one call site of the agent loop
+
+    stop = asyncio.Event()
+    turn: dict[str, asyncio.Task[None]] = {}
+    logger = log.bind(handle=cfg.handle)
+    started = time.monotonic()
+    channel: Channel
+
+    def progress(steps: int, tokens: int) -> None:
+        channel.notify("child/progress", Progress(steps, tokens))
+
+    async def do_turn(ev: Incoming) -> None:
+        first = ev.method == "child/run"
+        try:
+            if fault == "hang":
+                await asyncio.Event().wait()
+            result = await run_child(cfg, handle=cfg.handle, instruction=ev.params.message,
+                                     output_contract=cfg.output_contract, backend=backend,
+                                     on_progress=progress, first=first)
+            outcome = _outcome(result)
+        except asyncio.CancelledError:
+            outcome = RunOutcome(status="cancelled", partial=True, reason="cancelled")
+        except Exception as exc:  # a bug in the loop must not leave the parent waiting
+            logger.error("subagent.run_error", error=f"{type(exc).__name__}: {exc}")
+            outcome = RunOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+        finally:
+            turn.pop("run", None)
+        channel.respond(ev.id, outcome)
+        if cfg.mode != "warm" or outcome.status != "completed":
+            stop.set()
+
+    def on_incoming(ev: Incoming) -> None:
+        m = ev.method
+        if m in ("child/run", "child/send"):
+            if "run" in turn:
+                channel.error(ev.id, BUSY, "a turn is already running")
+                return
+            turn["run"] = tg.create_task(do_turn(ev))
+        elif m == "child/cancel":
+            task = turn.get("run")
+            if task is not None:
+                task.cancel()
+            else:
+                stop.set()
+            channel.respond(ev.id, {})
+        elif m == "child/shutdown":
+            channel.respond(ev.id, {})
+            stop.set()
+        elif m == "child/terminal":
+            backend.terminal(ev.params)
+        elif m == "child/configure":
+            channel.error(ev.id, -32600, "already configured")
+
+    channel = Channel(ControlSession("child", max_frame=cfg.max_frame), wire_in, wire_out,
+                      on_incoming)
+    backend = RemoteBackend(cfg.handle, channel)
+    async with asyncio.TaskGroup() as tg:
+        await channel.start()
+        ended = tg.create_task(channel.closed.wait())
+        stopped = tg.create_task(stop.wait())
+        await asyncio.wait({ended, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (ended, stopped, *turn.values()):
+            task.cancel()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(cfg.drain_timeout / 2):
+            await channel.flush_close()
+    logger.debug("subagent.child_exit", eof=channel.closed.is_set(),
+                 age_ms=int((time.monotonic() - started) * 1000))
+    if hard_exit:
+        # Everything is answered, flushed and every task has ended: skip the
+        # interpreter's teardown (tens of ms with aiohttp loaded, per child).
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(0)
+    return 0

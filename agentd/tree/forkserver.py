@@ -1,0 +1,449 @@
+"""`--spawn forkserver`: fork each subagent from a pristine, pre-imported agentd.
+
+The forkserver is itself a re-exec of the trusted binary
+(`sys.executable -P -m agentd --agentd-control-child --forkserver --sock 3`).
+It imports the runtime once (asyncio, uvloop, msgspec, aiohttp, the agent
+loop), never starts an event loop or a thread, freezes its heap for the GC,
+and then serves fork requests on a private SOCK_SEQPACKET socket: each request
+carries the child's three pipe ends (SCM_RIGHTS); the forked child starts its
+own session, takes them as fds 0/1/2 and runs exactly what an exec'd child
+runs (`agentd.tree.child.serve_wire`).  Nothing of the parent agentd is ever
+in the forkserver, so nothing of it is inherited.
+
+The forkserver reaps its children and reports each exit (`{"exit": pid,
+"code": rc}`); it dies with the parent (parent-death signal) and its children
+die with it, so a SIGKILLed root still leaves nothing behind.  On EOF of its
+socket it kills what is left and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+
+FS_FD = 3
+_MSG_MAX = 65536
+
+
+# ------------------------------------------------------------------ server side
+def _arg(argv: list[str], name: str) -> str | None:
+    if name in argv and argv.index(name) + 1 < len(argv):
+        return argv[argv.index(name) + 1]
+    return None
+
+
+def _preload() -> None:
+    """Import what every child will need, so that a fork starts warm."""
+    import asyncio  # noqa: F401
+
+    import msgspec  # noqa: F401
+
+    import agentd.tree.childrt
+    import agentd.tree.control  # noqa: F401
+    from agentd import runtime
+
+    runtime.loop_factory()
+    for name in ("agentd.agent.run", "agentd.agent.loop", "agentd.intelligence",
+                 "agentd.intelligence.playback", "agentd.intelligence.openai",
+                 "agentd.mcp.toolbox", "agentd.mcp.client", "aiohttp", "orjson",
+                 "agentd_native"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    try:
+        _warm_up()
+    except Exception as exc:  # only a cost, never a failure
+        sys.stderr.write(f"agentd forkserver: warm-up skipped: {exc!r}\n")
+
+
+def _warm_up() -> None:
+    """Run one playback turn and one control-wire exchange in the forkserver itself.
+
+    First-time work (msgspec type compilation, decoder caches, imports done
+    inside functions, regex caches) then lives in the shared template instead
+    of being redone, on private copy-on-write pages, by every child.  The
+    event loop is closed again before serving: the template stays loop-free.
+    """
+    import asyncio
+    import json
+    import tempfile
+
+    from agentd import log as logmod
+    from agentd import runtime
+    from agentd.agent.run import run_child
+    from agentd.tree.control import (
+        ChildConfig,
+        ControlSession,
+        HandleBody,
+        MessageParams,
+        Progress,
+        RunOutcome,
+        SpawnParams,
+    )
+
+    parent, child = ControlSession("parent"), ControlSession("child")
+    cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up")
+    for method, params in (("child/configure", cfg), ("child/run", MessageParams("x"))):
+        rid, frame = parent.request(method, params)
+        child.feed(frame)
+        parent.feed(child.response(rid, RunOutcome(status="completed") if method == "child/run"
+                                   else {"pid": 0}))
+    rid, frame = child.request("tree/spawn", SpawnParams(instruction="x"))
+    parent.feed(frame)
+    child.feed(parent.response(rid, HandleBody(handle="0.0.1", status="running")))
+    parent.feed(child.notification("child/progress", Progress(1, 1)))
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump({"playback": 1, "turns": [{"content": "{}"}]}, fh)
+        fh.flush()
+        cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
+                          intelligence=f"playback:{fh.name}")
+        logmod.configure(level="error")
+        try:
+            with asyncio.Runner(loop_factory=runtime.loop_factory()) as runner:
+                runner.run(run_child(cfg, handle="0.0", instruction="warm-up"))
+        finally:
+            logmod.configure(level="info")
+
+
+def _send(sock: socket.socket, obj: dict) -> None:
+    import json
+
+    try:
+        sock.send(json.dumps(obj).encode())
+    except OSError:
+        pass
+
+
+def serve(argv: list[str]) -> int:
+    from agentd.tree.child import _set_pdeathsig
+
+    ppid_arg = _arg(argv, "--ppid")
+    sock_fd = int(_arg(argv, "--sock") or FS_FD)
+    _set_pdeathsig()
+    if ppid_arg and os.getppid() != int(ppid_arg):
+        return 1
+    sock = socket.socket(fileno=sock_fd)
+    _preload()
+    import gc
+    import json
+    import select
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    gc.collect()
+    gc.freeze()  # the heap is shared copy-on-write by every child: keep the GC off it
+    children: set[int] = set()
+    me = os.getpid()
+    _send(sock, {"ready": me})
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+            _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    try:
+        while True:
+            try:
+                ready, _, _ = select.select([sock, wake_r], [], [])
+            except InterruptedError:
+                continue
+            if wake_r in ready:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            reap()
+            if sock not in ready:
+                continue
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, _MSG_MAX, 3)
+            except OSError:
+                break
+            if not data:
+                break  # the parent closed the socket (or died)
+            req = json.loads(data)
+            if len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                _send(sock, {"error": "a fork request needs three fds"})
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(sock, fds, (wake_r, wake_w), req.get("fault"), me)
+            for fd in fds:
+                os.close(fd)
+            children.add(pid)
+            _send(sock, {"pid": pid})
+    finally:
+        for pid in list(children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while children:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            children.discard(pid)
+    return 0
+
+
+def _child(sock: socket.socket, fds: list[int], wake: tuple[int, int], fault: str | None,
+           server_pid: int) -> None:
+    """In the forked child: become a fresh subagent on the three fds; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        sock.close()
+        for fd in wake:
+            os.close(fd)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        from agentd.tree.child import FAULT_ENV, serve_wire
+
+        if fault:
+            os.environ[FAULT_ENV] = fault
+        else:
+            os.environ.pop(FAULT_ENV, None)
+        code = serve_wire(server_pid)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+# ------------------------------------------------------------------ parent side
+class ForkserverSpawner:
+    """The supervisor's spawner for `--spawn forkserver` (same interface as ExecSpawner)."""
+
+    name = "forkserver"
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._pid: int | None = None
+        self._pidfd: int | None = None
+        self._replies: list = []  # futures awaiting {"pid"}, in request order
+        self._procs: dict[int, object] = {}
+        self._early: dict[int, int] = {}
+        self._closed = False
+        self._reset()
+
+    def _reset(self) -> None:
+        from agentd.log import log
+
+        if getattr(self, "_sock", None) is not None:
+            self._sock.close()
+        self.log = log.bind(component="forkserver")
+        self._sock = None
+        self._pid = None
+        self._pidfd = None
+        self._replies = []
+        self._procs = {}
+        self._early = {}
+        self._ready = None
+        self._dead = False
+        self._exited = None
+        self._starting = None
+
+    async def start(self) -> None:
+        """Nothing yet: the forkserver is started by the first spawn (a run may spawn none)."""
+
+    async def _start(self) -> None:
+        import asyncio
+
+        from agentd.tree.procs import child_argv, child_env
+
+        loop = asyncio.get_running_loop()
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = child_argv("--forkserver", "--sock", str(FS_FD))
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            self._pid = os.posix_spawn(  # noqa: ASYNC221 (vfork+exec, ~1 ms)
+                argv[0], argv, child_env(),
+                file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
+                              (os.POSIX_SPAWN_DUP2, devnull, 1),
+                              (os.POSIX_SPAWN_DUP2, child_sock.fileno(), FS_FD)],
+                setsid=True)
+        finally:
+            os.close(devnull)
+            child_sock.close()
+        parent_sock.setblocking(False)
+        self._sock = parent_sock
+        self._ready = loop.create_future()
+        self._exited = asyncio.Event()
+        loop.add_reader(parent_sock.fileno(), self._on_readable)
+        self._pidfd = os.pidfd_open(self._pid)
+        loop.add_reader(self._pidfd, self._on_server_exit, self._pid, self._pidfd, self._exited)
+        await asyncio.wait_for(self._ready, 60.0)
+
+    def _on_server_exit(self, pid: int, pidfd: int, exited) -> None:
+        import asyncio
+
+        try:
+            got, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            got = pid
+        if not got:
+            return
+        asyncio.get_running_loop().remove_reader(pidfd)
+        os.close(pidfd)
+        if self._pid == pid:
+            self._pidfd = None
+            self._gone("the forkserver exited")
+        exited.set()
+
+    def _gone(self, why: str) -> None:
+        if self._dead:
+            return
+        self._dead = True
+        if self._sock is not None:
+            import asyncio
+
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+        for fut in self._replies:
+            if not fut.done():
+                fut.set_exception(OSError(why))
+        self._replies.clear()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(OSError(why))
+        # its children died with it (parent-death signal): they are reaped by init
+        for proc in list(self._procs.values()):
+            proc.set_exit(-signal.SIGKILL)  # type: ignore[attr-defined]
+        self._procs.clear()
+
+    def _on_readable(self) -> None:
+        import json
+
+        while self._sock is not None:
+            try:
+                data = self._sock.recv(_MSG_MAX)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._gone("the forkserver closed its socket")
+                return
+            msg = json.loads(data)
+            if "exit" in msg:
+                proc = self._procs.pop(msg["exit"], None)
+                if proc is None:
+                    self._early[msg["exit"]] = msg["code"]
+                else:
+                    proc.set_exit(msg["code"])  # type: ignore[attr-defined]
+            elif "ready" in msg:
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_result(msg["ready"])
+            elif self._replies:
+                fut = self._replies.pop(0)
+                if not fut.done():
+                    if "pid" in msg:
+                        fut.set_result(msg["pid"])
+                    else:
+                        fut.set_exception(OSError(msg.get("error", "fork failed")))
+
+    async def spawn(self, handle: str, on_incoming, *, max_frame: int,
+                    env: dict[str, str] | None = None):
+        import asyncio
+
+        from agentd.tree.child import FAULT_ENV
+        from agentd.tree.procs import ChildProcess
+
+        if self._dead and not self._closed:  # it died (killed?): start a fresh one
+            self.log.warning("subagent.forkserver_restart", pid=self._pid)
+            self._reset()
+        if self._sock is None and not self._dead:
+            if self._starting is None:
+                self._starting = asyncio.ensure_future(self._start())
+            try:
+                await asyncio.shield(self._starting)
+            except Exception as exc:
+                raise OSError(f"the forkserver did not start: {exc!r}") from exc
+        if self._dead or self._sock is None:
+            raise OSError("the forkserver is not running")
+        r0, w0 = os.pipe()
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        fut = asyncio.get_running_loop().create_future()
+        import json
+
+        fault = (env or {}).get(FAULT_ENV)
+        try:
+            self._replies.append(fut)
+            while True:
+                try:
+                    socket.send_fds(self._sock, [json.dumps({"fault": fault}).encode()],
+                                    [r0, w1, w2])
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.001)
+        except BaseException:
+            if fut in self._replies:
+                self._replies.remove(fut)
+            for fd in (w0, r1, r2):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (r0, w1, w2):
+                os.close(fd)
+        try:
+            pid = await fut
+        except BaseException:
+            for fd in (w0, r1, r2):
+                os.close(fd)
+            raise
+        proc = ChildProcess(handle, pid, w0, r1, r2, on_incoming, max_frame=max_frame)
+        if pid in self._early:
+            proc.set_exit(self._early.pop(pid))
+        else:
+            self._procs[pid] = proc
+        await proc.start()
+        return proc
+
+    async def aclose(self) -> None:
+        import asyncio
+        import contextlib
+
+        self._closed = True
+        if self._starting is not None and not self._starting.done():
+            with contextlib.suppress(BaseException):
+                await self._starting
+
+        if self._sock is not None:
+            if not self._dead:
+                asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        if self._pid is not None and self._exited is not None and not self._exited.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5.0):
+                    await self._exited.wait()
+            if not self._exited.is_set():
+                with contextlib.suppress(OSError):
+                    os.killpg(self._pid, signal.SIGKILL)
+                await self._exited.wait()

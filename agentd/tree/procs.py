@@ -1,0 +1,423 @@
+"""Subagent processes: spawn, the control channel over their pipes, stderr, kill ladder.
+
+A child is always `sys.executable -P -m agentd --agentd-control-child` (never a
+PATH lookup, never anything else), in its own session and process group, with
+its stdin/stdout carrying the control wire and its stderr drained line by line
+into this process's log as `subagent.stderr` (tagged by handle).  Exits are
+watched through a pidfd (no SIGCHLD handler, no watcher threads) and every
+child is reaped.
+
+The kill ladder (`ChildProcess.ladder`) is: ask over the wire → close stdin
+(EOF) → wait → SIGTERM to the process group → wait → SIGKILL → reap; each wait
+is a bounded share of one budget (normally `--drain-timeout`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentd.__main__ import CHILD_FLAG
+from agentd.log import Logger, log
+from agentd.tree.control import ControlProtocolError, ControlSession, Incoming, Reply
+
+__all__ = [
+    "CHILD_ARGV",
+    "Channel",
+    "ChannelClosed",
+    "ChildProcess",
+    "ExecSpawner",
+    "RemoteError",
+    "child_argv",
+    "child_env",
+]
+
+STDERR_LINE_MAX = 64 * 1024
+CHILD_ARGV = ("-m", "agentd", CHILD_FLAG)
+
+# Shares of the drain budget for each rung of the ladder (the rest is SIGKILL + reap).
+ASK_SHARE, EOF_SHARE, TERM_SHARE = 0.4, 0.2, 0.3
+
+
+def child_argv(*extra: str) -> list[str]:
+    """The one command line a subagent ever has.
+
+    `-P`: the child's working directory is never put on its import path, so a
+    stray `agentd/` there cannot stand in for the real one (see `child_env`).
+    """
+    return [sys.executable, "-P", *CHILD_ARGV, "--ppid", str(os.getpid()), *extra]
+
+
+def _agentd_root() -> str:
+    import agentd
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(agentd.__file__)))
+
+
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ours, with the directory of *this* agentd on its path.
+
+    Installed (site-packages) it is found anyway and nothing is added; from a
+    source tree it is put first on PYTHONPATH, so the child runs exactly the
+    code of its parent.
+    """
+    out = dict(os.environ if env is None else env)
+    root = _agentd_root()
+    import site
+
+    installed = {os.path.abspath(p) for p in site.getsitepackages()}
+    if root not in installed:
+        parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+        out["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    return out
+
+
+class ChannelClosed(Exception):
+    """The control channel ended (EOF or protocol error) before an answer came."""
+
+
+class RemoteError(Exception):
+    """The peer answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Reader(asyncio.Protocol):
+    def __init__(self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
+        self._on_data = on_data
+        self._on_eof = on_eof
+
+    def data_received(self, data: bytes) -> None:
+        self._on_data(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_eof()
+
+
+class _Writer(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.lost = False
+        self.lost_event = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.lost_event.set()
+        self._drained.set()
+
+
+class Channel:
+    """A `ControlSession` on a pair of pipes: async requests, dispatch of inbound messages.
+
+    `on_incoming(Incoming)` is called synchronously for each inbound request or
+    notification (the owner starts a task if the handling awaits).  `closed` is
+    set when the read side ends; `failure` then holds the protocol error text,
+    or None for a plain EOF.
+    """
+
+    def __init__(self, session: ControlSession, read_fd: int, write_fd: int,
+                 on_incoming: Callable[[Incoming], None]) -> None:
+        self.session = session
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._on_incoming = on_incoming
+        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._rtransport: asyncio.ReadTransport | None = None
+        self._wtransport: asyncio.WriteTransport | None = None
+        self._writer = _Writer()
+        self.closed = asyncio.Event()
+        self.failure: str | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        rfile = os.fdopen(self._read_fd, "rb", buffering=0)
+        wfile = os.fdopen(self._write_fd, "wb", buffering=0)
+        # the write side first: a request read at once must be answerable
+        self._wtransport, _ = await loop.connect_write_pipe(lambda: self._writer, wfile)
+        self._rtransport, _ = await loop.connect_read_pipe(
+            lambda: _Reader(self._data, self._eof), rfile)
+
+    # ---------------------------------------------------------------- output
+    def _send(self, frame: bytes) -> None:
+        if self._wtransport is not None and not self._writer.lost \
+                and not self._wtransport.is_closing():
+            self._wtransport.write(frame)
+
+    async def call(self, method: str, params: Any = None, within: float | None = None) -> Any:
+        """Send a request and await its result; RemoteError / ChannelClosed otherwise."""
+        if self.closed.is_set():
+            raise ChannelClosed(self.failure or "control channel closed")
+        rid, frame = self.session.request(method, params if params is not None else {})
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[rid] = fut
+        try:
+            self._send(frame)
+            async with asyncio.timeout(within):
+                return await fut
+        finally:
+            if self._waiters.pop(rid, None) is not None and not fut.done():
+                self.session.forget(rid)
+                fut.cancel()
+
+    def ask(self, method: str, params: Any = None) -> None:
+        """Send a request whose answer nobody waits for (e.g. the ladder's first rung)."""
+        if not self.closed.is_set():
+            rid, frame = self.session.request(method, params if params is not None else {})
+            self.session.forget(rid)
+            self._send(frame)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        if not self.closed.is_set():
+            self._send(self.session.notification(method, params if params is not None else {}))
+
+    def respond(self, rid: int | str | None, result: Any) -> None:
+        if rid is not None:
+            self._send(self.session.response(rid, result))
+
+    def error(self, rid: int | str | None, code: int, message: str) -> None:
+        if rid is not None:
+            self._send(self.session.error(rid, code, message))
+
+    async def drain(self) -> None:
+        await self._writer._drained.wait()
+
+    def close_write(self) -> None:
+        """EOF to the peer."""
+        if self._wtransport is not None and not self._wtransport.is_closing():
+            self._wtransport.close()
+
+    async def flush_close(self) -> None:
+        """EOF to the peer after everything written so far has left."""
+        self.close_write()
+        if self._wtransport is not None:
+            await self._writer.lost_event.wait()
+
+    def close(self) -> None:
+        self.close_write()
+        if self._rtransport is not None and not self._rtransport.is_closing():
+            self._rtransport.close()
+
+    # ----------------------------------------------------------------- input
+    def _data(self, data: bytes) -> None:
+        if self.closed.is_set():
+            return
+        try:
+            events = self.session.feed(data)
+        except ControlProtocolError as exc:
+            self._fail(str(exc))
+            return
+        finally:
+            for frame in self.session.outbox:
+                self._send(frame)
+            self.session.outbox.clear()
+        for ev in events:
+            if isinstance(ev, Reply):
+                fut = self._waiters.pop(ev.id, None)
+                if fut is not None and not fut.done():
+                    if ev.error is not None:
+                        fut.set_exception(RemoteError(ev.error.code, ev.error.message))
+                    else:
+                        fut.set_result(ev.result)
+            else:
+                self._on_incoming(ev)
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        if self._rtransport is not None:
+            self._rtransport.close()
+        self._eof()
+
+    def _eof(self) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(ChannelClosed(self.failure or "control channel closed"))
+        self._waiters.clear()
+
+
+class _StderrDrain(asyncio.Protocol):
+    """Each line the child writes on stderr becomes one `subagent.stderr` event."""
+
+    def __init__(self, logger: Logger) -> None:
+        self._log = logger
+        self._buf = b""
+        self.done = asyncio.Event()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf + data
+        *lines, self._buf = buf.split(b"\n")
+        if len(self._buf) > STDERR_LINE_MAX:
+            lines.append(self._buf)
+            self._buf = b""
+        for line in lines:
+            if line.strip():
+                self._log.info("subagent.stderr", line=line[:STDERR_LINE_MAX].decode("utf-8", "replace"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._buf.strip():
+            self._log.info("subagent.stderr", line=self._buf.decode("utf-8", "replace"))
+        self._buf = b""
+        self.done.set()
+
+
+class ChildProcess:
+    """One live subagent process, whoever forked it (exec or forkserver)."""
+
+    def __init__(self, handle: str, pid: int, stdin_w: int, stdout_r: int, stderr_r: int,
+                 on_incoming: Callable[[Incoming], None], *, max_frame: int) -> None:
+        self.handle = handle
+        self.pid = pid
+        self.returncode: int | None = None
+        self.exited = asyncio.Event()
+        self.log = log.bind(handle=handle, pid=pid)
+        self.channel = Channel(ControlSession("parent", max_frame=max_frame),
+                               stdout_r, stdin_w, on_incoming)
+        self._stderr_fd = stderr_r
+        self._stderr: _StderrDrain | None = None
+        self._stderr_transport: asyncio.ReadTransport | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stderr = _StderrDrain(self.log)
+        self._stderr_transport, _ = await loop.connect_read_pipe(
+            lambda: self._stderr, os.fdopen(self._stderr_fd, "rb", buffering=0))  # type: ignore[return-value]
+        await self.channel.start()
+
+    def set_exit(self, returncode: int) -> None:
+        if self.returncode is None:
+            self.returncode = returncode
+            self.exited.set()
+
+    def signal(self, sig: int) -> None:
+        """Signal the child's process group (it leads its own session)."""
+        if self.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    async def wait(self, within: float | None = None) -> bool:
+        """True once the child has exited and been reaped (waiting at most `within` s)."""
+        if within is None:
+            await self.exited.wait()
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(within, 0.0)):
+                await self.exited.wait()
+        return self.exited.is_set()
+
+    async def ladder(self, budget: float, *, ask: str | None = "child/shutdown",
+                     reason: str = "") -> int:
+        """End the child: ask → EOF → SIGTERM → SIGKILL, within `budget` seconds; reaped."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + budget
+        rung = "exit"
+        if not self.exited.is_set() and ask and not self.channel.closed.is_set():
+            rung = "ask"
+            self.channel.ask(ask)
+            await self.wait(budget * ASK_SHARE)
+        if not self.exited.is_set():
+            rung = "eof"
+            self.channel.close_write()
+            await self.wait(min(budget * EOF_SHARE, end - loop.time()))
+        if not self.exited.is_set():
+            rung = "sigterm"
+            self.signal(signal.SIGTERM)
+            await self.wait(min(budget * TERM_SHARE, end - loop.time()))
+        if not self.exited.is_set():
+            rung = "sigkill"
+            self.signal(signal.SIGKILL)
+            if not await self.wait(max(end - loop.time(), 1.0)):
+                self.log.error("subagent.unreaped", detail="still not reaped after SIGKILL")
+                await self.wait()
+        self.log.debug("subagent.ladder", rung=rung, reason=reason, returncode=self.returncode)
+        return self.returncode  # type: ignore[return-value]
+
+    async def close(self) -> None:
+        """Release the pipes once the child is gone (stderr read to its end first)."""
+        self.channel.close()
+        if self._stderr is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._stderr.done.wait()
+        if self._stderr_transport is not None:
+            self._stderr_transport.close()
+
+
+class ExecSpawner:
+    """`--spawn exec`: each child is a fresh `posix_spawn` of `sys.executable`."""
+
+    name = "exec"
+
+    def __init__(self) -> None:
+        self._watch: dict[int, tuple[int, ChildProcess]] = {}
+
+    async def start(self) -> None:
+        pass
+
+    async def spawn(self, handle: str, on_incoming: Callable[[Incoming], None], *,
+                    max_frame: int, env: dict[str, str] | None = None) -> ChildProcess:
+        r0, w0 = os.pipe()
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        argv = child_argv()
+        try:
+            # posix_spawn is vfork+exec: it returns in about a millisecond
+            pid = os.posix_spawn(  # noqa: ASYNC221
+                argv[0], argv, child_env(env),
+                file_actions=[(os.POSIX_SPAWN_DUP2, r0, 0), (os.POSIX_SPAWN_DUP2, w1, 1),
+                              (os.POSIX_SPAWN_DUP2, w2, 2)],
+                setsid=True)
+        except BaseException:
+            for fd in (r0, w0, r1, w1, r2, w2):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (r0, w1, w2):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        proc = ChildProcess(handle, pid, w0, r1, r2, on_incoming, max_frame=max_frame)
+        self._watch_exit(proc)
+        await proc.start()
+        return proc
+
+    def _watch_exit(self, proc: ChildProcess) -> None:
+        loop = asyncio.get_running_loop()
+        pidfd = os.pidfd_open(proc.pid)
+        self._watch[pidfd] = (pidfd, proc)
+
+        def reap() -> None:
+            try:
+                pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (should not happen)
+                pid, status = proc.pid, 255 << 8
+            if pid == 0:
+                return
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._watch.pop(pidfd, None)
+            proc.set_exit(os.waitstatus_to_exitcode(status))
+
+        loop.add_reader(pidfd, reap)
+
+    async def aclose(self) -> None:
+        pass

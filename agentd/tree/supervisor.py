@@ -1,0 +1,574 @@
+"""The supervisor: the ONE spawn chokepoint and the owner of every subagent process.
+
+`Supervisor` implements `agentd.tree.api.SubagentBackend`.  The in-loop
+self-tools of the root agent (caller `"0"`), the self-MCP's `subagent.*` tools
+(caller `"served"`), and every subagent's own self-tools (arriving as `tree/*`
+requests on that child's control wire, so the caller is the pipe's handle,
+never a claim) all call the same `spawn()`, which:
+
+* mints the child's handle and depth from the caller's handle: `0.3`,
+  `0.3.1`, ...; `served.{n}` for runs a peer started over the self-MCP.  A
+  handle's depth is its number of dotted components (the root has depth 1);
+* checks, in this order, and refuses with `SpawnRefused` (shown as an
+  `isError` tool result, never a crash):
+    - `spawn refused: caller handle 0.7 is not running`
+    - `spawn refused: max_depth=4 reached at handle 0.2.1.3`
+    - `spawn refused: tool_scope widens the caller's scope at handle 0.2 (not in scope: x)`
+    - `spawn refused: max_children=16 reached at handle 0.2`  (live children of the caller)
+    - `spawn refused: max_subagents=256 reached at handle 0.2`  (live subagents in the tree)
+    - `spawn refused: token_ceiling=50000 reached at handle 0.2`  (tokens spent by the tree)
+
+Processes are flat: every subagent, at any depth, is a child process of the
+root agentd (or of its forkserver), so caps, handles and cancellation live in
+one place; a subtree is the set of handles under a prefix.  Everything is
+structured: each run is a task in the supervisor's TaskGroup, a node's end
+cancels its live non-detached descendants, and `aclose()` walks the kill
+ladder over every live child within `--drain-timeout`.
+
+Terminal handles stay readable for `terminal_ttl` seconds (default 600) and at
+most `keep_terminal` of them are kept (default 1024, oldest evicted first);
+after that `status()` raises `UnknownHandle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agentd.config import Config
+from agentd.log import log
+from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.tree.child import FAULT_ENV
+from agentd.tree.control import (
+    CHILD_ERROR,
+    SPAWN_REFUSED,
+    UNKNOWN_HANDLE,
+    ChildConfig,
+    HandleBody,
+    Incoming,
+    MessageParams,
+    RunOutcome,
+    TurnState,
+)
+from agentd.tree.procs import ChannelClosed, ChildProcess, ExecSpawner, RemoteError
+
+__all__ = ["ROOT", "SERVED", "Supervisor"]
+
+ROOT = "0"
+SERVED = "served"
+DEFAULT_TERMINAL_TTL = 600.0
+DEFAULT_KEEP_TERMINAL = 1024
+CONFIGURE_TIMEOUT = 60.0  # the least time a child gets to answer child/configure
+
+
+def _raise_fd_limit(want: int) -> None:
+    """Each live child holds 3-4 fds here: lift the soft RLIMIT_NOFILE toward the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def depth_of(handle: str) -> int:
+    return handle.count(".") + 1
+
+
+def _within(handle: str, ancestor: str) -> bool:
+    return handle.startswith(ancestor + ".")
+
+
+class _Node:
+    def __init__(self, handle: str, parent: str, scope: frozenset[str], mode: str,
+                 request: SpawnRequest | None) -> None:
+        self.handle = handle
+        self.parent = parent
+        self.depth = depth_of(handle)
+        self.scope = scope
+        self.mode = mode
+        self.request = request
+        self.state = HandleState(handle=handle)
+        self.proc: ChildProcess | None = None
+        self.seq = itertools.count(1)
+        self.live_children: set[str] = set()
+        self.done = asyncio.Event()
+        self.stop = asyncio.Event()
+        self.stop_reason = "cancelled"
+        self.idle = asyncio.Event()  # warm: a turn is not running
+        self.turn_lock = asyncio.Lock()
+        self.tokens = 0
+        self.spawned_at = time.monotonic()
+        self.first_frame: float | None = None
+        self.finished_at: float | None = None
+        self.reason: str | None = None
+        self.fault = os.environ.get(FAULT_ENV)
+
+    @property
+    def live(self) -> bool:
+        return not self.state.done
+
+
+class Supervisor:
+    """The subagent backend of one agentd process (see module doc).
+
+    Use as `async with Supervisor(config) as sup:`; hand `sup` to the self-MCP
+    (caller "served") and to the root loop's self-tools (caller "0").
+    `spawn` is `config.spawn` unless given ("exec" or "forkserver").
+    """
+
+    def __init__(self, config: Config, *, scope: Iterable[str] | None = None,
+                 spawn: str | None = None, run_id: str = "",
+                 terminal_ttl: float = DEFAULT_TERMINAL_TTL,
+                 keep_terminal: int = DEFAULT_KEEP_TERMINAL,
+                 max_frame: int | None = None) -> None:
+        from agentd_native import MAX_FRAME
+
+        self.config = config
+        self.run_id = run_id
+        self.max_frame = max_frame or MAX_FRAME
+        self.terminal_ttl = terminal_ttl
+        self.keep_terminal = keep_terminal
+        root_scope = frozenset(scope if scope is not None else (s.name for s in config.mcp))
+        self._nodes: dict[str, _Node] = {
+            ROOT: _Node(ROOT, "", root_scope, "root", None),
+            SERVED: _Node(SERVED, "", root_scope, "root", None),
+        }
+        self._terminal: OrderedDict[str, float] = OrderedDict()
+        self._callbacks: list[Callable[[HandleState], None]] = []
+        self._counts = dict.fromkeys(
+            ("spawned", "running", "completed", "failed", "cancelled", "budget_exhausted",
+             "deadline", "refused", "evicted"), 0)
+        self._live = 0
+        self._root_tokens = 0
+        self._spent = 0  # tokens of finished subagents
+        mode = spawn or config.spawn
+        if mode == "forkserver":
+            from agentd.tree.forkserver import ForkserverSpawner
+
+            self._spawner: Any = ForkserverSpawner()
+        else:
+            self._spawner = ExecSpawner()
+        # A started child answers its first frame before its heavy imports, but under
+        # a burst of exec spawns it may wait for a CPU: be patient, yet bounded.
+        self._configure_within = max(config.init_timeout, CONFIGURE_TIMEOUT)
+        self._tg: asyncio.TaskGroup | None = None
+        self._closing = False
+        self.log = log.bind(component="supervisor")
+
+    # ------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> Supervisor:
+        _raise_fd_limit(4 * self.config.max_subagents + 256)
+        self._tg = asyncio.TaskGroup()
+        await self._tg.__aenter__()
+        try:
+            await self._spawner.start()
+        except BaseException:
+            await self._tg.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.aclose()
+        finally:
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                await tg.__aexit__(*exc)
+            await self._spawner.aclose()
+
+    async def aclose(self) -> None:
+        """Drain: the kill ladder over every live subagent, within --drain-timeout."""
+        self._closing = True
+        live = [n for n in self._nodes.values() if n.live and n.request is not None]
+        for node in live:
+            self._request_stop(node, "cancelled")
+        if live:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.drain_timeout + 5.0):
+                    await asyncio.gather(*(n.done.wait() for n in live))
+
+    # ------------------------------------------------------------- backend
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+        node = self._admit(caller, request)
+        assert self._tg is not None, "use the Supervisor as an async context manager"
+        self._tg.create_task(self._drive(node), name=f"subagent {node.handle}")
+        if request.mode != "sync":
+            return node.state
+        try:
+            await node.done.wait()
+        except asyncio.CancelledError:  # the caller gave up: so does its child
+            self._request_stop(node, "cancelled")
+            raise
+        return node.state
+
+    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+        node = self._nodes.get(handle)
+        if node is None or node.request is None or not _within(handle, caller):
+            raise UnknownHandle(handle)
+        if node.mode != "warm":
+            raise UnknownHandle(f"{handle} is not a warm session")
+        async with node.turn_lock:
+            await node.idle.wait()
+            if not node.live or node.proc is None:
+                return node.state
+            node.idle.clear()
+            try:
+                outcome = await self._until_stopped(
+                    node, node.proc.channel.call("child/send", MessageParams(message)))
+            except (ChannelClosed, RemoteError) as exc:
+                outcome = RunOutcome(status="failed", reason=str(exc))
+            finally:
+                node.idle.set()
+        if outcome is None:
+            return node.state
+        if outcome.status != "completed":
+            self._request_stop(node, outcome.status)
+        self._charge(node, outcome.tokens)
+        node.state.result = outcome.result
+        node.state.partial = outcome.partial
+        return TurnState(handle=handle, status=node.state.status, partial=outcome.partial,
+                         result=outcome.result, started=node.state.started)
+
+    def status(self, handle: str) -> HandleState:
+        self._evict()
+        node = self._nodes.get(handle)
+        if node is None or node.request is None:
+            raise UnknownHandle(handle)
+        return node.state
+
+    async def cancel(self, handle: str) -> HandleState:
+        node = self._nodes.get(handle)
+        if node is None or node.request is None:
+            raise UnknownHandle(handle)
+        subtree = [n for h, n in self._nodes.items()
+                   if (h == handle or _within(h, handle)) and n.live and n.request is not None]
+        for n in subtree:
+            self._request_stop(n, "cancelled")
+        if subtree:
+            await asyncio.gather(*(n.done.wait() for n in subtree))
+        return node.state
+
+    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
+        self._callbacks.append(callback)
+
+    def counts(self) -> dict[str, int]:
+        out = dict(self._counts)
+        out["running"] = self._live
+        return out
+
+    # ------------------------------------------------------------ extras
+    def charge_root(self, tokens: int) -> None:
+        """The root loop reports its own total tokens (for the tree ceiling)."""
+        self._root_tokens = max(self._root_tokens, tokens)
+
+    @property
+    def tree_tokens(self) -> int:
+        live = sum(n.tokens for n in self._nodes.values() if n.live and n.request is not None)
+        return self._root_tokens + self._spent + live
+
+    def live_pids(self) -> list[int]:
+        return [n.proc.pid for n in self._nodes.values()
+                if n.proc is not None and n.proc.returncode is None]
+
+    def process(self, handle: str) -> ChildProcess | None:
+        """The live or last process of a handle (tests, benchmarks, diagnostics)."""
+        node = self._nodes.get(handle)
+        return node.proc if node is not None else None
+
+    def timing(self, handle: str) -> tuple[float, float | None]:
+        """(spawned_at, first_frame) monotonic times of a handle (benchmarks)."""
+        node = self._nodes[handle]
+        return node.spawned_at, node.first_frame
+
+    # ----------------------------------------------------------- chokepoint
+    def _refuse(self, caller: str, text: str) -> SpawnRefused:
+        self._counts["refused"] += 1
+        self.log.warning("subagent.refused", caller=caller, reason=text)
+        return SpawnRefused(text)
+
+    def _admit(self, caller: str, request: SpawnRequest) -> _Node:
+        cfg = self.config
+        if self._closing:
+            raise self._refuse(caller, "spawn refused: shutting down")
+        parent = self._nodes.get(caller)
+        if parent is None or (parent.request is not None and not parent.live):
+            raise self._refuse(caller, f"spawn refused: caller handle {caller} is not running")
+        depth = parent.depth + 1
+        if depth > cfg.max_depth:
+            raise self._refuse(caller, f"spawn refused: max_depth={cfg.max_depth} reached "
+                                       f"at handle {caller}")
+        if request.mode not in ("sync", "async", "warm", "detach"):
+            raise self._refuse(caller, f"spawn refused: unknown mode {request.mode!r}")
+        scope = parent.scope if request.tool_scope is None else frozenset(request.tool_scope)
+        wider = scope - parent.scope
+        if wider:
+            raise self._refuse(caller, "spawn refused: tool_scope widens the caller's scope "
+                                       f"at handle {caller} (not in scope: "
+                                       f"{', '.join(sorted(wider))})")
+        if len(parent.live_children) >= cfg.max_children:
+            raise self._refuse(caller, f"spawn refused: max_children={cfg.max_children} "
+                                       f"reached at handle {caller}")
+        if self._live >= cfg.max_subagents:
+            raise self._refuse(caller, f"spawn refused: max_subagents={cfg.max_subagents} "
+                                       f"reached at handle {caller}")
+        if cfg.token_ceiling is not None and self.tree_tokens >= cfg.token_ceiling:
+            raise self._refuse(caller, f"spawn refused: token_ceiling={cfg.token_ceiling} "
+                                       f"reached at handle {caller}")
+        self._evict()
+        handle = f"{caller}.{next(parent.seq)}"
+        node = _Node(handle, caller, scope, request.mode, request)
+        if request.mode == "warm":
+            node.idle.clear()
+        else:
+            node.idle.set()
+        self._nodes[handle] = node
+        parent.live_children.add(handle)
+        self._live += 1
+        self._counts["spawned"] += 1
+        return node
+
+    def _child_config(self, node: _Node) -> ChildConfig:
+        cfg = self.config
+        req = node.request
+        assert req is not None
+        budget = None
+        if cfg.token_ceiling is not None:
+            budget = max(cfg.token_ceiling - self.tree_tokens, 0)
+        return ChildConfig(
+            handle=node.handle, depth=node.depth, instruction=req.instruction,
+            output_contract=req.output_contract, mode=node.mode,
+            tool_scope=tuple(sorted(node.scope)),
+            mcp=tuple(s for s in cfg.mcp if s.name in node.scope),
+            intelligence=cfg.intelligence, model=cfg.model, max_steps=cfg.max_steps,
+            deadline=cfg.deadline, token_budget=budget, max_depth=cfg.max_depth,
+            max_children=cfg.max_children, max_subagents=cfg.max_subagents,
+            observation_bytes=cfg.observation_bytes, init_timeout=cfg.init_timeout,
+            ping_interval=cfg.ping_interval, drain_timeout=cfg.drain_timeout,
+            max_frame=self.max_frame, log_format=cfg.log_format,
+            log_level=os.environ.get("AGENTD_LOG_LEVEL", "info").lower(),
+            run_id=self.run_id, secrets_dir=cfg.secrets_dir)
+
+    # ------------------------------------------------------------- one run
+    async def _drive(self, node: _Node) -> None:
+        budget = self.config.drain_timeout
+        proc: ChildProcess | None = None
+        try:
+            env = None
+            if node.fault is not None:  # test-only fault injection, as set at spawn time
+                env = {**os.environ, FAULT_ENV: node.fault}
+            try:
+                proc = await self._spawner.spawn(
+                    node.handle, lambda ev: self._incoming(node, ev),
+                    max_frame=self.max_frame, env=env)
+            except Exception as exc:  # fds exhausted, forkserver gone, ...: this run fails
+                self._finish(node, "failed", reason=f"spawn failed: {exc}")
+                return
+            node.proc = proc
+            self.log.info("subagent.spawn", handle=node.handle, pid=proc.pid, depth=node.depth,
+                          mode=node.mode, scope=sorted(node.scope), spawn=self._spawner.name)
+            await self._run(node, proc, budget)
+        finally:
+            if proc is not None:
+                if proc.returncode is None:
+                    await asyncio.shield(proc.ladder(budget, ask=None, reason="cleanup"))
+                await proc.close()
+                if node.live:
+                    self._finish(node, "failed", reason=self._why(proc))
+                emit = self.log.warning if node.state.status == "failed" else self.log.info
+                emit("subagent.exit", handle=node.handle, pid=proc.pid,
+                     returncode=proc.returncode, status=node.state.status, reason=node.reason)
+            elif node.live:
+                self._finish(node, "cancelled", reason="cancelled before start")
+
+    @staticmethod
+    def _why(proc: ChildProcess) -> str:
+        if proc.channel.failure:
+            return f"protocol error: {proc.channel.failure}"
+        rc = proc.returncode
+        if rc is not None and rc < 0:
+            return f"killed by signal {-rc}"
+        return f"exited with code {rc} before its result"
+
+    async def _until_stopped(self, node: _Node, call: Any) -> Any:
+        """Await a control call unless the node is asked to stop first (then None)."""
+        task = asyncio.ensure_future(call)
+        stop = asyncio.ensure_future(node.stop.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ChannelClosed, RemoteError):
+                    await task
+        return task.result() if task.done() and not task.cancelled() else None
+
+    async def _run(self, node: _Node, proc: ChildProcess, budget: float) -> None:
+        req = node.request
+        assert req is not None
+        try:
+            await self._until_stopped(node, proc.channel.call(
+                "child/configure", self._child_config(node), within=self._configure_within))
+            node.first_frame = time.monotonic()
+            outcome = None
+            if not node.stop.is_set():
+                outcome = await self._until_stopped(
+                    node, proc.channel.call("child/run", MessageParams(req.instruction)))
+        except TimeoutError:
+            proc.channel.failure = proc.channel.failure or "no answer to child/configure"
+            await proc.ladder(budget, ask=None, reason="configure timeout")
+            self._finish(node, "failed", reason="no answer to child/configure within "
+                                                f"{self._configure_within}s")
+            return
+        except (ChannelClosed, RemoteError):
+            outcome = None
+        if node.stop.is_set():  # cancel / drain / parent ended: ask the child to cancel
+            ask = "child/cancel" if not proc.channel.closed.is_set() else None
+            await proc.ladder(budget, ask=ask, reason=node.stop_reason)
+            self._finish(node, node.stop_reason, partial=True, result=node.state.result,
+                         reason=node.stop_reason)
+            return
+        if outcome is None:  # the wire broke or the child died
+            if proc.channel.failure:  # protocol error: end it through the ladder
+                await proc.ladder(budget, ask=None, reason="protocol error")
+            else:
+                await proc.wait(budget)
+            self._finish(node, "failed", reason=self._why(proc))
+            return
+        self._charge(node, outcome.tokens)
+        if node.mode == "warm" and outcome.status == "completed":
+            node.state.result = outcome.result
+            node.state.partial = outcome.partial
+            node.idle.set()
+            closed = asyncio.ensure_future(proc.channel.closed.wait())
+            stop = asyncio.ensure_future(node.stop.wait())
+            try:
+                await asyncio.wait({closed, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                closed.cancel()
+                stop.cancel()
+            async with node.turn_lock:
+                pass  # let a send in flight see the stop
+            if node.stop.is_set():
+                await proc.ladder(budget, ask="child/shutdown", reason=node.stop_reason)
+                self._finish(node, node.stop_reason, partial=node.state.partial,
+                             result=node.state.result, reason=node.stop_reason)
+            else:
+                await proc.ladder(budget, ask=None, reason="wire closed")
+                self._finish(node, "failed", reason=self._why(proc))
+            return
+        # the child exits on its own after its result; make sure it does
+        if not await proc.wait(budget * 0.4):
+            await proc.ladder(budget * 0.6, ask="child/shutdown", reason="lingering")
+        self._finish(node, outcome.status, partial=outcome.partial, result=outcome.result,
+                     reason=outcome.reason)
+
+    def _charge(self, node: _Node, tokens: int) -> None:
+        node.tokens = max(node.tokens, tokens)
+
+    def _request_stop(self, node: _Node, reason: str) -> None:
+        if node.live and not node.stop.is_set():
+            node.stop_reason = reason
+            node.stop.set()
+
+    def _finish(self, node: _Node, status: str, *, partial: bool = False, result: Any = None,
+                reason: str | None = None) -> None:
+        if not node.live:
+            return
+        if status not in TERMINAL:
+            status = "failed"
+        node.state.status = status
+        node.state.partial = partial
+        node.state.result = result
+        node.reason = reason
+        if status == "failed" and result is None and reason:
+            node.state.result = {"error": reason}
+        node.finished_at = time.monotonic()
+        node.idle.set()  # a send waiting for the session sees it ended
+        self._terminal[node.handle] = node.finished_at
+        self._live -= 1
+        self._spent += node.tokens
+        self._counts[status] = self._counts.get(status, 0) + 1
+        parent = self._nodes.get(node.parent)
+        if parent is not None:
+            parent.live_children.discard(node.handle)
+            if parent.proc is not None and parent.live:
+                parent.proc.channel.notify("child/terminal", self._body(node.state))
+        node.done.set()
+        # structured: nothing outlives its run (detached subagents excepted)
+        for h, n in list(self._nodes.items()):
+            if _within(h, node.handle) and n.live and n.mode != "detach":
+                self._request_stop(n, "cancelled")
+        for cb in self._callbacks:
+            try:
+                cb(node.state)
+            except Exception as exc:  # a callback's bug must not stop the tree
+                self.log.error("subagent.callback_error", handle=node.handle, error=repr(exc))
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        while self._terminal:
+            handle, at = next(iter(self._terminal.items()))
+            if now - at < self.terminal_ttl and len(self._terminal) <= self.keep_terminal:
+                break
+            del self._terminal[handle]
+            node = self._nodes.get(handle)
+            if node is not None and not node.live_children:
+                del self._nodes[handle]
+                self._counts["evicted"] += 1
+
+    # -------------------------------------------------- requests from children
+    @staticmethod
+    def _body(state: HandleState) -> HandleBody:
+        return HandleBody(handle=state.handle, status=state.status, partial=state.partial,
+                          result=state.result if state.done else None)
+
+    def _incoming(self, node: _Node, ev: Incoming) -> None:
+        if ev.method == "child/progress":
+            self._charge(node, ev.params.tokens)
+            return
+        if self._tg is None or not node.live:
+            if node.proc is not None:
+                node.proc.channel.error(ev.id, SPAWN_REFUSED, "spawn refused: shutting down")
+            return
+        self._tg.create_task(self._serve_request(node, ev))
+
+    async def _serve_request(self, node: _Node, ev: Incoming) -> None:
+        proc = node.proc
+        assert proc is not None
+        ch = proc.channel
+        p = ev.params
+        try:
+            if ev.method == "tree/spawn":
+                state = await self.spawn(node.handle, SpawnRequest(
+                    instruction=p.instruction, output_contract=p.output_contract,
+                    tool_scope=p.tool_scope, mode=p.mode))  # type: ignore[arg-type]
+            else:
+                if not _within(p.handle, node.handle):
+                    raise UnknownHandle(p.handle)
+                if ev.method == "tree/send":
+                    state = await self.send(node.handle, p.handle, p.message)
+                elif ev.method == "tree/status":
+                    state = self.status(p.handle)
+                else:
+                    state = await self.cancel(p.handle)
+            ch.respond(ev.id, self._body(state))
+        except SpawnRefused as exc:
+            ch.error(ev.id, SPAWN_REFUSED, str(exc))
+        except UnknownHandle as exc:
+            ch.error(ev.id, UNKNOWN_HANDLE, f"unknown handle {exc}")
+        except Exception as exc:
+            self.log.error("subagent.request_error", handle=node.handle, method=ev.method,
+                           error=repr(exc))
+            ch.error(ev.id, CHILD_ERROR, f"{type(exc).__name__}: {exc}")
+

@@ -1,0 +1,105 @@
+"""Run the real `agentd` console script as a subprocess from an async test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Done:
+    rc: int
+    stdout: str
+    stderr: str
+    logs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def result(self) -> dict[str, Any]:
+        lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        assert len(lines) == 1, f"expected one stdout object, got {self.stdout!r}\n{self.stderr}"
+        return json.loads(lines[0])
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.logs if e.get("event") == name]
+
+
+def _parse_logs(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            obj = json.loads(line)
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+def agentd_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AGENTD_INTELLIGENCE", "AGENTD_MODEL"))}
+    env.update(extra)
+    return env
+
+
+class Agentd:
+    """A running agentd; `wait_for_event()` is a readiness wait on its stderr log."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._stderr: list[str] = []
+        self._seen = asyncio.Condition()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stderr is not None
+        async for line in self.proc.stderr:
+            async with self._seen:
+                self._stderr.append(line.decode(errors="replace"))
+                self._seen.notify_all()
+
+    async def wait_for_event(self, event: str, *, limit: float = 60.0, **match: Any) -> None:
+        def found() -> bool:
+            for e in _parse_logs("".join(self._stderr)):
+                if e.get("event") == event and all(e.get(k) == v for k, v in match.items()):
+                    return True
+            return False
+
+        async with asyncio.timeout(limit), self._seen:
+            await self._seen.wait_for(lambda: found() or self._reader.done())
+        assert found(), f"agentd never logged {event} {match}:\n{''.join(self._stderr)}"
+
+    def signal(self, sig: int = signal.SIGINT) -> None:
+        self.proc.send_signal(sig)
+
+    async def done(self, *, limit: float = 120.0) -> Done:
+        assert self.proc.stdout is not None
+        try:
+            async with asyncio.timeout(limit):
+                out = await self.proc.stdout.read()
+                rc = await self.proc.wait()
+                await self._reader
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise AssertionError(f"agentd did not finish:\n{''.join(self._stderr)}") from None
+        err = "".join(self._stderr)
+        return Done(rc=rc, stdout=out.decode(), stderr=err, logs=_parse_logs(err))
+
+
+async def start_agentd(agentd_bin: str, args: Sequence[str], *,
+                       env: dict[str, str] | None = None) -> Agentd:
+    proc = await asyncio.create_subprocess_exec(
+        agentd_bin, *args, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env if env is not None else agentd_env())
+    return Agentd(proc)
+
+
+async def run_agentd(agentd_bin: str, args: Sequence[str], *,
+                     env: dict[str, str] | None = None, limit: float = 120.0) -> Done:
+    return await (await start_agentd(agentd_bin, args, env=env)).done(limit=limit)

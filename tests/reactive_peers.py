@@ -1,0 +1,160 @@
+"""A watched MCP server built on the official SDK's low-level `Server`, for the
+reactive tests and benchmark. Run as a script:
+
+    python tests/reactive_peers.py PORT [--no-subscribe] [--state FILE]
+
+It serves Streamable HTTP at http://127.0.0.1:PORT/mcp with subscribable
+resources `watch://counter/a` and `watch://counter/b` (text bodies
+`{"uri", "value", "t_ns"}`; `t_ns` is CLOCK_MONOTONIC at the last change, so a
+reader in another process can measure publish -> read). Control routes, plain
+HTTP beside the MCP endpoint:
+
+* `POST /bump?uri=U&times=N` — change U N times, sending
+  `notifications/resources/updated{U}` to each subscribed session after each
+  change (state first, then the notification, as a real server would);
+* `POST /set?uri=U&value=V` — change U without notifying (a change "missed");
+* `GET /stats` — `{"subscribe": n, "unsubscribe": n, "read": n, "sessions": n,
+  "wire": {method: n}}`: handler calls, and every JSON-RPC method POSTed as it
+  was on the wire.
+
+`--no-subscribe` registers no `resources/subscribe` handler, so the server does
+not advertise `resources.subscribe`. `--state FILE` keeps the counters across
+a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+URIS = ("watch://counter/a", "watch://counter/b")
+
+
+def main(argv: list[str]) -> None:
+    import mcp_types as types
+    import uvicorn
+    from mcp.server.lowlevel import Server
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    port = int(argv[0])
+    subscribable = "--no-subscribe" not in argv
+    state_file = Path(argv[argv.index("--state") + 1]) if "--state" in argv else None
+    values = {u: 0 for u in URIS}
+    stamps = {u: time.monotonic_ns() for u in URIS}
+    if state_file and state_file.exists():
+        values.update(json.loads(state_file.read_text()))
+    subscribers: dict[str, dict[int, object]] = {u: {} for u in URIS}
+    stats = {"subscribe": 0, "unsubscribe": 0, "read": 0}
+
+    def save() -> None:
+        if state_file:
+            tmp = state_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(values))
+            os.replace(tmp, state_file)
+
+    async def list_resources(ctx, params):
+        return types.ListResourcesResult(resources=[
+            types.Resource(uri=u, name=u.rsplit("/", 1)[-1], mime_type="application/json")
+            for u in URIS])
+
+    async def read_resource(ctx, params):
+        uri = str(params.uri)
+        stats["read"] += 1
+        if uri not in values:
+            raise ValueError(f"no such resource {uri}")
+        body = json.dumps({"uri": uri, "value": values[uri], "t_ns": stamps[uri]})
+        return types.ReadResourceResult(contents=[
+            types.TextResourceContents(uri=uri, mime_type="application/json", text=body)])
+
+    async def subscribe(ctx, params):
+        stats["subscribe"] += 1
+        uri = str(params.uri)
+        subscribers.setdefault(uri, {})[id(ctx.session)] = ctx.session
+        return types.EmptyResult()
+
+    async def unsubscribe(ctx, params):
+        stats["unsubscribe"] += 1
+        subscribers.get(str(params.uri), {}).pop(id(ctx.session), None)
+        return types.EmptyResult()
+
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=[types.Tool(
+            name="peek", description="the counters", input_schema={"type": "object"})])
+
+    async def call_tool(ctx, params):
+        return types.CallToolResult(content=[types.TextContent(type="text",
+                                                               text=json.dumps(values))])
+
+    kwargs = dict(on_list_resources=list_resources, on_read_resource=read_resource,
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+    if subscribable:
+        kwargs.update(on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe)
+    server = Server("reactive-watched", version="1.0.0", **kwargs)
+
+    async def notify(uri: str) -> None:
+        for key, session in list(subscribers.get(uri, {}).items()):
+            try:
+                await session.send_resource_updated(uri)
+            except Exception:  # a gone session
+                subscribers[uri].pop(key, None)
+
+    async def bump(request: Request) -> Response:
+        uri = request.query_params["uri"]
+        times = int(request.query_params.get("times", "1"))
+        for _ in range(times):
+            values[uri] = values.get(uri, 0) + 1
+            stamps[uri] = time.monotonic_ns()
+            await notify(uri)
+        save()
+        return JSONResponse({"uri": uri, "value": values[uri]})
+
+    async def set_value(request: Request) -> Response:
+        uri = request.query_params["uri"]
+        values[uri] = int(request.query_params["value"])
+        stamps[uri] = time.monotonic_ns()
+        save()
+        return JSONResponse({"uri": uri, "value": values[uri]})
+
+    async def get_stats(request: Request) -> Response:
+        live = {id(s) for subs in subscribers.values() for s in subs.values()}
+        return JSONResponse({**stats, "sessions": len(live)})
+
+    app = server.streamable_http_app(custom_starlette_routes=[
+        Route("/bump", bump, methods=["POST"]),
+        Route("/set", set_value, methods=["POST"]),
+        Route("/stats", get_stats, methods=["GET"]),
+    ])
+    wire: dict[str, int] = {}
+    stats_wire = wire
+
+    async def sniffing(scope, receive, send):
+        """Count every JSON-RPC method POSTed, as it is on the wire."""
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+
+        async def rx():
+            msg = await receive()
+            if msg.get("type") == "http.request" and msg.get("body"):
+                try:
+                    data = json.loads(msg["body"])
+                except ValueError:
+                    data = None
+                for m in data if isinstance(data, list) else [data]:
+                    if isinstance(m, dict) and "method" in m:
+                        wire[m["method"]] = wire.get(m["method"], 0) + 1
+            return msg
+
+        return await app(scope, rx, send)
+
+    stats["wire"] = stats_wire
+    print(f"listening {port}", flush=True)
+    uvicorn.run(sniffing, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

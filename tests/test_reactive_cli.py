@@ -1,0 +1,193 @@
+"""`agentd --mode reactive` end to end: the real console script, the real loop with
+playback intelligence, the official-SDK watched server (tests/reactive_peers.py).
+
+Counts, ordering, logged events and exit codes are asserted — never durations;
+the waits below only bound how long we wait for something that must happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests import peers
+
+A, B = "watch://counter/a", "watch://counter/b"
+WAIT = 60.0
+
+
+class Agentd:
+    """An agentd process with its stdout/stderr in files; events read from stderr."""
+
+    def __init__(self, argv: list[str], tmp: Path, name: str = "agentd",
+                 env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
+        self.out = tmp / f"{name}.out"
+        self.err = tmp / f"{name}.err"
+        with open(self.out, "wb") as o, open(self.err, "wb") as e:
+            self.proc = subprocess.Popen([*(prefix or []), *argv], stdout=o, stderr=e,
+                                         env={**os.environ, **(env or {})})
+
+    def events(self, name: str | None = None) -> list[dict]:
+        out = []
+        for line in self.err.read_text().splitlines():
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if name is None or rec.get("event") == name:
+                out.append(rec)
+        return out
+
+    def wait_event(self, name: str, pred=lambda r: True, count: int = 1) -> list[dict]:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            hits = [r for r in self.events(name) if pred(r)]
+            if len(hits) >= count:
+                return hits
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no {count}x {name} (exit {self.proc.poll()}); stderr tail:\n"
+                             + "\n".join(self.err.read_text().splitlines()[-30:]))
+
+    def wait_until(self, pred) -> None:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if pred():
+                return
+            time.sleep(0.05)
+        raise AssertionError("condition not reached; stderr tail:\n"
+                             + "\n".join(self.err.read_text().splitlines()[-30:]))
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def result(self) -> dict:
+        lines = [ln for ln in self.out.read_text().splitlines() if ln.strip()]
+        assert len(lines) == 1, lines
+        return json.loads(lines[0])
+
+
+def bump(port: int, uri: str, times: int = 1) -> None:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/bump?uri={uri}&times={times}",
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
+def stats(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=30) as r:
+        return json.loads(r.read())
+
+
+INSTRUCTION = "When a watched counter changes, note its value"
+
+
+def playback(tmp: Path) -> Path:
+    path = tmp / "reactive.playback.json"
+    path.write_text(json.dumps({"playback": 1, "scripts": [{
+        "name": "reactive",
+        "match": "watched counter",
+        "turns": [
+            # every wake starts a fresh conversation at turn 1
+            {"expect": ["reactive wake", "watch://counter/"],
+             "tool_calls": [{"name": "agentd__subscribe", "arguments": {"uri": B}}]},
+            {"content": "noted"},
+        ]}]}))
+    return path
+
+
+def test_reactive_mode_wakes_reads_fresh_and_self_subscribes(agentd_bin, tmp_path) -> None:
+    with peers.python_peer("reactive_peers.py") as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{playback(tmp_path)}",
+                     "--mcp", f"watched={srv.url}", "--mode", "reactive",
+                     "--subscribe", A, "--debounce", "0.05", "--ping-interval", "60"], tmp_path)
+        try:
+            ag.wait_event("reactive.ready")
+            bump(srv.port, A, 1)
+            ag.wait_event("reactive.run")
+            # the run's queued `subscribe B` was applied after it finished
+            ag.wait_event("reactive.subscribed", lambda r: r["uri"] == B)
+            bump(srv.port, B, 3)
+            ag.wait_event("reactive.run", count=2)
+            bump(srv.port, A, 500)
+            ag.wait_until(lambda: sum(w["coalesced"] for w in ag.events("reactive.wake"))
+                          == 1 + 3 + 500)
+            ag.wait_event("reactive.run", count=len(ag.events("reactive.wake")))
+            wire = stats(srv.port)["wire"]
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    assert code == 130
+    res = ag.result()
+    assert res["status"] == "interrupted" and res["result"] == "noted"
+    wakes = ag.events("reactive.wake")
+    runs = ag.events("reactive.run")
+    assert [w["uris"] for w in wakes[:2]] == [[A], [B]]
+    assert wakes[1]["coalesced"] >= 1
+    # the burst of 500 was coalesced into few wakes; every update accounted for
+    assert sum(w["coalesced"] for w in wakes) == 1 + 3 + 500
+    assert len(wakes) <= 2 + 20
+    assert all(r["status"] == "completed" for r in runs)
+    assert res["steps"] == 2 * len(runs)
+    assert wire.get("resources/subscribe") == 2  # A (flag) and B (self), once each
+    assert wire.get("resources/read", 0) >= len(runs)  # notify-then-read
+    assert ag.events("reactive.drained")
+
+
+def test_worker_with_nowhere_and_no_mcp_stays_up_until_signalled(agentd_bin, tmp_path) -> None:
+    """The spec's worker example without a self-MCP: it must start and stay up."""
+    ag = Agentd([agentd_bin, "--instruction", "Be a reusable code-review worker",
+                 "--intelligence", f"playback:{playback(tmp_path)}",
+                 "--mode", "reactive", "--subscribe", "file:///nowhere"], tmp_path)
+    try:
+        ready = ag.wait_event("reactive.ready")
+        warn = ag.events("reactive.subscribe.unowned")
+        assert warn and warn[0]["uri"] == "file:///nowhere" and warn[0]["level"] == "warning"
+        assert ready[0]["watched"] == []
+        assert ag.proc.poll() is None  # still up
+    finally:
+        code = ag.stop(signal.SIGINT)
+    assert code == 130
+    assert ag.result()["status"] == "interrupted"
+
+
+def test_server_without_subscribe_never_sees_resources_subscribe(agentd_bin, tmp_path) -> None:
+    with peers.python_peer("reactive_peers.py", "--no-subscribe") as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{playback(tmp_path)}",
+                     "--mcp", f"plain={srv.url}", "--mode", "reactive",
+                     "--subscribe", A, "--debounce", "0"], tmp_path)
+        try:
+            ag.wait_event("reactive.ready")
+            bump(srv.port, A, 3)
+            wire = stats(srv.port)["wire"]
+        finally:
+            code = ag.stop()
+    assert code == 130
+    assert "resources/subscribe" not in wire
+    warn = ag.events("reactive.subscribe.unsupported")
+    assert [(w["uri"], w["server"], w["level"]) for w in warn] == [(A, "plain", "warning")]
+    assert ag.events("reactive.wake") == []
+
+
+@pytest.mark.parametrize("flag", ["--subscribe"])
+def test_reactive_template_is_usage_error(agentd_bin, flag) -> None:
+    proc = subprocess.run([agentd_bin, "--instruction", "x", "--mode", "reactive", flag,
+                           "watch://counter/{id}"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""

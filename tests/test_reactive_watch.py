@@ -1,0 +1,384 @@
+"""Reactive mode against real watched servers.
+
+* an official-SDK low-level `Server` (tests/reactive_peers.py) with subscribable
+  resources that it changes on request, and
+* `@modelcontextprotocol/server-everything` over Streamable HTTP (its updates
+  are opt-in through its `toggle-subscriber-updates` tool),
+
+each reached through agentd's real `Toolbox`/`MCPClient`, driving the real
+`ReactiveDaemon` and `Router`. The loop run of each wake is a recorder (the
+agent loop itself is covered by tests/test_reactive_cli.py). Assertions are on
+counts, ordering and the state each wake read — never on durations; timeouts
+below only bound a wait for something that must happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+
+import aiohttp
+import orjson
+import pytest
+
+from agentd import log as _log
+from agentd.config import ServerSpec
+from agentd.mcp.toolbox import Toolbox
+from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun
+from agentd.reactive.router import Wake
+from tests import peers
+
+WAIT = 60.0  # bound on waiting for an expected event (not an assertion)
+A, B = "watch://counter/a", "watch://counter/b"
+
+
+@pytest.fixture
+def logs():
+    buf = io.StringIO()
+    _log.configure(stream=buf, fmt="json", level="info")
+    yield buf
+    _log.configure(stream=sys.stderr)
+
+
+def events(buf: io.StringIO, name: str) -> list[dict]:
+    return [r for r in map(orjson.loads, buf.getvalue().splitlines()) if r["event"] == name]
+
+
+class Recorder:
+    """The run of each wake: records what it was woken for and what it read."""
+
+    def __init__(self, queue_subscribe: list[str] | None = None) -> None:
+        self.wakes: list[tuple[Wake, dict[str, object]]] = []
+        self.cond = asyncio.Condition()
+        self.queue_subscribe = queue_subscribe or []
+
+    async def __call__(self, wake: Wake, reads: list[Read]) -> WakeRun:
+        seen: dict[str, object] = {}
+        for r in reads:
+            try:
+                seen[r.uri] = json.loads(r.text).get("value")
+            except ValueError:
+                seen[r.uri] = r.text
+        self.wakes.append((wake, seen))
+        await asyncio.sleep(0.01)  # the loop is busy for a moment: updates coalesce
+        async with self.cond:
+            self.cond.notify_all()
+        subscribe, self.queue_subscribe = self.queue_subscribe, []
+        return WakeRun(status="completed", result=seen, steps=1, subscribe=subscribe)
+
+    async def until(self, pred) -> None:
+        async with asyncio.timeout(WAIT):
+            async with self.cond:
+                await self.cond.wait_for(pred)
+
+    def last(self, uri: str) -> object:
+        for _, seen in reversed(self.wakes):
+            if uri in seen:
+                return seen[uri]
+        return None
+
+    def updates(self, uri: str) -> int:
+        return sum(w.counts.get(uri, 0) for w, _ in self.wakes)
+
+
+async def ready(daemon: ReactiveDaemon) -> None:
+    async with asyncio.timeout(WAIT):
+        await daemon.ready.wait()
+
+
+async def eventually(pred) -> None:
+    async with asyncio.timeout(WAIT):
+        while not pred():  # noqa: ASYNC110 - polling state another task changes
+            await asyncio.sleep(0.01)
+
+
+async def post(url: str) -> dict:
+    async with aiohttp.ClientSession() as s, s.post(url) as r:
+        return await r.json()
+
+
+async def get(url: str) -> dict:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        return await r.json()
+
+
+def sdk_peer(*args: str, port: int | None = None) -> peers.PeerProcess:
+    return peers.python_peer("reactive_peers.py", *args, port=port)
+
+
+def toolbox_for(ping_interval: float | None = None, **servers: str) -> Toolbox:
+    return Toolbox([ServerSpec(name=n, url=u) for n, u in servers.items()],
+                   run_id="test", ping_interval=ping_interval)
+
+
+# -- the official-SDK server ---------------------------------------------------
+
+async def test_updates_wake_and_burst_coalesces(logs) -> None:
+    with sdk_peer() as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        rec = Recorder()
+        stop = asyncio.Event()
+        async with toolbox_for(watched=srv.url) as tb, asyncio.TaskGroup() as tg:
+            daemon = ReactiveDaemon(tb, rec, debounce=0.05)  # the default window
+            serving = tg.create_task(daemon.serve(stop, [A, B]))
+            await ready(daemon)
+            # one update: one wake, which read the new state fresh
+            await post(f"{base}/bump?uri={A}&times=1")
+            await rec.until(lambda: rec.last(A) == 1)
+            assert len(rec.wakes) == 1 and rec.wakes[0][0].counts == {A: 1}
+            # a burst of 1,000 on one URI: a few wakes, the last sees the final state
+            await post(f"{base}/bump?uri={A}&times=1000")
+            await rec.until(lambda: rec.last(A) == 1001 and rec.updates(A) == 1001)
+            burst = rec.wakes[1:]
+            assert 1 <= len(burst) <= 20, [w.counts for w, _ in burst]
+            assert burst[-1][1][A] == 1001
+            assert [s[A] for _, s in burst] == sorted(s[A] for _, s in burst)
+            stop.set()
+        result = serving.result()
+        assert result.status == "interrupted"
+        assert result.steps == len(rec.wakes)
+        stats = await get(f"{base}/stats")
+        assert stats["wire"].get("resources/subscribe") == 2
+    wakes = events(logs, "reactive.wake")
+    assert sum(w["coalesced"] for w in wakes) == 1001
+    assert all(w["uris"] == [A] for w in wakes)
+    assert [e["uri"] for e in events(logs, "reactive.subscribed")] == [A, B]
+    assert events(logs, "reactive.drained")
+
+
+async def test_debounce_window_coalesces_across_uris(logs) -> None:
+    with sdk_peer() as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        rec = Recorder()
+        stop = asyncio.Event()
+        async with toolbox_for(watched=srv.url) as tb, asyncio.TaskGroup() as tg:
+            daemon = ReactiveDaemon(tb, rec, debounce=0.5)
+            tg.create_task(daemon.serve(stop, [A, B]))
+            await ready(daemon)
+            for _ in range(5):
+                await post(f"{base}/bump?uri={A}&times=20")
+                await post(f"{base}/bump?uri={B}&times=20")
+            await rec.until(lambda: rec.updates(A) == 100 and rec.updates(B) == 100)
+            assert rec.last(A) == 100 and rec.last(B) == 100
+            # 200 updates on two URIs, debounced: far fewer wakes, each names both
+            assert len(rec.wakes) <= 5, [w.counts for w, _ in rec.wakes]
+            assert set(rec.wakes[-1][0].uris) == {A, B}
+            stop.set()
+
+
+async def test_restart_loses_nothing(logs, tmp_path) -> None:
+    state = tmp_path / "state.json"
+    srv = sdk_peer("--state", str(state)).start()
+    port = srv.port
+    base = f"http://127.0.0.1:{port}"
+    rec = Recorder()
+    stop = asyncio.Event()
+    try:
+        async with toolbox_for(watched=srv.url) as tb, asyncio.TaskGroup() as tg:
+            daemon = ReactiveDaemon(tb, rec, debounce=0.0)
+            tg.create_task(daemon.serve(stop, [A, B]))
+            await ready(daemon)
+            await post(f"{base}/bump?uri={A}&times=3")
+            # every notification accounted for (a wake may read 3 before the
+            # 2nd and 3rd `updated` arrive: they then make another wake)
+            await rec.until(lambda: rec.last(A) == 3 and rec.updates(A) == 3)
+            before = len(rec.wakes)
+            # the server goes down; both resources change while nobody listens
+            await asyncio.to_thread(srv.kill)
+            state.write_text(json.dumps({A: 42, B: 7}))
+            srv = sdk_peer("--state", str(state), port=port)
+            await asyncio.to_thread(srv.start)
+            # re-subscribe + one synthesized `updated` per watched URI
+            await rec.until(lambda: rec.last(A) == 42 and rec.last(B) == 7)
+            after = rec.wakes[before:]
+            per_uri = {u: sum(w.counts.get(u, 0) for w, _ in after) for u in (A, B)}
+            assert per_uri == {A: 1, B: 1}
+            stats = await get(f"{base}/stats")
+            assert stats["wire"].get("resources/subscribe") == 2  # restored on the new server
+            # and updates keep flowing after the restart
+            await post(f"{base}/bump?uri={B}&times=1")
+            await rec.until(lambda: rec.last(B) == 8)
+            stop.set()
+    finally:
+        srv.stop()
+    assert any(e["event"] == "mcp.reconnected"
+               for e in map(orjson.loads, logs.getvalue().splitlines()))
+
+
+async def test_server_without_subscribe_degrades_with_warning(logs) -> None:
+    with sdk_peer("--no-subscribe") as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        rec = Recorder()
+        stop = asyncio.Event()
+        async with toolbox_for(plain=srv.url) as tb, asyncio.TaskGroup() as tg:
+            daemon = ReactiveDaemon(tb, rec, debounce=0.0)
+            serving = tg.create_task(daemon.serve(stop, [A, "file:///nowhere"]))
+            await ready(daemon)
+            assert daemon.watched == {}
+            await post(f"{base}/bump?uri={A}&times=5")
+            stats = await get(f"{base}/stats")
+            stop.set()
+        assert serving.result().status == "interrupted"
+        assert "resources/subscribe" not in stats["wire"]
+        assert stats["wire"].get("initialize") == 1
+    assert rec.wakes == []
+    unsupported = events(logs, "reactive.subscribe.unsupported")
+    assert [(e["uri"], e["server"], e["level"]) for e in unsupported] == \
+        [(A, "plain", "warning")]
+    unowned = events(logs, "reactive.subscribe.unowned")
+    assert [e["uri"] for e in unowned] == ["file:///nowhere"]
+
+
+async def test_self_subscribe_applied_after_run(logs) -> None:
+    with sdk_peer() as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        rec = Recorder(queue_subscribe=[B])  # the first run queues `subscribe B`
+        stop = asyncio.Event()
+        async with toolbox_for(watched=srv.url) as tb, asyncio.TaskGroup() as tg:
+            daemon = ReactiveDaemon(tb, rec, debounce=0.0)
+            tg.create_task(daemon.serve(stop, [A]))
+            await ready(daemon)
+            await post(f"{base}/bump?uri={B}&times=1")  # not watched yet: no wake
+            await post(f"{base}/bump?uri={A}&times=1")
+            await rec.until(lambda: rec.last(A) == 1)
+            await eventually(lambda: B in daemon.watched)
+            await post(f"{base}/bump?uri={B}&times=1")
+            await rec.until(lambda: rec.last(B) == 2)
+            stop.set()
+    assert [set(w.uris) for w, _ in rec.wakes] == [{A}, {B}]
+    subs = events(logs, "reactive.subscribed")
+    assert [(e["uri"], e["origin"]) for e in subs] == [(A, "flag"), (B, "self")]
+
+
+async def test_no_servers_stays_up_until_stopped(logs) -> None:
+    """The spec's worker: `--subscribe file:///nowhere` and no --mcp."""
+    rec = Recorder()
+    stop = asyncio.Event()
+    async with Toolbox([], run_id="t") as tb, asyncio.TaskGroup() as tg:
+        daemon = ReactiveDaemon(tb, rec, debounce=0.0)
+        serving = tg.create_task(daemon.serve(stop, ["file:///nowhere"]))
+        await ready(daemon)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not serving.done()  # still up: it only ends when signalled
+        stop.set()
+    assert serving.result().status == "interrupted"
+    unowned = events(logs, "reactive.subscribe.unowned")
+    assert unowned and unowned[0]["uri"] == "file:///nowhere"
+    assert unowned[0]["level"] == "warning"
+
+
+# -- server-everything -----------------------------------------------------------
+
+EVERYTHING_DOCS = ("demo://resource/static/document/architecture.md",
+                   "demo://resource/static/document/features.md")
+
+
+def everything_peer(port: int | None = None) -> peers.PeerProcess:
+    bin_dir = peers.ensure_npm_peers("mcp-server-everything", "node")
+    port = port or peers.free_port()
+    return peers.PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
+                             env=peers.npm_env({"PORT": str(port)}))
+
+
+async def test_everything_updates_wake_coalesce_and_survive_restart(logs) -> None:
+    srv = everything_peer().start()
+    port = srv.port
+    rec = Recorder()
+    stop = asyncio.Event()
+    try:
+        # server-everything answers an unknown session with 400 (not 404) and keeps
+        # no state across the restart: the client notices through its pings
+        # (three missed -> stale -> new session), then restores the subscriptions.
+        async with toolbox_for(everything=srv.url, ping_interval=0.5) as tb, \
+                asyncio.TaskGroup() as tg:
+            listed = {r.uri for r in tb.resources}
+            assert set(EVERYTHING_DOCS) <= listed
+            daemon = ReactiveDaemon(tb, rec, debounce=0.2)
+            tg.create_task(daemon.serve(stop, EVERYTHING_DOCS))
+            await ready(daemon)
+            # opt in: the server sends `updated` for both URIs at once (then every 5 s)
+            toggle = next(n for n in tb.tools if n.endswith("toggle-subscriber-updates"))
+            obs = await tb.call(toggle, {})
+            assert not obs.is_error and "Started" in obs.text
+            await rec.until(lambda: len(rec.wakes) >= 1)
+            first, seen = rec.wakes[0]
+            # both URIs' updates, sent back to back, coalesced into one debounced wake
+            assert set(first.uris) == set(EVERYTHING_DOCS)
+            assert all(seen[u] for u in EVERYTHING_DOCS)  # read fresh: the documents
+            # opt out again, so only the restart's synthesized updates follow
+            obs = await tb.call(toggle, {})
+            assert "Stopped" in obs.text
+            # restart: the new process knows nothing of us; the client re-initializes,
+            # re-subscribes and synthesizes one `updated` per watched URI
+            before = len(rec.wakes)
+            await asyncio.to_thread(srv.kill)
+            srv = everything_peer(port)
+            await asyncio.to_thread(srv.start)
+            await rec.until(lambda: sum(len(w.uris) for w, _ in rec.wakes[before:]) >= 2)
+            after = rec.wakes[before:]
+            per_uri = {u: sum(w.counts.get(u, 0) for w, _ in after) for u in EVERYTHING_DOCS}
+            assert per_uri == {u: 1 for u in EVERYTHING_DOCS}
+            stop.set()
+    finally:
+        srv.stop()
+
+
+async def test_await_resource_wakes_on_update_and_times_out(logs) -> None:
+    from agentd.reactive.awaiting import await_resource, watch_updates
+
+    with sdk_peer() as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        async with toolbox_for(watched=srv.url) as tb, watch_updates(tb) as waiters, \
+                asyncio.TaskGroup() as tg:
+            client = tb.clients["watched"]
+            waiting = tg.create_task(await_resource(tb, waiters, A, 60))
+            await eventually(lambda: A in client.subscriptions and waiters.waiting(A))
+            await post(f"{base}/bump?uri={A}&times=2")
+            updated, obs = await waiting
+            assert updated is True
+            assert json.loads(obs.text)["value"] >= 1  # read fresh after the update
+            assert A not in client.subscriptions  # its own subscription is dropped again
+            # nothing changes B: the wait ends by its timeout, still with B's current state
+            updated, obs = await await_resource(tb, waiters, B, 0.2)
+            assert updated is False and json.loads(obs.text)["value"] == 0
+        stats = await get(f"{base}/stats")
+    assert stats["wire"].get("resources/subscribe") == 2
+    assert stats["wire"].get("resources/unsubscribe") == 2
+    assert [(e["uri"], e["updated"]) for e in events(logs, "reactive.await")] == \
+        [(A, True), (B, False)]
+
+
+async def test_overflowing_pending_set_resyncs_every_watched_uri(logs) -> None:
+    """A router bounded to one pending URI: the second URI's updates are folded
+    into `resync`, and the daemon then re-reads everything watched."""
+    from agentd.reactive.router import Router
+
+    with sdk_peer() as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        gate = asyncio.Event()
+        rec = Recorder()
+
+        async def slow(wake, reads):  # the first run holds the loop busy
+            out = await rec(wake, reads)
+            await gate.wait()
+            return out
+
+        stop = asyncio.Event()
+        async with toolbox_for(watched=srv.url) as tb, asyncio.TaskGroup() as tg:
+            daemon = ReactiveDaemon(tb, slow, router=Router(0.0, capacity=1))
+            tg.create_task(daemon.serve(stop, [A, B]))
+            await ready(daemon)
+            await post(f"{base}/bump?uri={A}&times=1")
+            await rec.until(lambda: len(rec.wakes) == 1)
+            await post(f"{base}/bump?uri={A}&times=2")  # pending: A
+            await post(f"{base}/bump?uri={B}&times=4")  # beyond capacity: resync
+            await eventually(lambda: daemon.router.core.received == 7)
+            gate.set()
+            await rec.until(lambda: len(rec.wakes) == 2)
+            stop.set()
+    wake, seen = rec.wakes[1]
+    assert wake.resync and wake.counts == {A: 2} and wake.overflow == 4
+    assert seen == {A: 3, B: 4}  # both watched URIs read fresh

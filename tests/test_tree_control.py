@@ -1,0 +1,95 @@
+"""The control wire's sans-IO session: frames <-> typed JSON-RPC messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentd.tree.control import (
+    ChildConfig,
+    ControlProtocolError,
+    ControlSession,
+    HandleBody,
+    Incoming,
+    MessageParams,
+    Reply,
+    RunOutcome,
+    SpawnParams,
+)
+from agentd_native import encode_frame
+
+
+def pair():
+    return ControlSession("parent"), ControlSession("child")
+
+
+def test_request_response_roundtrip_typed():
+    parent, child = pair()
+    rid, frame = parent.request("child/configure", ChildConfig(handle="0.1", depth=2,
+                                                               instruction="hi"))
+    [ev] = child.feed(frame)
+    assert isinstance(ev, Incoming) and ev.method == "child/configure" and ev.id == rid
+    assert ev.params.handle == "0.1" and ev.params.depth == 2
+    rid2, frame = parent.request("child/run", MessageParams("go"))
+    # any chunking works
+    events = []
+    for i in range(len(frame)):
+        events += child.feed(frame[i:i + 1])
+    assert events == [Incoming("child/run", MessageParams("go"), rid2)]
+    [reply] = parent.feed(child.response(rid2, RunOutcome(status="completed", result={"a": 1})))
+    assert isinstance(reply, Reply) and reply.method == "child/run"
+    assert reply.result == RunOutcome(status="completed", result={"a": 1})
+    assert parent.pending == 1  # configure still unanswered
+
+
+def test_child_requests_and_errors():
+    parent, child = pair()
+    rid, frame = child.request("tree/spawn", SpawnParams(instruction="x", mode="async"))
+    [ev] = parent.feed(frame)
+    assert ev.params == SpawnParams(instruction="x", mode="async")
+    [reply] = child.feed(parent.error(rid, -32010, "spawn refused: max_depth=4 reached"))
+    assert reply.error.code == -32010 and reply.error.message.startswith("spawn refused:")
+    rid, frame = child.request("tree/status", {"handle": "0.1.1"})
+    parent.feed(frame)
+    [reply] = child.feed(parent.response(rid, HandleBody(handle="0.1.1", status="running")))
+    assert reply.result.status == "running"
+
+
+def test_unknown_method_is_answered_not_fatal():
+    parent, child = pair()
+    _rid, frame = parent.request("child/frobnicate", {})
+    assert child.feed(frame) == []
+    [answer] = child.outbox
+    [reply] = parent.feed(answer)
+    assert reply.error.code == -32601
+    # a parent-only method sent to the parent by... the parent's own peer is fine too
+    assert parent.feed(child.notification("child/progress", {"steps": 1, "tokens": 9}))[0] \
+        .params.tokens == 9
+
+
+@pytest.mark.parametrize(("frame", "text"), [
+    (encode_frame(b"not json"), "malformed frame"),
+    (encode_frame(b"[1, 2]"), "malformed frame"),
+    (encode_frame(b'{"jsonrpc":"2.0","id":77,"result":{}}'), "a response to no request"),
+    (encode_frame(b'{"jsonrpc":"2.0","id":1,"method":"tree/spawn","params":{"mode":"x"}}'),
+     "malformed frame: tree/spawn"),
+    ((1 << 31).to_bytes(4, "big") + b"{", "oversized frame: 2147483648 bytes"),
+])
+def test_protocol_errors(frame, text):
+    parent = ControlSession("parent")
+    with pytest.raises(ControlProtocolError, match=text):
+        parent.feed(frame)
+
+
+def test_max_frame_is_configurable():
+    parent = ControlSession("parent", max_frame=64)
+    with pytest.raises(ControlProtocolError, match="exceeds the maximum of 64"):
+        parent.feed(encode_frame(b"x" * 65))
+    with pytest.raises(ValueError):
+        ControlSession("peer")
+
+
+def test_forgotten_request_answer_is_dropped():
+    parent, child = pair()
+    rid, _frame = parent.request("child/shutdown", {})
+    parent.forget(rid)
+    assert parent.feed(child.response(rid, {})) == []

@@ -1,0 +1,153 @@
+"""Faults with real processes: the parent never dies of a child's mistake.
+
+A crashing child, a child writing a malformed or oversized frame, a child that
+ignores SIGTERM, and a parent SIGKILLed with live children.  exec and
+forkserver alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import textwrap
+
+import pytest
+from tree_helpers import exists, make_config, precompile, running, until
+
+from agentd.tree.api import SpawnRequest
+from agentd.tree.child import FAULT_ENV
+from agentd.tree.supervisor import Supervisor
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled():
+    precompile()
+
+
+@pytest.fixture(params=["exec", "forkserver"])
+def spawn(request):
+    return request.param
+
+
+async def test_crashing_child_fails_parent_fine(tmp_path, spawn, monkeypatch):
+    async with Supervisor(make_config(tmp_path, spawn=spawn)) as sup:
+        monkeypatch.setenv(FAULT_ENV, "crash")
+        st = await sup.spawn("0", SpawnRequest("boom"))
+        monkeypatch.delenv(FAULT_ENV)
+        assert st.status == "failed"
+        assert st.result == {"error": "exited with code 70 before its result"}
+        assert not exists(sup.process(st.handle).pid)
+        again = await sup.spawn("0", SpawnRequest("fine"))
+        assert again.status == "completed"
+
+
+async def test_send_to_a_warm_session_that_crashed(tmp_path, spawn, monkeypatch):
+    async with Supervisor(make_config(tmp_path, spawn=spawn)) as sup:
+        monkeypatch.setenv(FAULT_ENV, "crash")
+        ack = await sup.spawn("0", SpawnRequest("session", mode="warm"))
+        monkeypatch.delenv(FAULT_ENV)
+        state = await sup.send("0", ack.handle, "are you there?")
+        assert state.status == "failed" and state.done
+
+
+@pytest.mark.parametrize(("fault", "reason"), [
+    ("malformed", "protocol error: malformed frame"),
+    ("oversized", "protocol error: oversized frame: 2147483648 bytes exceeds the maximum"),
+])
+async def test_bad_frame_ends_the_child_through_the_ladder(tmp_path, spawn, monkeypatch,
+                                                           fault, reason):
+    async with Supervisor(make_config(tmp_path, spawn=spawn)) as sup:
+        monkeypatch.setenv(FAULT_ENV, fault)
+        st = await sup.spawn("0", SpawnRequest("speak badly"))
+        monkeypatch.delenv(FAULT_ENV)
+        assert st.status == "failed"
+        assert st.result["error"].startswith(reason)
+        assert not exists(sup.process(st.handle).pid)
+        assert (await sup.spawn("0", SpawnRequest("fine"))).status == "completed"
+
+
+async def test_child_ignoring_sigterm_gets_sigkill_within_the_drain(tmp_path, spawn,
+                                                                    monkeypatch):
+    async with Supervisor(make_config(tmp_path, spawn=spawn, drain_timeout=2.0)) as sup:
+        monkeypatch.setenv(FAULT_ENV, "ignore_term")
+        ack = await sup.spawn("0", SpawnRequest("stubborn", mode="async"))
+        monkeypatch.delenv(FAULT_ENV)
+        assert await until(lambda: sup.process(ack.handle) is not None)
+        proc = sup.process(ack.handle)
+        assert await until(lambda: sup._nodes[ack.handle].first_frame is not None)
+        state = await sup.cancel(ack.handle)
+        assert state.status == "cancelled"
+        assert proc.returncode == -signal.SIGKILL
+        assert not exists(proc.pid)
+
+
+async def test_hanging_child_is_cancelled(tmp_path, spawn, monkeypatch):
+    async with Supervisor(make_config(tmp_path, spawn=spawn)) as sup:
+        monkeypatch.setenv(FAULT_ENV, "hang")
+        ack = await sup.spawn("0", SpawnRequest("never ends", mode="async"))
+        monkeypatch.delenv(FAULT_ENV)
+        assert await until(lambda: sup.process(ack.handle) is not None)
+        pid = sup.process(ack.handle).pid
+        assert running(pid)
+        state = await sup.cancel(ack.handle)
+        assert state.status == "cancelled" and state.partial is True
+        assert sup.process(ack.handle).returncode == 0  # it answered the wire's cancel
+        assert not exists(pid)
+
+
+PARENT = textwrap.dedent("""
+    import asyncio, json, sys
+    from agentd.config import Config
+    from agentd.tree.api import SpawnRequest
+    from agentd.tree.supervisor import Supervisor
+
+    async def main():
+        cfg = Config(intelligence=sys.argv[1], spawn=sys.argv[2])
+        async with Supervisor(cfg) as sup:
+            for i in range(3):
+                await sup.spawn("0", SpawnRequest(f"w{i}", mode="warm"))
+            while len(sup.live_pids()) < 3:
+                await asyncio.sleep(0.05)
+            print(json.dumps(sup.live_pids()), flush=True)
+            await asyncio.sleep(3600)
+
+    asyncio.run(main())
+""")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def test_parent_sigkilled_children_exit(tmp_path, spawn):
+    cfg = make_config(tmp_path)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PARENT, cfg.intelligence, spawn,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
+    try:
+        pids = json.loads(await parent.stdout.readline())
+        assert len(pids) == 3 and all(running(p) for p in pids)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        await parent.wait()
+    # bounded poll (not a speed assertion): the death signal + EOF end them all
+    assert await until(lambda: not any(running(p) for p in pids), limit=30.0)
+
+
+async def test_forkserver_killed_children_fail_and_it_restarts(tmp_path):
+    async with Supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
+        ack = await sup.spawn("0", SpawnRequest("session", mode="warm"))
+        assert await until(lambda: sup._nodes[ack.handle].idle.is_set())
+        server = sup._spawner._pid
+        os.kill(server, signal.SIGKILL)
+        assert await until(lambda: sup.status(ack.handle).done)
+        assert sup.status(ack.handle).status == "failed"
+        st = await sup.spawn("0", SpawnRequest("after the restart"))
+        assert st.status == "completed"
+        assert sup._spawner._pid != server

@@ -1,0 +1,192 @@
+"""The supervisor with real child processes: modes, caps, scope, cancel, eviction.
+
+Every test runs twice: `--spawn exec` and `--spawn forkserver` must behave alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from tree_helpers import exists, make_config, precompile, running, until
+
+from agentd.tree.api import SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.tree.supervisor import Supervisor
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled():
+    precompile()
+
+
+@pytest.fixture(params=["exec", "forkserver"])
+def spawn(request):
+    return request.param
+
+
+def sup_for(tmp_path, spawn, **over):
+    return Supervisor(make_config(tmp_path, spawn=spawn, **over))
+
+
+async def test_sync_async_warm_send_status(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn) as sup:
+        st = await sup.spawn("0", SpawnRequest("hello"))
+        assert st.handle == "0.1"
+        assert st.body() == {"handle": "0.1", "status": "completed", "done": True,
+                             "partial": False, "result": '{"ok": true}'}
+        ack = await sup.spawn("0", SpawnRequest("later", mode="async"))
+        assert ack.handle == "0.2" and ack.body()["status"] == "running"
+        assert ack.body()["done"] is False and "age_ms" in ack.body()
+        assert await until(lambda: sup.status("0.2").done)
+        assert sup.status("0.2").status == "completed"
+        warm = await sup.spawn("0", SpawnRequest("session", mode="warm"))
+        reply = await sup.send("0", warm.handle, "and another thing")
+        assert reply.body()["status"] == "running" and reply.body()["result"] == '{"ok": true}'
+        proc = sup.process(warm.handle)
+        assert proc is not None and running(proc.pid)
+        counts = sup.counts()
+        assert counts["spawned"] == 3 and counts["completed"] == 2 and counts["running"] == 1
+        with pytest.raises(UnknownHandle):
+            sup.status("0.99")
+    assert sup.status(warm.handle).status == "cancelled"  # drained on exit
+    assert not exists(proc.pid)
+
+
+async def test_nested_spawn_goes_through_the_root_chokepoint(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn) as sup:
+        st = await sup.spawn("0", SpawnRequest("spawn-child please"))
+        assert st.status == "completed" and st.result == '{"parent": "done"}'
+        leaf = sup.status("0.1.1")  # minted from the caller's pipe, depth 3
+        assert leaf.status == "completed"
+        assert sup.counts()["spawned"] == 2
+
+
+async def test_served_handles(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn) as sup:
+        a = await sup.spawn("served", SpawnRequest("one", mode="async"))
+        b = await sup.spawn("served", SpawnRequest("two"))
+        assert (a.handle, b.handle) == ("served.1", "served.2")
+        assert await until(lambda: sup.status("served.1").done)
+
+
+async def test_max_depth_refusal_text(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn) as sup:
+        await sup.spawn("0", SpawnRequest("first", mode="warm"))       # 0.1
+        await sup.spawn("0", SpawnRequest("second", mode="warm"))      # 0.2
+        await sup.spawn("0.2", SpawnRequest("third", mode="warm"))     # 0.2.1
+        await sup.spawn("0.2.1", SpawnRequest("a"))                    # 0.2.1.1
+        await sup.spawn("0.2.1", SpawnRequest("b"))                    # 0.2.1.2
+        await sup.spawn("0.2.1", SpawnRequest("c", mode="warm"))       # 0.2.1.3
+        with pytest.raises(SpawnRefused) as err:
+            await sup.spawn("0.2.1.3", SpawnRequest("too deep"))
+        assert str(err.value) == "spawn refused: max_depth=4 reached at handle 0.2.1.3"
+        assert sup.counts()["refused"] == 1
+
+
+async def test_child_cap_total_cap_token_ceiling(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn, max_children=2, max_subagents=3,
+                       token_ceiling=100) as sup:
+        await sup.spawn("0", SpawnRequest("one", mode="warm"))
+        await sup.spawn("0", SpawnRequest("two", mode="warm"))
+        with pytest.raises(SpawnRefused) as err:
+            await sup.spawn("0", SpawnRequest("three"))
+        assert str(err.value) == "spawn refused: max_children=2 reached at handle 0"
+        await sup.spawn("0.1", SpawnRequest("nested", mode="warm"))  # 3 live now
+        with pytest.raises(SpawnRefused) as err:
+            await sup.spawn("0.2", SpawnRequest("four"))
+        assert str(err.value) == "spawn refused: max_subagents=3 reached at handle 0.2"
+        await sup.cancel("0.1")
+        sup.charge_root(100)
+        with pytest.raises(SpawnRefused) as err:
+            await sup.spawn("0", SpawnRequest("costs"))
+        assert str(err.value) == "spawn refused: token_ceiling=100 reached at handle 0"
+
+
+async def test_children_usage_counts_toward_the_ceiling(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn, token_ceiling=15) as sup:
+        st = await sup.spawn("0", SpawnRequest("costly"))
+        assert st.status == "completed" and sup.tree_tokens >= 15
+        with pytest.raises(SpawnRefused, match=r"^spawn refused: token_ceiling=15 reached"):
+            await sup.spawn("0", SpawnRequest("more"))
+
+
+async def test_scope_narrows_and_widening_is_refused(tmp_path, spawn):
+    async with Supervisor(make_config(tmp_path, spawn=spawn), scope=["fs", "web"]) as sup:
+        with pytest.raises(SpawnRefused) as err:
+            await sup.spawn("0", SpawnRequest("x", tool_scope=("fs", "shell")))
+        assert str(err.value) == ("spawn refused: tool_scope widens the caller's scope at "
+                                  "handle 0 (not in scope: shell)")
+        await sup.spawn("0", SpawnRequest("narrow", tool_scope=("fs",), mode="warm"))
+        with pytest.raises(SpawnRefused) as err:
+            await sup.spawn("0.1", SpawnRequest("y", tool_scope=("web",)))
+        assert str(err.value) == ("spawn refused: tool_scope widens the caller's scope at "
+                                  "handle 0.1 (not in scope: web)")
+        # the same refusal, asked by a real child's loop: an isError observation to it
+        st = await sup.spawn("0", SpawnRequest("widen-scope", tool_scope=("fs",)))
+        assert st.status == "completed" and st.result == '{"widen": "answered"}'
+        with pytest.raises(UnknownHandle):
+            sup.status("0.2.1")
+        assert sup.counts()["refused"] == 3
+
+
+async def test_cancel_a_three_level_subtree_leaves_no_process(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn) as sup:
+        await sup.spawn("0", SpawnRequest("top", mode="warm"))          # 0.1
+        await sup.spawn("0.1", SpawnRequest("middle", mode="warm"))     # 0.1.1
+        await sup.spawn("0.1.1", SpawnRequest("bottom", mode="warm"))   # 0.1.1.1
+        await sup.spawn("0.1.1", SpawnRequest("hang", mode="async"))    # 0.1.1.2
+        sibling = await sup.spawn("0", SpawnRequest("sibling", mode="warm"))  # 0.2
+        handles = ["0.1", "0.1.1", "0.1.1.1", "0.1.1.2"]
+        assert await until(lambda: all(sup.process(h) for h in handles))
+        pids = [sup.process(h).pid for h in handles]
+        state = await sup.cancel("0.1")
+        assert state.status == "cancelled"
+        for h in handles:
+            assert sup.status(h).done
+        assert [p for p in pids if exists(p)] == []
+        assert sup.status(sibling.handle).status == "running"
+        assert running(sup.process(sibling.handle).pid)
+        with pytest.raises(UnknownHandle):
+            await sup.cancel("0.77")
+
+
+async def test_terminal_handles_are_evicted(tmp_path, spawn):
+    async with Supervisor(make_config(tmp_path, spawn=spawn), terminal_ttl=0.0) as sup:
+        st = await sup.spawn("0", SpawnRequest("short"))
+        assert st.status == "completed"
+        with pytest.raises(UnknownHandle):
+            sup.status(st.handle)
+        assert sup.counts()["evicted"] == 1
+
+
+async def test_on_terminal_once_per_run(tmp_path, spawn):
+    seen = []
+    async with sup_for(tmp_path, spawn) as sup:
+        sup.on_terminal(lambda s: seen.append((s.handle, s.status)))
+        await sup.spawn("0", SpawnRequest("a"))
+        await sup.spawn("0", SpawnRequest("b", mode="async"))
+        assert await until(lambda: len(seen) == 2)
+    assert sorted(seen) == [("0.1", "completed"), ("0.2", "completed")]
+
+
+async def test_every_child_is_our_child_and_reaped(tmp_path, spawn):
+    async with sup_for(tmp_path, spawn) as sup:
+        for i in range(4):
+            await sup.spawn("0", SpawnRequest(f"a{i}", mode="async"))
+        assert await until(lambda: all(sup.status(f"0.{i}").done for i in range(1, 5)))
+        pids = [sup.process(f"0.{i}").pid for i in range(1, 5)]
+    assert all(not exists(p) for p in pids)
+    assert os.getpid()  # the parent is fine
+
+
+async def test_a_stray_agentd_in_the_cwd_is_not_what_runs(tmp_path, spawn, monkeypatch):
+    bogus = tmp_path / "cwd" / "agentd"
+    bogus.mkdir(parents=True)
+    (bogus / "__init__.py").write_text("raise SystemExit(99)\n")
+    (bogus / "__main__.py").write_text("raise SystemExit(99)\n")
+    monkeypatch.chdir(bogus.parent)
+    async with sup_for(tmp_path, spawn) as sup:
+        st = await sup.spawn("0", SpawnRequest("hello"))
+        assert st.status == "completed"
