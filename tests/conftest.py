@@ -22,10 +22,10 @@ def agentd_executable() -> str:
     found = shutil.which("agentd")
     if found:
         return found
-    if IN_CI:
-        pytest.fail("the agentd console script is not installed (pip install -e '.[test]')")
-    pytest.skip("the agentd console script is not installed; run pip install -e '.[test]'")
-    raise AssertionError  # unreachable
+    from peers import unavailable
+
+    unavailable("the agentd console script is not installed; run pip install -e '.[test]'")
+    raise AssertionError  # unreachable: unavailable() skips or fails
 
 
 @pytest.fixture(scope="session")

@@ -27,11 +27,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import peers
 import pytest
+from test_reactive_cli import Agentd
 
 from agentd.config import ServerSpec
-from tests import peers
-from tests.test_reactive_cli import Agentd
 
 TOKEN = "tok-3f9c2a7e51b84d06"
 SYNC_MARK = "LGTM-SYNC-7731"

@@ -18,8 +18,7 @@ import subprocess
 import warnings
 
 import pytest
-
-from tests.test_composition_https import ASYNC_MARK, SYNC_MARK, run_composition
+from test_composition_https import ASYNC_MARK, SYNC_MARK, run_composition
 
 PORT = 8443
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.agentd_proc import agentd_env, run_agentd
+from agentd_proc import agentd_env, run_agentd
 
 
 async def test_demo_runs_offline_and_prints_trace_and_result(agentd_bin) -> None:

@@ -12,10 +12,9 @@ import time
 import urllib.request
 
 import pytest
-
-from tests.agentd_proc import agentd_env, run_agentd, start_agentd
-from tests.gateway import Gateway, Reply
-from tests.peers import PeerProcess, free_port, python_peer
+from agentd_proc import agentd_env, run_agentd, start_agentd
+from gateway import Gateway, Reply
+from peers import PeerProcess, free_port, python_peer
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ import io
 import json
 
 import pytest
+from gateway import Gateway, Reply
+from peers import free_port
 
 from agentd import log as logmod
 from agentd.config import ConfigError
@@ -19,8 +21,6 @@ from agentd.intelligence.base import (
     user,
 )
 from agentd.intelligence.openai import OpenAICompatible, parse_retry_after
-from tests.gateway import Gateway, Reply
-from tests.peers import free_port
 
 TOOLS = [ToolDef(function=FunctionDef(
     name="srv__echo", description="Echo.",

@@ -9,11 +9,11 @@ import json
 import urllib.request
 
 import pytest
+from agentd_proc import agentd_env, run_agentd
+from gateway import Gateway, Reply
+from peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer
 
 from agentd.agent.prompt import fence
-from tests.agentd_proc import agentd_env, run_agentd
-from tests.gateway import Gateway, Reply
-from tests.peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ async def test_observation_is_cut_with_a_marker(agentd_bin, sdk) -> None:
 
 
 async def test_hostile_server_stays_fenced_data(agentd_bin, hostile) -> None:
-    from tests.hostile_server import FORGED, INJECTION
+    from hostile_server import FORGED, INJECTION
 
     # The scripted model calls lookup once, then answers: whatever the server
     # wrote, agentd must not turn it into a call.
@@ -218,9 +218,10 @@ async def test_serve_mcp_during_a_run(agentd_bin, tmp_path) -> None:
     then drains both (exit 130)."""
     import signal
 
+    from agentd_proc import start_agentd
+
     from agentd.config import ServerSpec
     from agentd.mcp import MCPClient
-    from tests.agentd_proc import start_agentd
 
     script = tmp_path / "slow.json"
     script.write_text(json.dumps({"turns": [{"delay": 60, "content": "never"}]}))

@@ -6,13 +6,11 @@ compiled extension (skipped when not built, a failure under CI=true).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
-import sys
-from pathlib import Path
 
 import pytest
+from native_twins import load_pure, twin
 
 import agentd_native
 from agentd_native import FrameTooLarge
@@ -22,29 +20,9 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 MIB = 1024 * 1024
 
 
-def load_pure(name: str):
-    """agentd_native/<name>.py itself, under its own module name."""
-    mod_name = f"agentd_native._pure_{name}"
-    if mod_name not in sys.modules:
-        path = Path(agentd_native.__file__).with_name(f"{name}.py")
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[mod_name]
-
-
 @pytest.fixture(params=["python", "native"])
 def fm(request):
-    if request.param == "python":
-        module = load_pure("framing")
-        assert not module.COMPILED
-        return module
-    if not imported_framing.COMPILED:
-        if IN_CI:
-            pytest.fail("agentd_native.framing is not compiled (CI=true requires the extension)")
-        pytest.skip("agentd_native.framing not compiled; run `pip install -e .`")
-    return imported_framing
+    return twin("framing", request.param)
 
 
 def frame(body: bytes) -> bytes:

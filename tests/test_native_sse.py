@@ -6,43 +6,21 @@ chunkings must give the same events and state.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-from pathlib import Path
 
 import pytest
+from native_twins import twin
 
 import agentd_native
-from agentd_native import sse as imported_sse
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 BOM = b"\xef\xbb\xbf"
 
 
-def load_pure(name: str):
-    """agentd_native/<name>.py itself, under its own module name."""
-    mod_name = f"agentd_native._pure_{name}"
-    if mod_name not in sys.modules:
-        path = Path(agentd_native.__file__).with_name(f"{name}.py")
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[mod_name]
-
-
 @pytest.fixture(params=["python", "native"])
 def sm(request):
-    if request.param == "python":
-        module = load_pure("sse")
-        assert not module.COMPILED
-        return module
-    if not imported_sse.COMPILED:
-        if IN_CI:
-            pytest.fail("agentd_native.sse is not compiled (CI=true requires the extension)")
-        pytest.skip("agentd_native.sse not compiled; run `pip install -e .`")
-    return imported_sse
+    return twin("sse", request.param)
 
 
 def run(sm, chunks):

@@ -13,16 +13,16 @@ Without the extension the native side is skipped (with the reason); under
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from native_twins import load_pure
+from peers import unavailable
 
 import agentd_native
 from agentd_native import FrameTooLarge
@@ -33,18 +33,6 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def load_pure(name: str):
-    """agentd_native/<name>.py itself, under its own module name."""
-    mod_name = f"agentd_native._pure_{name}"
-    if mod_name not in sys.modules:
-        path = Path(agentd_native.__file__).with_name(f"{name}.py")
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[mod_name]
-
-
 pure_framing = load_pure("framing")
 pure_sse = load_pure("sse")
 
@@ -52,11 +40,7 @@ pure_sse = load_pure("sse")
 @pytest.fixture(scope="module")
 def native():
     if not agentd_native.NATIVE:
-        if IN_CI:
-            pytest.fail(
-                "CI=true but agentd_native is not compiled (pip install -e . must build it)"
-            )
-        pytest.skip("agentd_native not compiled: only the pure-Python twin is present")
+        unavailable("agentd_native is not compiled: only the pure-Python twin is present")
 
 
 def test_twins_are_distinct_modules(native):

@@ -16,9 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import peers
 import pytest
-
-from tests import peers
 
 A, B = "watch://counter/a", "watch://counter/b"
 WAIT = 60.0

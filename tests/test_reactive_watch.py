@@ -21,6 +21,7 @@ import sys
 
 import aiohttp
 import orjson
+import peers
 import pytest
 
 from agentd import log as _log
@@ -28,7 +29,6 @@ from agentd.config import ServerSpec
 from agentd.mcp.toolbox import Toolbox
 from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun
 from agentd.reactive.router import Wake
-from tests import peers
 
 WAIT = 60.0  # bound on waiting for an expected event (not an assertion)
 A, B = "watch://counter/a", "watch://counter/b"
