@@ -403,7 +403,7 @@ class MCPClient:
 
     # ------------------------------------------------------------ inbound
 
-    def _on_message(self, data: bytes) -> None:
+    def _on_message(self, data: bytes | str) -> None:
         self._last_inbound = time.monotonic()
         for ev in self._session.receive(data):
             cls = ev.__class__

@@ -4,7 +4,8 @@ One :class:`StreamableHTTPTransport` per server: one ``aiohttp.ClientSession``
 (keep-alive, TLS verified by default, optional custom CA).  It knows HTTP and
 SSE, nothing of MCP semantics: every JSON-RPC message that arrives -- a JSON
 body, or the ``data`` of an SSE event on a POST answer or on the GET stream --
-is handed to ``on_message(bytes)``, and the session layer decides what it is.
+is handed to ``on_message`` (bytes, or the event's already-decoded str), and the
+session layer decides what it is.
 
 * POST each message with ``Accept: application/json, text/event-stream``;
   the answer is a JSON body, an SSE stream (requests and notifications may
@@ -47,7 +48,7 @@ _NOT_OFFERED: Final = frozenset({400, 404, 405, 406, 501})
 _CHUNK: Final = 65536
 _MAX_ERROR_BODY: Final = 300
 
-OnMessage = Callable[[bytes], None]
+OnMessage = Callable[[bytes | str], None]  # an SSE event's data is handed over as str
 
 
 class _Watch:
@@ -292,7 +293,7 @@ class StreamableHTTPTransport:
                 for ev in parser.feed(chunk):
                     got = True
                     if ev.data and (ev.event == "message" or not ev.event):
-                        on_message(ev.data.encode())
+                        on_message(ev.data)
                 if done is not None and done():
                     if watch is not None:
                         watch.mine = True
@@ -304,7 +305,7 @@ class StreamableHTTPTransport:
                                 while chunk := await content.readany():
                                     for ev in parser.feed(chunk):
                                         if ev.data and (ev.event == "message" or not ev.event):
-                                            on_message(ev.data.encode())
+                                            on_message(ev.data)
                     break
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError):
             pass  # cut mid-stream: whatever was incomplete is discarded by close()

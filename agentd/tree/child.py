@@ -94,6 +94,8 @@ def serve_wire(ppid: int | None) -> int:
                          "result": {"pid": os.getpid(), "protocol": 1}}).encode()
     os.write(1, len(answer).to_bytes(4, "big") + answer)
 
+    from agentd import _probe
+    _probe.mark("answered")
     _set_pdeathsig()
     if ppid is not None and os.getppid() != ppid:
         return EXIT_FAILED  # orphaned before the death signal was armed
@@ -117,6 +119,8 @@ def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
     except msgspec.ValidationError as exc:
         sys.stderr.write(f"agentd child: bad child/configure: {exc}\n")
         return EXIT_USAGE
+    from agentd import _probe
+    _probe.mark("convert")
     logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
     if fault:
         _early_fault(fault, wire_out)
