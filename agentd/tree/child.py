@@ -39,15 +39,20 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return buf
 
 
+_prctl = None  # libc's prctl, looked up once (a forked child finds it in the template)
+
+
 def _set_pdeathsig() -> None:
     """prctl(PR_SET_PDEATHSIG, SIGKILL): die with the parent (Linux)."""
+    global _prctl
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
+    if _prctl is None:
+        import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
     pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, 9, 0, 0, 0)
+    _prctl(pr_set_pdeathsig, 9, 0, 0, 0)
 
 
 def _arg(argv: list[str], name: str) -> str | None:
@@ -94,8 +99,6 @@ def serve_wire(ppid: int | None) -> int:
                          "result": {"pid": os.getpid(), "protocol": 1}}).encode()
     os.write(1, len(answer).to_bytes(4, "big") + answer)
 
-    from agentd import _probe
-    _probe.mark("answered")
     _set_pdeathsig()
     if ppid is not None and os.getppid() != ppid:
         return EXIT_FAILED  # orphaned before the death signal was armed
@@ -119,8 +122,6 @@ def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
     except msgspec.ValidationError as exc:
         sys.stderr.write(f"agentd child: bad child/configure: {exc}\n")
         return EXIT_USAGE
-    from agentd import _probe
-    _probe.mark("convert")
     logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
     if fault:
         _early_fault(fault, wire_out)

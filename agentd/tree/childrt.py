@@ -140,8 +140,6 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
     (`run_child(first=False)` continues the conversation); one turn at a time.
     """
     from agentd.agent.run import run_child  # the one call site of the agent loop
-    from agentd import _probe
-    _probe.mark("loop")
 
     stop = asyncio.Event()
     turn: dict[str, asyncio.Task[None]] = {}
@@ -157,12 +155,10 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
         try:
             if fault == "hang":
                 await asyncio.Event().wait()
-            _probe.mark("run_start")
             result = await run_child(cfg, handle=cfg.handle, instruction=ev.params.message,
                                      output_contract=cfg.output_contract, backend=backend,
                                      on_progress=progress, first=first)
             outcome = _outcome(result)
-            _probe.mark("run_end")
         except asyncio.CancelledError:
             outcome = RunOutcome(status="cancelled", partial=True, reason="cancelled")
         except Exception as exc:  # a bug in the loop must not leave the parent waiting
@@ -206,11 +202,9 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
         await asyncio.wait({ended, stopped}, return_when=asyncio.FIRST_COMPLETED)
         for task in (ended, stopped, *turn.values()):
             task.cancel()
-    _probe.mark("stopped")
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(cfg.drain_timeout / 2):
             await channel.flush_close()
-    _probe.mark("flushed")
     logger.debug("subagent.child_exit", eof=channel.closed.is_set(),
                  age_ms=int((time.monotonic() - started) * 1000))
     if hard_exit:
@@ -218,8 +212,5 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
         # interpreter's teardown (tens of ms with aiohttp loaded, per child).
         with contextlib.suppress(Exception):
             sys.stderr.flush()
-        _probe.mark("exit"); _probe.dump(); _probe.smaps()
-        if getattr(_probe, "PROF", None):
-            _probe.PROF.disable(); _probe.PROF.dump_stats(os.environ["AGENTD_CPROF"] + f"/{os.getpid()}.prof")
         os._exit(0)
     return 0

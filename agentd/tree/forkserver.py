@@ -25,6 +25,7 @@ import sys
 
 FS_FD = 3
 _MSG_MAX = 65536
+WARM_ROUNDS = 12  # warm-up runs of the child path (see _warm_up)
 
 
 # ------------------------------------------------------------------ server side
@@ -60,7 +61,7 @@ def _preload() -> None:
 
 
 def _warm_up() -> None:
-    """Run one playback turn and one control-wire exchange in the forkserver itself.
+    """Run the child's whole path (a playback turn over the control wire) in the forkserver.
 
     First-time work (msgspec type compilation, decoder caches, imports done
     inside functions, regex caches) then lives in the shared template instead
@@ -71,9 +72,10 @@ def _warm_up() -> None:
     import json
     import tempfile
 
+    import msgspec
+
     from agentd import log as logmod
     from agentd import runtime
-    from agentd.agent.run import run_child
     from agentd.tree.control import (
         ChildConfig,
         ControlSession,
@@ -100,71 +102,40 @@ def _warm_up() -> None:
         fh.flush()
         cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
                           intelligence=f"playback:{fh.name}")
+        configure = json.loads(json.dumps({"jsonrpc": "2.0", "id": 1,
+                                           "method": "child/configure",
+                                           "params": msgspec.to_builtins(cfg)}))
         logmod.configure(level="error")
         try:
-            for _ in range(int(os.environ.get("WARM_N", "1"))):
+            # Several rounds: CPython 3.11 quickens a function after a few calls and
+            # then specializes its instructions in place; done here, those writes to
+            # code objects are not redone on private copy-on-write pages by every child.
+            for _ in range(WARM_ROUNDS):
+                cfg = msgspec.convert(configure["params"], ChildConfig)
                 with asyncio.Runner(loop_factory=runtime.loop_factory()) as runner:
-                    runner.run(run_child(cfg, handle="0.0", instruction="warm-up"))
+                    runner.run(_warm_wire(cfg))
         finally:
             logmod.configure(level="info")
 
 
-_PLUGS: list = []
+async def _warm_wire(cfg) -> None:
+    """One child run end to end over pipes: the child runtime against a parent Channel."""
+    import asyncio
 
+    from agentd.tree.childrt import serve as child_serve
+    from agentd.tree.control import ControlSession, MessageParams
+    from agentd.tree.procs import Channel
 
-def _thp() -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    huge = 2 << 20
-    done = 0
-    with open("/proc/self/maps") as fh:
-        lines = fh.read().splitlines()
-    for line in lines:
-        parts = line.split()
-        if parts[1] != "rw-p" or (len(parts) > 5 and parts[5] != "[heap]"):
-            continue
-        a, b = (int(x, 16) for x in parts[0].split("-"))
-        a2 = (a + huge - 1) & ~(huge - 1)
-        b2 = b & ~(huge - 1)
-        if b2 - a2 < huge:
-            continue
-        r1 = libc.madvise(a2, b2 - a2, 14)
-        r2 = libc.madvise(a2, b2 - a2, 25) if os.environ.get("THP") == "2" else 0
-        done += b2 - a2
-        sys.stderr.write(f"thp {parts[0]} {(b2-a2)>>20}MiB {r1} {r2} {ctypes.get_errno()}\n")
-
-
-def _plug_heap() -> None:
-    import ctypes
-    import re
-    import tempfile
-
-    with tempfile.TemporaryFile("w+") as fh:
-        saved = os.dup(2)
-        try:
-            os.dup2(fh.fileno(), 2)
-            sys._debugmallocstats()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        fh.seek(0)
-        text = fh.read()
-    alloc = ctypes.pythonapi.PyObject_Malloc
-    alloc.restype = ctypes.c_void_p
-    alloc.argtypes = [ctypes.c_size_t]
-    total = 0
-    for m in re.finditer(r"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", text, re.M):
-        size, avail = int(m.group(1)), int(m.group(2))
-        for _ in range(avail):
-            _PLUGS.append(alloc(size))
-        total += size * avail
-    m = re.search(r"^(\d+) unused pools \* (\d+) bytes", text, re.M)
-    if m and os.environ.get("PLUG") == "2":
-        for _ in range(int(m.group(1)) * int(m.group(2)) // 512):
-            _PLUGS.append(alloc(512))
-    sys.stderr.write(f"plugged {total} bytes, {len(_PLUGS)} blocks\n")
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    parent = Channel(ControlSession("parent"), up_r, down_w, lambda ev: None)
+    await parent.start()
+    try:
+        served = asyncio.ensure_future(child_serve(cfg, down_r, up_w))
+        await parent.call("child/run", MessageParams("warm-up"))
+        await served
+    finally:
+        parent.close()
 
 
 def _send(sock: socket.socket, obj: dict) -> None:
@@ -185,7 +156,6 @@ def serve(argv: list[str]) -> int:
     if ppid_arg and os.getppid() != int(ppid_arg):
         return 1
     sock = socket.socket(fileno=sock_fd)
-    from agentd import _probe  # noqa
     _preload()
     import gc
     import json
@@ -198,14 +168,7 @@ def serve(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     gc.collect()
-    if os.environ.get("TRIM"):
-        import ctypes
-        ctypes.CDLL(None).malloc_trim(0)
     gc.freeze()  # the heap is shared copy-on-write by every child: keep the GC off it
-    if os.environ.get("PLUG"):
-        _plug_heap()
-    if os.environ.get("THP"):
-        _thp()
     children: set[int] = set()
     me = os.getpid()
     _send(sock, {"ready": me})
@@ -274,8 +237,6 @@ def _child(sock: socket.socket, fds: list[int], wake: tuple[int, int], fault: st
            server_pid: int) -> None:
     """In the forked child: become a fresh subagent on the three fds; never returns."""
     code = 1
-    from agentd import _probe
-    _probe._marks.clear(); _probe.mark("fork")
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -292,10 +253,6 @@ def _child(sock: socket.socket, fds: list[int], wake: tuple[int, int], fault: st
             os.environ[FAULT_ENV] = fault
         else:
             os.environ.pop(FAULT_ENV, None)
-        _probe.mark("fds")
-        if os.environ.get("AGENTD_CPROF"):
-            import cProfile
-            import time as _t; _probe.PROF = cProfile.Profile(_t.process_time); _probe.PROF.enable()
         code = serve_wire(server_pid)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

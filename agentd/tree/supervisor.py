@@ -100,6 +100,7 @@ class _Node:
         self.state = HandleState(handle=handle)
         self.proc: ChildProcess | None = None
         self.seq = itertools.count(1)
+        self.spawned_any = False  # a handle was ever minted under this one
         self.live_children: set[str] = set()
         self.done = asyncio.Event()
         self.stop = asyncio.Event()
@@ -326,6 +327,7 @@ class Supervisor:
                                        f"reached at handle {caller}")
         self._evict()
         handle = f"{caller}.{next(parent.seq)}"
+        parent.spawned_any = True
         node = _Node(handle, caller, scope, request.mode, request)
         if request.mode == "warm":
             node.idle.clear()
@@ -505,10 +507,12 @@ class Supervisor:
             if parent.proc is not None and parent.live:
                 parent.proc.channel.notify("child/terminal", self._body(node.state))
         node.done.set()
-        # structured: nothing outlives its run (detached subagents excepted)
-        for h, n in list(self._nodes.items()):
-            if _within(h, node.handle) and n.live and n.mode != "detach":
-                self._request_stop(n, "cancelled")
+        # structured: nothing outlives its run (detached subagents excepted); a node
+        # that never spawned has no descendants (spares a scan of every node per exit)
+        if node.spawned_any:
+            for h, n in list(self._nodes.items()):
+                if _within(h, node.handle) and n.live and n.mode != "detach":
+                    self._request_stop(n, "cancelled")
         for cb in self._callbacks:
             try:
                 cb(node.state)
