@@ -241,6 +241,7 @@ def serve(argv: list[str]) -> int:
                 if len(fds) != 3:
                     for fd in fds:
                         os.close(fd)
+                        pending.remove(fd)
                     _send(sock, {"error": "a fork request needs three fds"})
                     continue
                 pid = os.fork()
