@@ -3,7 +3,9 @@
     python benchmarks/bench_fanout.py [--n 16,64,256] [--modes exec,forkserver] [--warm 8]
 
 Prints one JSON line.  For each spawn mode and N: the wall time until all N
-async spawns are terminal, children per second, spawn-to-first-frame p50/p99
+async spawns are terminal, children per second, the machine's busy CPU time
+per child over that window (every process: this one, the forkserver, the
+children — and whatever else runs), spawn-to-first-frame p50/p99
 (from the spawn call to the child's answer to `child/configure`) under that
 load, and the same latency for one child at a time on an idle machine.  Then
 the unique (private) and total RSS of an idle warm child.  In the same run, the
@@ -54,6 +56,14 @@ BARE_CHILD = (
     "os.write(1, len(out).to_bytes(4, 'big') + out)\n"
 )
 FRAME = b'{"jsonrpc":"2.0","id":1,"method":"child/configure","params":{}}'
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy so far (all processes, /proc/stat)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -165,6 +175,7 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
         if mode == "forkserver":  # it starts with the first spawn: not what is measured
             await sup.spawn("served", SpawnRequest("prime"))
         sup.on_terminal(terminal)
+        cpu0 = busy_cpu_s()
         t0 = time.perf_counter()
         if client is not None:  # over HTTP, as a peer does: subagent.spawn {async}
             obs = await asyncio.gather(*(
@@ -176,6 +187,7 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
                     for i in range(n)]
         await all_done.wait()
         wall = time.perf_counter() - t0
+        cpu = busy_cpu_s() - cpu0
         states = [sup.status(a.handle) for a in acks]
         statuses = {s.status for s in states}
         failures = [s.result for s in states if s.status != "completed"][:3]
@@ -185,6 +197,7 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
             if first is not None:
                 firsts.append(first - spawned)
     return {"n": n, "all_terminal_s": round(wall, 3), "children_per_s": round(n / wall, 1),
+            "busy_cpu_ms_per_child": round(cpu * 1000 / n, 2),
             "first_frame_p50_ms": pct(firsts, 50), "first_frame_p99_ms": pct(firsts, 99),
             "statuses": sorted(statuses), **({"failures": failures} if failures else {})}
 

@@ -19,6 +19,7 @@ from tree_helpers import exists, make_config, precompile, running, until
 
 from agentd.tree.api import SpawnRequest
 from agentd.tree.child import FAULT_ENV
+from agentd.tree.forkserver import LEAN
 from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(180)
@@ -144,10 +145,10 @@ async def test_forkserver_killed_children_fail_and_it_restarts(tmp_path):
     async with Supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
         ack = await sup.spawn("0", SpawnRequest("session", mode="warm"))
         assert await until(lambda: sup._nodes[ack.handle].idle.is_set())
-        server = sup._spawner._pid
+        server = sup._spawner.server(LEAN)._pid  # a playback child with no server: lean
         os.kill(server, signal.SIGKILL)
         assert await until(lambda: sup.status(ack.handle).done)
         assert sup.status(ack.handle).status == "failed"
         st = await sup.spawn("0", SpawnRequest("after the restart"))
         assert st.status == "completed"
-        assert sup._spawner._pid != server
+        assert sup._spawner.server(LEAN)._pid != server

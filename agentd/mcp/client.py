@@ -20,7 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import orjson
@@ -45,7 +45,6 @@ from agentd.mcp.client_session import (
     Reply,
     Resolved,
 )
-from agentd.mcp.http_transport import StreamableHTTPTransport
 from agentd.mcp.retry import (
     IDEMPOTENT_METHODS,
     HTTPStatusError,
@@ -59,6 +58,9 @@ from agentd.mcp.schema import Validator, schemas
 from agentd.wire import codec
 from agentd.wire import mcp_types as mt
 from agentd.wire.jsonrpc import RESOURCE_NOT_FOUND, ProtocolError
+
+if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
+    from agentd.mcp.http_transport import StreamableHTTPTransport
 
 __all__ = [
     "DEFAULT_PING_TIMEOUT",
@@ -257,6 +259,8 @@ class MCPClient:
     async def __aenter__(self) -> MCPClient:
         headers = resolve_headers(self.spec, self.secrets_dir)
         spec = self.spec
+        from agentd.mcp.http_transport import StreamableHTTPTransport
+
         self._transport = StreamableHTTPTransport(
             spec.url, headers, on_message=self._on_message, ca_file=spec.ca_file,
             client_cert=getattr(spec, "client_cert", None),

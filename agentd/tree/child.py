@@ -127,7 +127,7 @@ def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
         _early_fault(fault, wire_out)
     from agentd.tree.childrt import serve
 
-    return runtime.run(serve(cfg, wire_in, wire_out, fault, hard_exit=True))
+    return runtime.run_to_exit(serve(cfg, wire_in, wire_out, fault, hard_exit=True))
 
 
 def _early_fault(fault: str, wire_out: int) -> None:

@@ -1,14 +1,21 @@
 """`--spawn forkserver`: fork each subagent from a pristine, pre-imported agentd.
 
 The forkserver is itself a re-exec of the trusted binary
-(`sys.executable -P -m agentd --agentd-control-child --forkserver --sock 3`).
-It imports the runtime once (asyncio, uvloop, msgspec, aiohttp, the agent
-loop), never starts an event loop or a thread, freezes its heap for the GC,
-and then serves fork requests on a private SOCK_SEQPACKET socket: each request
-carries the child's three pipe ends (SCM_RIGHTS); the forked child starts its
-own session, takes them as fds 0/1/2 and runs exactly what an exec'd child
-runs (`agentd.tree.child.serve_wire`).  Nothing of the parent agentd is ever
-in the forkserver, so nothing of it is inherited.
+(`sys.executable -P -m agentd --agentd-control-child --forkserver --sock 3
+--template lean|net`).  It imports the runtime once (asyncio, uvloop, msgspec,
+the agent loop), never starts an event loop or a thread, freezes its heap for
+the GC, and then serves fork requests on a private SOCK_SEQPACKET socket: each
+request carries the child's three pipe ends (SCM_RIGHTS); the forked child
+starts its own session, takes them as fds 0/1/2 and runs exactly what an
+exec'd child runs (`agentd.tree.child.serve_wire`).  Nothing of the parent
+agentd is ever in the forkserver, so nothing of it is inherited.
+
+Two templates, each its own forkserver, started on first use: `net` has the
+HTTP stack imported too (aiohttp, the MCP client, the OpenAI-compatible
+intelligence) and serves every child that talks HTTP; `lean` serves children
+that do not (playback intelligence, no MCP server in scope).  The kernel's
+work per fork and per exit grows with the template's mapped memory, and the
+HTTP stack is a third of it (docs/subagents.md).
 
 The forkserver reaps its children and reports each exit (`{"exit": pid,
 "code": rc}`); it dies with the parent (parent-death signal) and its children
@@ -27,6 +34,21 @@ FS_FD = 3
 _MSG_MAX = 65536
 WARM_ROUNDS = 12  # warm-up runs of the child path (see _warm_up)
 FORK_BATCH = 16  # queued fork requests served back to back
+LEAN, NET = "lean", "net"
+# What each template imports besides the child runtime (a missing optional one is skipped).
+_LEAN_IMPORTS = ("agentd.agent.run", "agentd.agent.loop", "agentd.intelligence",
+                 "agentd.intelligence.playback", "agentd.mcp.toolbox", "orjson",
+                 "agentd_native")
+TEMPLATES = {
+    LEAN: _LEAN_IMPORTS,
+    NET: (*_LEAN_IMPORTS, "agentd.intelligence.openai", "agentd.mcp.client",
+          "agentd.mcp.http_transport", "aiohttp"),
+}
+
+
+def template_for(http: bool) -> str:
+    """The template a child forks from: `net` if it talks HTTP (MCP servers, a remote model)."""
+    return NET if http else LEAN
 
 
 # ------------------------------------------------------------------ server side
@@ -36,8 +58,8 @@ def _arg(argv: list[str], name: str) -> str | None:
     return None
 
 
-def _preload() -> None:
-    """Import what every child will need, so that a fork starts warm."""
+def _preload(template: str) -> None:
+    """Import what every child of this template will need, so that a fork starts warm."""
     import asyncio  # noqa: F401
 
     import msgspec  # noqa: F401
@@ -47,10 +69,7 @@ def _preload() -> None:
     from agentd import runtime
 
     runtime.loop_factory()
-    for name in ("agentd.agent.run", "agentd.agent.loop", "agentd.intelligence",
-                 "agentd.intelligence.playback", "agentd.intelligence.openai",
-                 "agentd.mcp.toolbox", "agentd.mcp.client", "aiohttp", "orjson",
-                 "agentd_native"):
+    for name in TEMPLATES[template]:
         try:
             __import__(name)
         except ImportError:
@@ -166,11 +185,15 @@ def serve(argv: list[str]) -> int:
 
     ppid_arg = _arg(argv, "--ppid")
     sock_fd = int(_arg(argv, "--sock") or FS_FD)
+    template = _arg(argv, "--template") or NET
+    if template not in TEMPLATES:
+        sys.stderr.write(f"agentd forkserver: unknown template {template!r}\n")
+        return 2
     _set_pdeathsig()
     if ppid_arg and os.getppid() != int(ppid_arg):
         return 1
     sock = socket.socket(fileno=sock_fd)
-    _preload()
+    _preload(template)
     import gc
     import json
     import select
@@ -309,11 +332,40 @@ def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: s
 
 # ------------------------------------------------------------------ parent side
 class ForkserverSpawner:
-    """The supervisor's spawner for `--spawn forkserver` (same interface as ExecSpawner)."""
+    """The supervisor's spawner for `--spawn forkserver` (same interface as ExecSpawner).
+
+    It routes each spawn to the forkserver of its template, starting that one
+    on first use (a run may spawn none, or only one kind).
+    """
 
     name = "forkserver"
 
     def __init__(self) -> None:
+        self._servers: dict[str, Forkserver] = {}
+
+    async def start(self) -> None:
+        """Nothing yet: a forkserver is started by the first spawn that needs it."""
+
+    def server(self, template: str) -> Forkserver:
+        if template not in self._servers:
+            self._servers[template] = Forkserver(template)
+        return self._servers[template]
+
+    async def spawn(self, handle: str, on_incoming, *, max_frame: int,
+                    env: dict[str, str] | None = None, http: bool = True):
+        return await self.server(template_for(http)).spawn(
+            handle, on_incoming, max_frame=max_frame, env=env)
+
+    async def aclose(self) -> None:
+        for server in self._servers.values():
+            await server.aclose()
+
+
+class Forkserver:
+    """One forkserver process (one template) and the parent's end of its socket."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
         self._sock: socket.socket | None = None
         self._pid: int | None = None
         self._pidfd: int | None = None
@@ -328,7 +380,7 @@ class ForkserverSpawner:
 
         if getattr(self, "_sock", None) is not None:
             self._sock.close()
-        self.log = log.bind(component="forkserver")
+        self.log = log.bind(component="forkserver", template=self.template)
         self._sock = None
         self._pid = None
         self._pidfd = None
@@ -340,9 +392,6 @@ class ForkserverSpawner:
         self._exited = None
         self._starting = None
 
-    async def start(self) -> None:
-        """Nothing yet: the forkserver is started by the first spawn (a run may spawn none)."""
-
     async def _start(self) -> None:
         import asyncio
 
@@ -350,7 +399,7 @@ class ForkserverSpawner:
 
         loop = asyncio.get_running_loop()
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = child_argv("--forkserver", "--sock", str(FS_FD))
+        argv = child_argv("--forkserver", "--sock", str(FS_FD), "--template", self.template)
         devnull = os.open(os.devnull, os.O_RDWR)
         try:
             self._pid = os.posix_spawn(  # noqa: ASYNC221 (vfork+exec, ~1 ms)

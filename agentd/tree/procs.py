@@ -375,7 +375,9 @@ class ExecSpawner:
         pass
 
     async def spawn(self, handle: str, on_incoming: Callable[[Incoming], None], *,
-                    max_frame: int, env: dict[str, str] | None = None) -> ChildProcess:
+                    max_frame: int, env: dict[str, str] | None = None,
+                    http: bool = True) -> ChildProcess:
+        """Start one child; `http` (does it talk HTTP?) matters only to the forkserver."""
         r0, w0 = os.pipe()
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()

@@ -339,6 +339,11 @@ class Supervisor:
         self._counts["spawned"] += 1
         return node
 
+    def _talks_http(self, node: _Node) -> bool:
+        """Will this child speak HTTP (an MCP server in scope, or a model that is not playback)?"""
+        playback = (self.config.intelligence or "").startswith("playback:")
+        return not playback or any(s.name in node.scope for s in self.config.mcp)
+
     def _child_config(self, node: _Node) -> ChildConfig:
         cfg = self.config
         req = node.request
@@ -371,7 +376,7 @@ class Supervisor:
             try:
                 proc = await self._spawner.spawn(
                     node.handle, lambda ev: self._incoming(node, ev),
-                    max_frame=self.max_frame, env=env)
+                    max_frame=self.max_frame, env=env, http=self._talks_http(node))
             except Exception as exc:  # fds exhausted, forkserver gone, ...: this run fails
                 self._finish(node, "failed", reason=f"spawn failed: {exc}")
                 return

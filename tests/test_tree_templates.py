@@ -1,0 +1,60 @@
+"""`--spawn forkserver` forks each child from the template it needs.
+
+A child that talks HTTP (an MCP server in scope, or a model that is not
+playback) forks from the `net` template, which has imported the HTTP stack;
+any other child from the `lean` one, which has not.  Real processes: the
+official SDK's server is the MCP server in scope, and a template is told apart
+by what it has mapped (aiohttp's compiled HTTP parser).
+"""
+
+from __future__ import annotations
+
+import pytest
+from peers import python_peer, require_modules
+from tree_helpers import make_config, precompile, until
+
+from agentd.config import ServerSpec
+from agentd.tree.api import SpawnRequest
+from agentd.tree.forkserver import LEAN, NET
+from agentd.tree.supervisor import Supervisor
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled():
+    precompile()
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as fh:
+        return fh.read()
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        stat = fh.read()
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+async def test_children_fork_from_the_template_they_need(tmp_path):
+    require_modules("mcp")
+    with python_peer("sdk_servers.py") as peer:
+        cfg = make_config(tmp_path, spawn="forkserver",
+                          mcp=(ServerSpec(name="sdk", url=peer.url),))
+        async with Supervisor(cfg) as sup:
+            plain = await sup.spawn("0", SpawnRequest("no tools", tool_scope=(), mode="warm"))
+            assert await until(lambda: sup._nodes[plain.handle].idle.is_set())
+            assert set(sup._spawner._servers) == {LEAN}  # the net one is started on demand
+            lean = sup._spawner.server(LEAN)._pid
+            assert _ppid(sup.process(plain.handle).pid) == lean
+            assert "aiohttp" not in _maps(lean)
+
+            tooled = await sup.spawn("0", SpawnRequest("with the sdk server", mode="warm"))
+            assert await until(lambda: sup._nodes[tooled.handle].idle.is_set())
+            net = sup._spawner.server(NET)._pid
+            assert net != lean and "aiohttp" in _maps(net)
+            assert _ppid(sup.process(tooled.handle).pid) == net
+            # the HTTP child really used its server: its first turn completed over it
+            assert sup.status(tooled.handle).status == "running"
+            assert sup.status(tooled.handle).result == '{"ok": true}'
