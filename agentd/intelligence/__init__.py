@@ -43,6 +43,7 @@ __all__ = [
     "ToolCall",
     "ToolDef",
     "make_intelligence",
+    "speaks_http",
 ]
 
 PLAYBACK = "playback:"
@@ -66,6 +67,11 @@ def _env_bool(name: str, default: bool) -> bool:
     if raw is None or raw == "":
         return default
     return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def speaks_http(spec: str | None) -> bool:
+    """Does the provider for `spec` talk HTTP?  Every one but `playback:PATH` does."""
+    return not (spec or "").startswith(PLAYBACK)
 
 
 def make_intelligence(spec: str | None, *, model: str | None = None,

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentd.config import Config
+from agentd.intelligence import speaks_http
 from agentd.log import log
 from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.child import FAULT_ENV
@@ -341,8 +342,8 @@ class Supervisor:
 
     def _talks_http(self, node: _Node) -> bool:
         """Will this child speak HTTP (an MCP server in scope, or a model that is not playback)?"""
-        playback = (self.config.intelligence or "").startswith("playback:")
-        return not playback or any(s.name in node.scope for s in self.config.mcp)
+        return speaks_http(self.config.intelligence) or any(
+            s.name in node.scope for s in self.config.mcp)
 
     def _child_config(self, node: _Node) -> ChildConfig:
         cfg = self.config
