@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -179,6 +178,8 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
 
 def load_config_file(path: str) -> dict:
     """Read the TOML config file into plain values (validated by build())."""
+    import tomllib  # only the root reads a file; a subagent's config comes over the wire
+
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

@@ -42,6 +42,7 @@ from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
 from agentd.config import Config  # noqa: E402
 from agentd.tree.api import SpawnRequest  # noqa: E402
+from agentd.tree.child import FAULT_ENV  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
 PLAYBACK = {"playback": 1, "turns": [{"content": "{\"ok\": true}",
@@ -161,6 +162,16 @@ async def self_mcp(sup: Supervisor):
         await runner.stop()
 
 
+async def fanout_configure_only(cfg: Config, n: int, via: str) -> dict:
+    """Forked children that exit right after child/configure: fork, first frame, exit."""
+    os.environ[FAULT_ENV] = "crash"  # read by the Supervisor as it admits each spawn
+    try:
+        res = await fanout(cfg, "forkserver", n, via)
+    finally:
+        del os.environ[FAULT_ENV]
+    return {k: res[k] for k in ("n", "children_per_s", "busy_cpu_ms_per_child", "statuses")}
+
+
 async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
     async with Supervisor(cfg, spawn=mode) as sup, contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(self_mcp(sup)) if via == "selfmcp" else None
@@ -238,6 +249,9 @@ async def main(args: argparse.Namespace) -> dict:
                  "cpus": os.cpu_count(), "load": round(os.getloadavg()[0], 1),
                  "floors": {"bare_exec": await floor_bare(args.reps, 64),
                             "os_fork": floor_fork(args.reps, 256)}}
+    if "forkserver" in args.modes:
+        out["floors"]["forkserver_configure_only"] = await fanout_configure_only(
+            cfg, max(ns), args.via)
     for mode in args.modes.split(","):
         res: dict = {"idle": await idle_latency(cfg, mode, args.reps), "fanout": []}
         for n in ns:

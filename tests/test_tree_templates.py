@@ -9,7 +9,11 @@ by what it has mapped (aiohttp's compiled HTTP parser).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+from conftest import ROOT
 from peers import python_peer, require_modules
 from tree_helpers import make_config, precompile, until
 
@@ -48,13 +52,33 @@ async def test_children_fork_from_the_template_they_need(tmp_path):
             assert set(sup._spawner._servers) == {LEAN}  # the net one is started on demand
             lean = sup._spawner.server(LEAN)._pid
             assert _ppid(sup.process(plain.handle).pid) == lean
-            assert "aiohttp" not in _maps(lean)
+            assert "aiohttp" not in _maps(lean) and "jsonschema_rs" not in _maps(lean)
 
             tooled = await sup.spawn("0", SpawnRequest("with the sdk server", mode="warm"))
             assert await until(lambda: sup._nodes[tooled.handle].idle.is_set())
             net = sup._spawner.server(NET)._pid
-            assert net != lean and "aiohttp" in _maps(net)
+            assert net != lean and "aiohttp" in _maps(net) and "jsonschema_rs" in _maps(net)
             assert _ppid(sup.process(tooled.handle).pid) == net
             # the HTTP child really used its server: its first turn completed over it
             assert sup.status(tooled.handle).status == "running"
             assert sup.status(tooled.handle).result == '{"ok": true}'
+
+
+def test_the_lean_template_imports_only_what_a_child_without_http_runs():
+    """Each module imported into `lean` is mapped, and paid for, by every fork and exit.
+
+    Not there: the HTTP stack; jsonschema-rs (compiled by a tool's first
+    validation); importlib.metadata (`agentd.__version__` is resolved when a
+    client or server first needs it); tomllib (only the root reads a file).
+    """
+    code = ("import sys\n"
+            "before = set(sys.modules)\n"
+            "from agentd.tree.forkserver import LEAN, _preload\n"
+            "_preload(LEAN)\n"
+            "print(' '.join(sorted(set(sys.modules) - before)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    imported = set(proc.stdout.split())
+    assert {"agentd.agent.run", "agentd.intelligence.playback", "uvloop"} <= imported
+    assert not imported & {"aiohttp", "jsonschema_rs", "importlib.metadata", "tomllib"}

@@ -26,7 +26,7 @@ import msgspec
 import orjson
 from msgspec import UNSET
 
-from agentd import __version__
+import agentd
 from agentd.config import (
     DEFAULT_INIT_TIMEOUT,
     DEFAULT_PING_INTERVAL,
@@ -210,7 +210,7 @@ class MCPClient:
         self.updates: asyncio.Queue = updates if updates is not None else asyncio.Queue()
         self.on_tools_changed = on_tools_changed
         self.log = log.bind(server=spec.name)
-        self._session = ClientSession(client_version=__version__)
+        self._session = ClientSession(client_version=agentd.__version__)
         self._transport: StreamableHTTPTransport | None = None
         self._pending: dict[int | str, asyncio.Future] = {}
         self._tg: asyncio.TaskGroup | None = None

@@ -5,7 +5,9 @@ schema's canonical JSON), so a call never compiles a validator and a listing of
 10,000 tools that share a schema compiles it once.  Compilation is lazy: a tool
 nobody calls costs nothing.  A schema jsonschema-rs cannot compile (a server's
 mistake) disables validation for that tool with one warning instead of making
-the tool uncallable.
+the tool uncallable.  jsonschema-rs itself is imported by the first
+compilation: a subagent that calls no MCP tool (a forkserver's `lean`
+template) never maps it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Final
 
-import jsonschema_rs
 import orjson
 
 from agentd.log import log
@@ -71,6 +72,8 @@ class SchemaCache:
         if key in cache:
             cache.move_to_end(key)
             return cache[key]
+        import jsonschema_rs
+
         try:
             v: Validator | None = Validator(jsonschema_rs.validator_for(schema))
         except Exception as exc:  # a server's broken schema: validate nothing, say so once
