@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_host import busy_cpu_s, fork_burst  # noqa: E402
+
 from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
 from agentd.config import Config  # noqa: E402
@@ -57,14 +59,6 @@ BARE_CHILD = (
     "os.write(1, len(out).to_bytes(4, 'big') + out)\n"
 )
 FRAME = b'{"jsonrpc":"2.0","id":1,"method":"child/configure","params":{}}'
-
-
-def busy_cpu_s() -> float:
-    """CPU seconds the whole machine has spent busy so far (all processes, /proc/stat)."""
-    with open("/proc/stat") as fh:
-        fields = [int(x) for x in fh.readline().split()[1:8]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -117,14 +111,7 @@ def floor_fork(reps: int, n: int) -> dict:
 
     idle = [one() for _ in range(reps)]
     t0 = time.perf_counter()
-    pids = []
-    for _ in range(n):
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        pids.append(pid)
-    for pid in pids:
-        os.waitpid(pid, 0)
+    fork_burst(n)
     wall = time.perf_counter() - t0
     return {"first_answer_p50_ms": pct(idle, 50), "first_answer_p99_ms": pct(idle, 99),
             "n": n, "children_per_s": round(n / wall, 1)}

@@ -69,7 +69,8 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
 
     Not there: the HTTP stack; jsonschema-rs (compiled by a tool's first
     validation); importlib.metadata (`agentd.__version__` is resolved when a
-    client or server first needs it); tomllib (only the root reads a file).
+    client or server first needs it); tomllib (only the root reads a file);
+    hashlib (a tool-name collision is the only use).
     """
     code = ("import sys\n"
             "before = set(sys.modules)\n"
@@ -81,4 +82,25 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     assert proc.returncode == 0, proc.stderr
     imported = set(proc.stdout.split())
     assert {"agentd.agent.run", "agentd.intelligence.playback", "uvloop"} <= imported
-    assert not imported & {"aiohttp", "jsonschema_rs", "importlib.metadata", "tomllib"}
+    assert not imported & {"aiohttp", "jsonschema_rs", "importlib.metadata", "tomllib",
+                           "hashlib"}
+
+
+def _signal_masks(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as fh:
+        return {k: int(v, 16) for k, v in (line.split(":\t") for line in fh)
+                if k in ("SigCgt", "SigIgn")}
+
+
+async def test_a_forked_child_has_the_default_sigchld(tmp_path):
+    """The forkserver catches SIGCHLD to reap; a child it forks must not inherit that."""
+    import signal
+
+    cfg = make_config(tmp_path, spawn="forkserver")
+    async with Supervisor(cfg) as sup:
+        st = await sup.spawn("0", SpawnRequest("idle", mode="warm"))
+        assert await until(lambda: sup._nodes[st.handle].idle.is_set())
+        bit = 1 << (signal.SIGCHLD - 1)
+        assert _signal_masks(sup._spawner.server(LEAN)._pid)["SigCgt"] & bit
+        child = _signal_masks(sup.process(st.handle).pid)
+        assert not child["SigCgt"] & bit and not child["SigIgn"] & bit

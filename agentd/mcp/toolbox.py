@@ -16,7 +16,6 @@ faults raise :class:`ToolFault` and never become observations.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -69,6 +68,8 @@ def qualify(server: str, tool: str, taken: set[str] | None = None) -> str:
     name = base[:MAX_TOOL_NAME]
     if taken is None or name not in taken:
         return name
+    import hashlib  # only on a collision: hashlib's OpenSSL set-up is ≈ 0.5 MiB per process
+
     digest = hashlib.sha1(f"{server}\0{tool}".encode()).hexdigest()
     for n in range(len(digest) // 8):
         suffix = "_" + digest[n * 8:(n + 1) * 8]

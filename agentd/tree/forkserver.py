@@ -25,6 +25,7 @@ socket it kills what is left and exits.
 
 from __future__ import annotations
 
+import _signal
 import os
 import signal
 import socket
@@ -319,7 +320,10 @@ def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: s
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # The C function: `signal.signal` turns the old handler into an enum member,
+        # a failed lookup and a caught exception that cost a forked child ≈ 30
+        # copy-on-write page faults (docs/subagents.md).
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         os.setsid()
         sock.close()
         for fd in close:  # the forkserver's wake-up pipe, the fds of the rest of the batch
