@@ -93,3 +93,46 @@ def test_forgotten_request_answer_is_dropped():
     rid, _frame = parent.request("child/shutdown", {})
     parent.forget(rid)
     assert parent.feed(child.response(rid, {})) == []
+
+
+async def test_channel_pipelines_requests_over_real_pipes():
+    """Requests sent back to back are answered by id, in any order; a cancelled one's
+    late answer is dropped (the supervisor sends child/run right behind child/configure)."""
+    import asyncio
+    import os
+
+    from agentd.tree.procs import Channel
+
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    seen: list[Incoming] = []
+    three = asyncio.Event()
+
+    def arrived(ev: Incoming) -> None:
+        seen.append(ev)
+        if len(seen) == 3:
+            three.set()
+
+    parent = Channel(ControlSession("parent"), up_r, down_w, lambda ev: None)
+    child = Channel(ControlSession("child"), down_r, up_w, arrived)
+    await parent.start()
+    await child.start()
+    try:
+        configured = parent.request("child/configure", ChildConfig(handle="0.1", depth=1,
+                                                                  instruction="x"))
+        ran = parent.request("child/run", MessageParams("go"))
+        shut = parent.request("child/shutdown")
+        await asyncio.wait_for(three.wait(), 10)
+        assert [ev.method for ev in seen] == ["child/configure", "child/run", "child/shutdown"]
+        shut.cancel()
+        child.respond(seen[1].id, RunOutcome(status="completed", result="done"))
+        child.respond(seen[0].id, {"pid": 7, "protocol": 1})
+        child.respond(seen[2].id, {})  # too late: dropped, not an error
+        assert (await ran).result == "done"
+        assert (await configured) == {"pid": 7, "protocol": 1}
+        await asyncio.sleep(0.05)
+        assert parent.failure is None and not parent.closed.is_set()
+        assert parent.session.pending == 0
+    finally:
+        parent.close()
+        child.close()

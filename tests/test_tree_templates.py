@@ -86,14 +86,22 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
                            "hashlib"}
 
 
+def _environ(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        return fh.read().decode(errors="replace").split("\0")
+
+
 def _signal_masks(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/status") as fh:
         return {k: int(v, 16) for k, v in (line.split(":\t") for line in fh)
                 if k in ("SigCgt", "SigIgn")}
 
 
-async def test_a_forked_child_has_the_default_sigchld(tmp_path):
-    """The forkserver catches SIGCHLD to reap; a child it forks must not inherit that."""
+async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path):
+    """The forkserver catches SIGCHLD to reap; a child it forks must not inherit that.
+
+    And the template binds every shared-library symbol at start-up, so no child
+    runs the lazy resolver (each first call would copy a page of the template)."""
     import signal
 
     cfg = make_config(tmp_path, spawn="forkserver")
@@ -101,6 +109,7 @@ async def test_a_forked_child_has_the_default_sigchld(tmp_path):
         st = await sup.spawn("0", SpawnRequest("idle", mode="warm"))
         assert await until(lambda: sup._nodes[st.handle].idle.is_set())
         bit = 1 << (signal.SIGCHLD - 1)
+        assert "LD_BIND_NOW=1" in _environ(sup._spawner.server(LEAN)._pid)  # bound before forking
         assert _signal_masks(sup._spawner.server(LEAN)._pid)["SigCgt"] & bit
         child = _signal_masks(sup.process(st.handle).pid)
         assert not child["SigCgt"] & bit and not child["SigIgn"] & bit

@@ -161,21 +161,34 @@ class Channel:
                 and not self._wtransport.is_closing():
             self._wtransport.write(frame)
 
+    def request(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        """Send a request now; its future gets the result (RemoteError / ChannelClosed).
+
+        Requests can be pipelined: answers are matched by id. Cancelling the
+        future gives up on the answer (a late one is dropped).
+        """
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closed.is_set():
+            fut.set_exception(ChannelClosed(self.failure or "control channel closed"))
+            return fut
+        rid, frame = self.session.request(method, params if params is not None else {})
+        self._waiters[rid] = fut
+        fut.add_done_callback(lambda _, rid=rid: self._given_up(rid))
+        self._send(frame)
+        return fut
+
+    def _given_up(self, rid: int) -> None:
+        if self._waiters.pop(rid, None) is not None:  # settled without its answer: cancelled
+            self.session.forget(rid)
+
     async def call(self, method: str, params: Any = None, within: float | None = None) -> Any:
         """Send a request and await its result; RemoteError / ChannelClosed otherwise."""
-        if self.closed.is_set():
-            raise ChannelClosed(self.failure or "control channel closed")
-        rid, frame = self.session.request(method, params if params is not None else {})
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiters[rid] = fut
+        fut = self.request(method, params)
         try:
-            self._send(frame)
             async with asyncio.timeout(within):
                 return await fut
         finally:
-            if self._waiters.pop(rid, None) is not None and not fut.done():
-                self.session.forget(rid)
-                fut.cancel()
+            fut.cancel()  # a no-op once answered
 
     def ask(self, method: str, params: Any = None) -> None:
         """Send a request whose answer nobody waits for (e.g. the ladder's first rung)."""

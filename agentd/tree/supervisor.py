@@ -424,14 +424,17 @@ class Supervisor:
     async def _run(self, node: _Node, proc: ChildProcess, budget: float) -> None:
         req = node.request
         assert req is not None
+        # child/run goes out right behind child/configure: the child finds it waiting
+        # when its runtime starts instead of idling for a round trip through this loop.
+        configured = proc.channel.request("child/configure", self._child_config(node))
+        ran = proc.channel.request("child/run", MessageParams(req.instruction))
         try:
-            await self._until_stopped(node, proc.channel.call(
-                "child/configure", self._child_config(node), within=self._configure_within))
+            await self._until_stopped(node, asyncio.wait_for(configured,
+                                                             self._configure_within))
             node.first_frame = time.monotonic()
             outcome = None
             if not node.stop.is_set():
-                outcome = await self._until_stopped(
-                    node, proc.channel.call("child/run", MessageParams(req.instruction)))
+                outcome = await self._until_stopped(node, ran)
         except TimeoutError:
             proc.channel.failure = proc.channel.failure or "no answer to child/configure"
             await proc.ladder(budget, ask=None, reason="configure timeout")
@@ -440,6 +443,9 @@ class Supervisor:
             return
         except (ChannelClosed, RemoteError):
             outcome = None
+        finally:
+            if not ran.cancel() and not ran.cancelled():  # settled but never awaited
+                ran.exception()  # (mark its error seen: it is the configure's, or the EOF)
         if node.stop.is_set():  # cancel / drain / parent ended: ask the child to cancel
             ask = "child/cancel" if not proc.channel.closed.is_set() else None
             await proc.ladder(budget, ask=ask, reason=node.stop_reason)
