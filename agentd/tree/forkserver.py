@@ -371,9 +371,9 @@ class ForkserverSpawner:
         return self._servers[template]
 
     async def spawn(self, handle: str, on_incoming, *, max_frame: int,
-                    env: dict[str, str] | None = None, http: bool = True):
+                    env: dict[str, str] | None = None, http: bool = True, hello=None):
         return await self.server(template_for(http)).spawn(
-            handle, on_incoming, max_frame=max_frame, env=env)
+            handle, on_incoming, max_frame=max_frame, env=env, hello=hello)
 
     async def aclose(self) -> None:
         for server in self._servers.values():
@@ -510,11 +510,12 @@ class Forkserver:
                         fut.set_exception(OSError(msg.get("error", "fork failed")))
 
     async def spawn(self, handle: str, on_incoming, *, max_frame: int,
-                    env: dict[str, str] | None = None):
+                    env: dict[str, str] | None = None, hello=None):
         import asyncio
+        import contextlib
 
         from agentd.tree.child import FAULT_ENV
-        from agentd.tree.procs import ChildProcess
+        from agentd.tree.procs import ChildProcess, no_hello, open_channel
 
         if self._dead and not self._closed:  # it died (killed?): start a fresh one
             self.log.warning("subagent.forkserver_restart", pid=self._pid)
@@ -531,6 +532,16 @@ class Forkserver:
         r0, w0 = os.pipe()
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
+        try:
+            channel = await open_channel(w0, r1, on_incoming, max_frame=max_frame)
+        except BaseException:
+            for fd in (r0, w0, r1, w1, r2, w2):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            raise
+        # The first frames go into the pipe before the fork: the child finds them
+        # when it starts instead of waiting for this loop to learn its pid.
+        (hello or no_hello)(channel)
         fut = asyncio.get_running_loop().create_future()
         import json
 
@@ -547,8 +558,8 @@ class Forkserver:
         except BaseException:
             if fut in self._replies:
                 self._replies.remove(fut)
-            for fd in (w0, r1, r2):
-                os.close(fd)
+            channel.close()
+            os.close(r2)
             raise
         finally:
             for fd in (r0, w1, w2):
@@ -556,10 +567,10 @@ class Forkserver:
         try:
             pid = await fut
         except BaseException:
-            for fd in (w0, r1, r2):
-                os.close(fd)
+            channel.close()
+            os.close(r2)
             raise
-        proc = ChildProcess(handle, pid, w0, r1, r2, on_incoming, max_frame=max_frame)
+        proc = ChildProcess(handle, pid, channel, r2)
         if pid in self._early:
             proc.set_exit(self._early.pop(pid))
         else:

@@ -35,6 +35,8 @@ __all__ = [
     "RemoteError",
     "child_argv",
     "child_env",
+    "no_hello",
+    "open_channel",
 ]
 
 STDERR_LINE_MAX = 64 * 1024
@@ -296,25 +298,23 @@ class _StderrDrain(asyncio.Protocol):
 class ChildProcess:
     """One live subagent process, whoever forked it (exec or forkserver)."""
 
-    def __init__(self, handle: str, pid: int, stdin_w: int, stdout_r: int, stderr_r: int,
-                 on_incoming: Callable[[Incoming], None], *, max_frame: int) -> None:
+    def __init__(self, handle: str, pid: int, channel: Channel, stderr_r: int) -> None:
         self.handle = handle
         self.pid = pid
         self.returncode: int | None = None
         self.exited = asyncio.Event()
         self.log = log.bind(handle=handle, pid=pid)
-        self.channel = Channel(ControlSession("parent", max_frame=max_frame),
-                               stdout_r, stdin_w, on_incoming)
+        self.channel = channel
         self._stderr_fd = stderr_r
         self._stderr: _StderrDrain | None = None
         self._stderr_transport: asyncio.ReadTransport | None = None
 
     async def start(self) -> None:
+        """Drain the child's stderr into the log (its channel is up already)."""
         loop = asyncio.get_running_loop()
         self._stderr = _StderrDrain(self.log)
         self._stderr_transport, _ = await loop.connect_read_pipe(
             lambda: self._stderr, os.fdopen(self._stderr_fd, "rb", buffering=0))  # type: ignore[return-value]
-        await self.channel.start()
 
     def set_exit(self, returncode: int) -> None:
         if self.returncode is None:
@@ -376,6 +376,19 @@ class ChildProcess:
             self._stderr_transport.close()
 
 
+async def open_channel(stdin_w: int, stdout_r: int, on_incoming: Callable[[Incoming], None],
+                       *, max_frame: int) -> Channel:
+    """The parent's end of a child's control wire (it owns both fds from here), started."""
+    channel = Channel(ControlSession("parent", max_frame=max_frame), stdout_r, stdin_w,
+                      on_incoming)
+    await channel.start()
+    return channel
+
+
+def no_hello(channel: Channel) -> None:
+    """A spawner's default `hello`: no first frames."""
+
+
 class ExecSpawner:
     """`--spawn exec`: each child is a fresh `posix_spawn` of `sys.executable`."""
 
@@ -388,9 +401,13 @@ class ExecSpawner:
         pass
 
     async def spawn(self, handle: str, on_incoming: Callable[[Incoming], None], *,
-                    max_frame: int, env: dict[str, str] | None = None,
-                    http: bool = True) -> ChildProcess:
-        """Start one child; `http` (does it talk HTTP?) matters only to the forkserver."""
+                    max_frame: int, env: dict[str, str] | None = None, http: bool = True,
+                    hello: Callable[[Channel], None] = no_hello) -> ChildProcess:
+        """Start one child; `http` (does it talk HTTP?) matters only to the forkserver.
+
+        `hello(channel)` sends the first frames as soon as the wire exists (a forked
+        child finds them in its pipe when it starts).
+        """
         r0, w0 = os.pipe()
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
@@ -410,7 +427,9 @@ class ExecSpawner:
             for fd in (r0, w1, w2):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        proc = ChildProcess(handle, pid, w0, r1, r2, on_incoming, max_frame=max_frame)
+        proc = ChildProcess(handle, pid, await open_channel(w0, r1, on_incoming,
+                                                           max_frame=max_frame), r2)
+        hello(proc.channel)
         self._watch_exit(proc)
         await proc.start()
         return proc

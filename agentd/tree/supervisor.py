@@ -57,7 +57,7 @@ from agentd.tree.control import (
     RunOutcome,
     TurnState,
 )
-from agentd.tree.procs import ChannelClosed, ChildProcess, ExecSpawner, RemoteError
+from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner, RemoteError
 
 __all__ = ["ROOT", "SERVED", "Supervisor"]
 
@@ -118,6 +118,12 @@ class _Node:
     @property
     def live(self) -> bool:
         return not self.state.done
+
+
+def _settle(fut: asyncio.Future[Any]) -> None:
+    """Give up on a request's answer; if it already failed, mark its error seen."""
+    if not fut.cancel() and not fut.cancelled():
+        fut.exception()
 
 
 class Supervisor:
@@ -374,17 +380,29 @@ class Supervisor:
             env = None
             if node.fault is not None:  # test-only fault injection, as set at spawn time
                 env = {**os.environ, FAULT_ENV: node.fault}
+            first: list[asyncio.Future[Any]] = []
+
+            def hello(channel: Channel) -> None:
+                """The first frames: child/run pipelined right behind child/configure."""
+                assert node.request is not None
+                first.append(channel.request("child/configure", self._child_config(node)))
+                first.append(channel.request("child/run",
+                                             MessageParams(node.request.instruction)))
+
             try:
                 proc = await self._spawner.spawn(
                     node.handle, lambda ev: self._incoming(node, ev),
-                    max_frame=self.max_frame, env=env, http=self._talks_http(node))
+                    max_frame=self.max_frame, env=env, http=self._talks_http(node),
+                    hello=hello)
             except Exception as exc:  # fds exhausted, forkserver gone, ...: this run fails
+                for fut in first:
+                    _settle(fut)
                 self._finish(node, "failed", reason=f"spawn failed: {exc}")
                 return
             node.proc = proc
             self.log.info("subagent.spawn", handle=node.handle, pid=proc.pid, depth=node.depth,
                           mode=node.mode, scope=sorted(node.scope), spawn=self._spawner.name)
-            await self._run(node, proc, budget)
+            await self._run(node, proc, budget, *first)
         finally:
             if proc is not None:
                 if proc.returncode is None:
@@ -421,13 +439,13 @@ class Supervisor:
                     await task
         return task.result() if task.done() and not task.cancelled() else None
 
-    async def _run(self, node: _Node, proc: ChildProcess, budget: float) -> None:
-        req = node.request
-        assert req is not None
-        # child/run goes out right behind child/configure: the child finds it waiting
-        # when its runtime starts instead of idling for a round trip through this loop.
-        configured = proc.channel.request("child/configure", self._child_config(node))
-        ran = proc.channel.request("child/run", MessageParams(req.instruction))
+    async def _run(self, node: _Node, proc: ChildProcess, budget: float,
+                   configured: asyncio.Future[Any], ran: asyncio.Future[Any]) -> None:
+        """Drive one run from its first frames (sent by `hello` when the wire opened).
+
+        child/run goes out right behind child/configure: the child finds it waiting
+        when its runtime starts instead of idling for a round trip through this loop.
+        """
         try:
             await self._until_stopped(node, asyncio.wait_for(configured,
                                                              self._configure_within))
@@ -444,8 +462,7 @@ class Supervisor:
         except (ChannelClosed, RemoteError):
             outcome = None
         finally:
-            if not ran.cancel() and not ran.cancelled():  # settled but never awaited
-                ran.exception()  # (mark its error seen: it is the configure's, or the EOF)
+            _settle(ran)
         if node.stop.is_set():  # cancel / drain / parent ended: ask the child to cancel
             ask = "child/cancel" if not proc.channel.closed.is_set() else None
             await proc.ladder(budget, ask=ask, reason=node.stop_reason)
