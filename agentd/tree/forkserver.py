@@ -370,10 +370,10 @@ class ForkserverSpawner:
             self._servers[template] = Forkserver(template)
         return self._servers[template]
 
-    async def spawn(self, handle: str, on_incoming, *, max_frame: int,
-                    env: dict[str, str] | None = None, http: bool = True, hello=None):
+    async def spawn(self, handle: str, on_incoming, *, hello, max_frame: int,
+                    env: dict[str, str] | None = None, http: bool = True):
         return await self.server(template_for(http)).spawn(
-            handle, on_incoming, max_frame=max_frame, env=env, hello=hello)
+            handle, on_incoming, hello=hello, max_frame=max_frame, env=env)
 
     async def aclose(self) -> None:
         for server in self._servers.values():
@@ -509,13 +509,13 @@ class Forkserver:
                     else:
                         fut.set_exception(OSError(msg.get("error", "fork failed")))
 
-    async def spawn(self, handle: str, on_incoming, *, max_frame: int,
-                    env: dict[str, str] | None = None, hello=None):
+    async def spawn(self, handle: str, on_incoming, *, hello, max_frame: int,
+                    env: dict[str, str] | None = None):
         import asyncio
         import contextlib
 
         from agentd.tree.child import FAULT_ENV
-        from agentd.tree.procs import ChildProcess, no_hello, open_channel
+        from agentd.tree.procs import ChildProcess, open_channel
 
         if self._dead and not self._closed:  # it died (killed?): start a fresh one
             self.log.warning("subagent.forkserver_restart", pid=self._pid)
@@ -541,7 +541,7 @@ class Forkserver:
             raise
         # The first frames go into the pipe before the fork: the child finds them
         # when it starts instead of waiting for this loop to learn its pid.
-        (hello or no_hello)(channel)
+        hello(channel)
         fut = asyncio.get_running_loop().create_future()
         import json
 

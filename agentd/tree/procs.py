@@ -35,7 +35,6 @@ __all__ = [
     "RemoteError",
     "child_argv",
     "child_env",
-    "no_hello",
     "open_channel",
 ]
 
@@ -385,10 +384,6 @@ async def open_channel(stdin_w: int, stdout_r: int, on_incoming: Callable[[Incom
     return channel
 
 
-def no_hello(channel: Channel) -> None:
-    """A spawner's default `hello`: no first frames."""
-
-
 class ExecSpawner:
     """`--spawn exec`: each child is a fresh `posix_spawn` of `sys.executable`."""
 
@@ -401,8 +396,8 @@ class ExecSpawner:
         pass
 
     async def spawn(self, handle: str, on_incoming: Callable[[Incoming], None], *,
-                    max_frame: int, env: dict[str, str] | None = None, http: bool = True,
-                    hello: Callable[[Channel], None] = no_hello) -> ChildProcess:
+                    hello: Callable[[Channel], None], max_frame: int,
+                    env: dict[str, str] | None = None, http: bool = True) -> ChildProcess:
         """Start one child; `http` (does it talk HTTP?) matters only to the forkserver.
 
         `hello(channel)` sends the first frames as soon as the wire exists (a forked

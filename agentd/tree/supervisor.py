@@ -376,27 +376,24 @@ class Supervisor:
     async def _drive(self, node: _Node) -> None:
         budget = self.config.drain_timeout
         proc: ChildProcess | None = None
+        first: list[asyncio.Future[Any]] = []
+
+        def hello(channel: Channel) -> None:
+            """The first frames: child/run pipelined right behind child/configure."""
+            assert node.request is not None
+            first.append(channel.request("child/configure", self._child_config(node)))
+            first.append(channel.request("child/run", MessageParams(node.request.instruction)))
+
         try:
             env = None
             if node.fault is not None:  # test-only fault injection, as set at spawn time
                 env = {**os.environ, FAULT_ENV: node.fault}
-            first: list[asyncio.Future[Any]] = []
-
-            def hello(channel: Channel) -> None:
-                """The first frames: child/run pipelined right behind child/configure."""
-                assert node.request is not None
-                first.append(channel.request("child/configure", self._child_config(node)))
-                first.append(channel.request("child/run",
-                                             MessageParams(node.request.instruction)))
-
             try:
                 proc = await self._spawner.spawn(
                     node.handle, lambda ev: self._incoming(node, ev),
                     max_frame=self.max_frame, env=env, http=self._talks_http(node),
                     hello=hello)
             except Exception as exc:  # fds exhausted, forkserver gone, ...: this run fails
-                for fut in first:
-                    _settle(fut)
                 self._finish(node, "failed", reason=f"spawn failed: {exc}")
                 return
             node.proc = proc
@@ -404,6 +401,8 @@ class Supervisor:
                           mode=node.mode, scope=sorted(node.scope), spawn=self._spawner.name)
             await self._run(node, proc, budget, *first)
         finally:
+            for fut in first:  # an answer nobody awaited any more (stopped, failed)
+                _settle(fut)
             if proc is not None:
                 if proc.returncode is None:
                     await asyncio.shield(proc.ladder(budget, ask=None, reason="cleanup"))
@@ -461,8 +460,6 @@ class Supervisor:
             return
         except (ChannelClosed, RemoteError):
             outcome = None
-        finally:
-            _settle(ran)
         if node.stop.is_set():  # cancel / drain / parent ended: ask the child to cancel
             ask = "child/cancel" if not proc.channel.closed.is_set() else None
             await proc.ladder(budget, ask=ask, reason=node.stop_reason)
