@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 
@@ -20,6 +21,7 @@ from tree_helpers import exists, make_config, precompile, running, until
 from agentd.tree.api import SpawnRequest
 from agentd.tree.child import FAULT_ENV
 from agentd.tree.forkserver import LEAN
+from agentd.tree.procs import child_argv, child_env
 from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(180)
@@ -152,3 +154,29 @@ async def test_forkserver_killed_children_fail_and_it_restarts(tmp_path):
         st = await sup.spawn("0", SpawnRequest("after the restart"))
         assert st.status == "completed"
         assert sup._spawner.server(LEAN)._pid != server
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"jsonrpc": "2.0"}',
+                                  b'{"jsonrpc": "2.0", "id": 1, "method": "child/run",'
+                                  b' "params": {}}'])
+def test_a_first_frame_that_is_not_child_configure_is_refused(body):
+    """A child's first frame must be child/configure: anything else ends it with
+    a usage exit and a line on its stderr, before it answers or imports anything."""
+    frame = len(body).to_bytes(4, "big") + body
+    proc = subprocess.run(child_argv(), input=frame, capture_output=True, env=child_env(),
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == b""  # nothing answered
+    assert b"the first control frame is not child/configure" in proc.stderr
+
+
+def test_child_configure_is_answered_with_the_childs_pid():
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "child/configure",
+                       "params": {"handle": "0.1", "depth": 2, "instruction": "x"}}).encode()
+    # the configure frame, then EOF: the child answers, then exits on the closed wire
+    with subprocess.Popen(child_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=child_env()) as proc:
+        out, _err = proc.communicate(len(body).to_bytes(4, "big") + body, timeout=60)
+    size = int.from_bytes(out[:4], "big")
+    answer = json.loads(out[4:4 + size])
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": {"pid": proc.pid, "protocol": 1}}

@@ -94,7 +94,7 @@ def _environ(pid: int) -> list[str]:
 def _signal_masks(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/status") as fh:
         return {k: int(v, 16) for k, v in (line.split(":\t") for line in fh)
-                if k in ("SigCgt", "SigIgn")}
+                if k in ("SigCgt", "SigIgn", "SigBlk")}
 
 
 async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path):
@@ -113,3 +113,57 @@ async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path
         assert _signal_masks(sup._spawner.server(LEAN)._pid)["SigCgt"] & bit
         child = _signal_masks(sup.process(st.handle).pid)
         assert not child["SigCgt"] & bit and not child["SigIgn"] & bit
+        # signals are blocked only around a batch of forks: neither keeps them blocked
+        assert child["SigBlk"] == 0
+        assert _signal_masks(sup._spawner.server(LEAN)._pid)["SigBlk"] == 0
+
+
+_BARE_FORK = """
+import os, random, threading, time
+from agentd.tree import forkserver
+
+fork = forkserver._forker()
+print(fork is not os.fork)
+random.random()
+r, w = os.pipe()
+pids = []
+for _ in range(2):
+    pid = fork()
+    if pid == 0:
+        forkserver._reseed()
+        thread = threading.Thread(target=time.sleep, args=(0,))
+        thread.start()
+        thread.join()
+        main = threading.current_thread() is threading.main_thread()
+        os.write(w, f"{random.random()!r} {main} {thread.is_alive()}\\n".encode())
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+os.close(w)
+print(os.read(r, 4096).decode(), end="")
+print(repr(random.random()))
+threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+print(forkserver._forker() is os.fork)
+"""
+
+
+def test_the_bare_fork_leaves_each_child_its_own_random_state_and_working_threads():
+    """The forkserver forks through libc, skipping CPython's after-fork hooks (one thread).
+
+    What those hooks are for must still hold in its children: `random` does
+    not replay the template's sequence in every child, and a child can start
+    and join a thread of its own.  With a second thread alive, the forkserver
+    would fall back to `os.fork()`.
+    """
+    proc = subprocess.run([sys.executable, "-c", _BARE_FORK], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split("\n")
+    assert lines[0] == "True"  # one thread: libc's fork
+    assert lines[1:3] == ["0", "0"]  # both children exited cleanly
+    children = [line.split() for line in lines[3:5]]
+    assert [c[1:] for c in children] == [["True", "False"]] * 2  # thread started, joined
+    draws = {children[0][0], children[1][0], lines[5]}
+    assert len(draws) == 3  # each child, and the template, has its own random state
+    assert lines[6] == "True"  # a second thread: os.fork

@@ -73,10 +73,30 @@ def main(argv: list[str]) -> int:
     return serve_wire(ppid)
 
 
-def serve_wire(ppid: int | None) -> int:
-    """Answer child/configure on fds 0/1, then run the runtime (also the forkserver's child)."""
+def first_answer(body: bytes) -> tuple[dict, bytes]:
+    """The first frame's params and its answer (`{pid, protocol}`); ValueError if not child/configure.
+
+    Only the stdlib `json`: an exec'd child calls this before importing anything
+    heavy.  The forkserver's warm-up calls it too, so its code is quickened in
+    the template rather than in every forked child.
+    """
     import json
 
+    try:
+        msg = json.loads(body)
+        rid = msg["id"]
+        if msg.get("jsonrpc") != "2.0" or msg.get("method") != "child/configure":
+            raise ValueError("the first frame must be child/configure")
+        params = msg["params"]
+    except (KeyError, TypeError) as exc:
+        raise ValueError("the first frame must be child/configure") from exc
+    answer = json.dumps({"jsonrpc": "2.0", "id": rid,
+                         "result": {"pid": os.getpid(), "protocol": 1}}).encode()
+    return params, answer
+
+
+def serve_wire(ppid: int | None) -> int:
+    """Answer child/configure on fds 0/1, then run the runtime (also the forkserver's child)."""
     header = _read_exact(0, 4)
     if header is None:
         return EXIT_OK  # the parent went away before configuring us
@@ -87,16 +107,10 @@ def serve_wire(ppid: int | None) -> int:
     if body is None:
         return EXIT_OK
     try:
-        msg = json.loads(body)
-        rid = msg["id"]
-        if msg.get("jsonrpc") != "2.0" or msg.get("method") != "child/configure":
-            raise ValueError("the first frame must be child/configure")
-        params = msg["params"]
-    except (ValueError, KeyError, TypeError):
+        params, answer = first_answer(body)
+    except ValueError:
         sys.stderr.write("agentd child: the first control frame is not child/configure\n")
         return EXIT_USAGE
-    answer = json.dumps({"jsonrpc": "2.0", "id": rid,
-                         "result": {"pid": os.getpid(), "protocol": 1}}).encode()
     os.write(1, len(answer).to_bytes(4, "big") + answer)
 
     _set_pdeathsig()

@@ -4,10 +4,11 @@ The forkserver is itself a re-exec of the trusted binary
 (`sys.executable -P -m agentd --agentd-control-child --forkserver --sock 3
 --template lean|net`).  It imports the runtime once (asyncio, uvloop, msgspec,
 the agent loop), never starts an event loop or a thread, freezes its heap for
-the GC, and then serves fork requests on a private SOCK_SEQPACKET socket: each
-request carries the child's three pipe ends (SCM_RIGHTS); the forked child
-starts its own session, takes them as fds 0/1/2 and runs exactly what an
-exec'd child runs (`agentd.tree.child.serve_wire`).  Nothing of the parent
+the GC, and then serves fork requests on a private SOCK_SEQPACKET socket (it
+forks through libc, see `_forker`): each request carries the child's three
+pipe ends (SCM_RIGHTS); the forked child starts its own session, takes them
+as fds 0/1/2 and runs exactly what an exec'd child runs
+(`agentd.tree.child.serve_wire`).  Nothing of the parent
 agentd is ever in the forkserver, so nothing of it is inherited.
 
 Two templates, each its own forkserver, started on first use: `net` has the
@@ -97,6 +98,7 @@ def _warm_up() -> None:
 
     from agentd import log as logmod
     from agentd import runtime
+    from agentd.tree.child import first_answer
     from agentd.tree.control import (
         ChildConfig,
         ControlSession,
@@ -123,16 +125,16 @@ def _warm_up() -> None:
         fh.flush()
         cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
                           intelligence=f"playback:{fh.name}")
-        configure = json.loads(json.dumps({"jsonrpc": "2.0", "id": 1,
-                                           "method": "child/configure",
-                                           "params": msgspec.to_builtins(cfg)}))
+        configure = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "child/configure",
+                                "params": msgspec.to_builtins(cfg)}).encode()
         logmod.configure(level="error")
         try:
             # Several rounds: CPython 3.11 quickens a function after a few calls and
             # then specializes its instructions in place; done here, those writes to
             # code objects are not redone on private copy-on-write pages by every child.
             for _ in range(WARM_ROUNDS):
-                cfg = msgspec.convert(configure["params"], ChildConfig)
+                params, _answer = first_answer(configure)
+                cfg = msgspec.convert(params, ChildConfig)
                 with asyncio.Runner(loop_factory=runtime.loop_factory()) as runner:
                     runner.run(_warm_wire(cfg))
         finally:
@@ -172,6 +174,41 @@ def _trim_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except AttributeError:  # not glibc: nothing to trim with
         pass
+
+
+def _forker():
+    """The forkserver's fork: libc's `fork()`, without CPython's after-fork protocol, when safe.
+
+    `os.fork()` has the child re-create the GIL and the runtime's locks, forget
+    every other thread and run the Python-level at-fork hooks of `threading`,
+    `random`, `logging` and `concurrent.futures`: code that never runs in the
+    template, so every child copies the pages it touches (≈ 50 copy-on-write
+    faults net, ≈ 5% of a playback child's CPU; docs/subagents.md).  The
+    forkserver has one thread, calls `fork()` holding the GIL (ctypes'
+    `PyDLL`) and blocks the signals it has Python handlers for around each
+    batch of forks (`serve`), so that protocol has nothing to repair: no lock
+    can be held by a thread the child lacks, the thread's ident does not
+    change, no signal is caught but not yet handled.  Only `random`'s state
+    would be shared by every child: `_child` reseeds it.  With a second
+    thread (or no /proc to tell) it is `os.fork()`.
+    """
+    import ctypes
+
+    try:
+        if len(os.listdir("/proc/self/task")) != 1:
+            return os.fork
+        libc_fork = ctypes.PyDLL(None, use_errno=True).fork
+    except (OSError, AttributeError):
+        return os.fork
+
+    def fork() -> int:
+        pid = libc_fork()
+        if pid < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return pid
+
+    return fork
 
 
 def _recv_fds(sock: socket.socket, flags: int) -> tuple[bytes, list[int]]:
@@ -221,6 +258,10 @@ def serve(argv: list[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    fork = _forker()
+    # The signals with a Python-level handler (SIGCHLD's, SIGINT's): the ones
+    # a child could otherwise inherit caught but not yet handled (see _forker).
+    caught = {sig for sig in signal.valid_signals() if callable(_signal.getsignal(sig))}
     gc.collect()
     _trim_heap()
     gc.freeze()  # the heap is shared copy-on-write by every child: keep the GC off it
@@ -278,25 +319,29 @@ def serve(argv: list[str]) -> int:
                     fault = None
                 batch.append((fault, fds))
             pending = [fd for _, fds in batch for fd in fds]
-            for fault, fds in batch:
-                if len(fds) != 3:
+            mask = _signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+            try:
+                for fault, fds in batch:
+                    if len(fds) != 3:
+                        for fd in fds:
+                            os.close(fd)
+                            pending.remove(fd)
+                        _send(sock, {"error": "a fork request needs three fds"})
+                        continue
+                    pid = fork()
+                    if pid == 0:
+                        others = [fd for fd in pending if fd not in fds]
+                        _child(sock, fds, (wake_r, wake_w, *others), fault, me, mask)
                     for fd in fds:
                         os.close(fd)
                         pending.remove(fd)
-                    _send(sock, {"error": "a fork request needs three fds"})
-                    continue
-                pid = os.fork()
-                if pid == 0:
-                    others = [fd for fd in pending if fd not in fds]
-                    _child(sock, fds, (wake_r, wake_w, *others), fault, me)
-                for fd in fds:
-                    os.close(fd)
-                    pending.remove(fd)
-                children.add(pid)
-                try:
-                    sock.send(b'{"pid": %d}' % pid)
-                except OSError:
-                    pass
+                    children.add(pid)
+                    try:
+                        sock.send(b'{"pid": %d}' % pid)
+                    except OSError:
+                        pass
+            finally:
+                _signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             if eof:
                 break
     finally:
@@ -315,15 +360,17 @@ def serve(argv: list[str]) -> int:
 
 
 def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: str | None,
-           server_pid: int) -> None:
+           server_pid: int, mask: set[int]) -> None:
     """In the forked child: become a fresh subagent on the three fds; never returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        # The C function: `signal.signal` turns the old handler into an enum member,
+        # The C functions: `signal.signal` turns the old handler into an enum member,
         # a failed lookup and a caught exception that cost a forked child ≈ 30
         # copy-on-write page faults (docs/subagents.md).
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        _signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _reseed()
         os.setsid()
         sock.close()
         for fd in close:  # the forkserver's wake-up pipe, the fds of the rest of the batch
@@ -347,6 +394,13 @@ def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: s
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _reseed() -> None:
+    """What `random`'s own at-fork hook does (`_inst.seed()`): a state of the child's own."""
+    rnd = sys.modules.get("random")
+    if rnd is not None:
+        rnd._inst.seed()
 
 
 # ------------------------------------------------------------------ parent side
