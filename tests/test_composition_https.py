@@ -31,8 +31,6 @@ import peers
 import pytest
 from test_reactive_cli import Agentd
 
-from agentd.config import ServerSpec
-
 TOKEN = "tok-3f9c2a7e51b84d06"
 SYNC_MARK = "LGTM-SYNC-7731"
 ASYNC_MARK = "LGTM-ASYNC-4242"
@@ -117,14 +115,6 @@ def parent_config(tmp: Path, url: str, certs: Certs, *, mtls: bool) -> Path:
     return path
 
 
-def need_mtls_client() -> None:
-    """The parent must present a client certificate to an mTLS worker."""
-    if "client_cert" not in ServerSpec.__struct_fields__:
-        pytest.xfail("agentd's MCP client cannot present a client certificate yet: "
-                     "ServerSpec has no client_cert/client_key (config.py) and "
-                     "http_transport._ssl() loads no cert chain")
-
-
 def run_composition(agentd_bin: str, tmp: Path, *, mtls: bool, subscribe: bool,
                     host: str = "127.0.0.1", worker_prefix: list[str] | None = None,
                     parent_prefix: list[str] | None = None, port: int | None = None) -> dict:
@@ -146,10 +136,6 @@ def run_composition(agentd_bin: str, tmp: Path, *, mtls: bool, subscribe: bool,
                         tmp, "parent", env={"AGENTD_SECRET_REVIEWER_TOKEN": TOKEN},
                         prefix=parent_prefix)
         code = parent.proc.wait(timeout=180)
-        if code != 0 and any(e.get("tool") == "agentd__await_resource" and e.get("fault")
-                             for e in parent.events("tool.result")):
-            pytest.xfail("the task-mode run does not offer agentd__await_resource yet "
-                         "(hook in agentd/agent/run.py: see docs/reactive.md, 'Hooks')")
         assert code == 0, "\n".join(parent.err.read_text().splitlines()[-40:])
         result = parent.result()
         assert worker.proc.poll() is None  # the worker stays up, serving
@@ -218,7 +204,6 @@ def test_mtls_worker_refuses_a_client_without_certificate(agentd_bin, tmp_path) 
 @pytest.mark.parametrize("subscribe", [True], ids=["drive+subscribe"])
 def test_parent_drives_and_subscribes_worker_over_mtls(agentd_bin, tmp_path,
                                                        subscribe) -> None:
-    need_mtls_client()
     out = run_composition(agentd_bin, tmp_path, mtls=True, subscribe=subscribe)
     res = out["result"]
     assert res["status"] == "completed"

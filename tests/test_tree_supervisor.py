@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from tree_helpers import exists, make_config, precompile, running, until
+from tree_helpers import exists, make_config, parent_of, precompile, running, until
 
 from agentd.tree.api import SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.supervisor import Supervisor
@@ -172,13 +172,23 @@ async def test_on_terminal_once_per_run(tmp_path, spawn):
 
 
 async def test_every_child_is_our_child_and_reaped(tmp_path, spawn):
-    async with sup_for(tmp_path, spawn) as sup:
+    async with sup_for(tmp_path, spawn, max_children=8) as sup:
         for i in range(4):
             await sup.spawn("0", SpawnRequest(f"a{i}", mode="async"))
         assert await until(lambda: all(sup.status(f"0.{i}").done for i in range(1, 5)))
         pids = [sup.process(f"0.{i}").pid for i in range(1, 5)]
-    assert all(not exists(p) for p in pids)
-    assert os.getpid()  # the parent is fine
+        warm = [await sup.spawn("0", SpawnRequest(f"w{i}", mode="warm")) for i in range(2)]
+        assert await until(lambda: all(sup.process(w.handle) for w in warm))
+        live = [sup.process(w.handle).pid for w in warm]
+        # every live child hangs off the supervisor: directly (exec) or through its
+        # forkserver, which is itself the supervisor's own child
+        parents = {parent_of(p) for p in live}
+        if spawn == "exec":
+            assert parents == {os.getpid()}
+        else:
+            (fs,) = parents
+            assert fs != os.getpid() and parent_of(fs) == os.getpid()
+    assert all(not exists(p) for p in pids + live)
 
 
 async def test_a_stray_agentd_in_the_cwd_is_not_what_runs(tmp_path, spawn, monkeypatch):

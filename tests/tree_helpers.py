@@ -78,6 +78,12 @@ def _ours(ppid: int) -> bool:
     return info is not None and b"--forkserver" in info[2] and info[1] == os.getpid()
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent pid of a live process, or None if it is gone."""
+    info = _stat(pid)
+    return None if info is None else info[1]
+
+
 def proc_state(pid: int) -> str | None:
     """The /proc state letter of a subagent process, or None if it is gone.
 
