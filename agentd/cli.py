@@ -7,6 +7,7 @@ spec shows them (TOOLS / MCP, ...).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -14,6 +15,7 @@ import click
 
 from agentd import __version__
 from agentd import config as cfg
+from agentd.auth_cli import auth as auth_commands
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
 
 # Help sections, in order; each option names its section via `section=`.
@@ -74,15 +76,38 @@ def _secs(text: str) -> str:
      help="tries per request before exit 5  [default: 5]")
 @opt("--mcp", "mcp", section="TOOLS / MCP", multiple=True, metavar="name=<endpoint>",
      help="declare a remote MCP server (repeatable; Streamable HTTP)")
+@opt("--features", "features", section="TOOLS / MCP", multiple=True, metavar="NAME[,NAME]",
+     help="enable optional features (repeatable): a2a")
+@opt("--a2a-peer", "a2a_peer", section="TOOLS / MCP", multiple=True, metavar="name=<endpoint>",
+     help="declare an A2A agent to delegate to via a2a.delegate (repeatable; --features a2a)")
 @opt("--init-timeout", section="TOOLS / MCP", type=float, help=_secs("MCP handshake timeout  [default: 10]"))
 @opt("--ping-interval", section="TOOLS / MCP", type=float, help=_secs("ping idle MCP connections every  [default: 30]"))
+@opt("--auth-interactive", section="TOOLS / MCP", is_flag=True, default=None,
+     help="let a server that needs an OAuth login open a browser during the run  "
+          "[default: off: it fails its handshake, naming `agentd auth login NAME`]")
+@opt("--state-dir", section="TOOLS / MCP", metavar="DIR",
+     help="OAuth token store  [default: $AGENTD_STATE_DIR, else $XDG_STATE_HOME/agentd, "
+          "else ~/.local/state/agentd]")
 @opt("--serve-mcp", section="SERVE", metavar="<https://host:port>",
-     help="serve agentd's own MCP (HTTP(S), mTLS/bearer auth) at path /mcp")
-@opt("--serve-cert", section="SERVE", metavar="FILE", help="server certificate (PEM) for https")
-@opt("--serve-key", section="SERVE", metavar="FILE", help="server private key (PEM) for https")
+     help="serve agentd's own MCP (HTTP(S), mTLS/bearer auth)")
+@opt("--serve-cert", section="SERVE", metavar="FILE",
+     help="server certificate (PEM) for https  [default: /etc/agentd/tls/server.crt; "
+          "env AGENTD_SERVE_CERT]")
+@opt("--serve-key", section="SERVE", metavar="FILE",
+     help="server private key (PEM) for https  [default: /etc/agentd/tls/server.key; "
+          "env AGENTD_SERVE_KEY]")
 @opt("--serve-client-ca", section="SERVE", metavar="FILE", help="CA that client certificates must chain to (mTLS)")
 @opt("--serve-bearer", section="SERVE", envvar="AGENTD_SERVE_BEARER", metavar="TOKEN",
      help="bearer token peers must present  [env: AGENTD_SERVE_BEARER]")
+@opt("--serve-a2a", "serve_a2a", section="SERVE", is_flag=True, default=None,
+     help="also serve A2A (Agent Card, SendMessage, ...) on the --serve-mcp listener "
+          "(--features a2a)")
+@opt("--metrics-listen", section="SERVE", metavar="HOST:PORT",
+     help="serve /metrics, /healthz and /readyz on their own listener (any mode; a "
+          "non-loopback one needs --metrics-bearer or --serve-bearer)")
+@opt("--metrics-bearer", section="SERVE", envvar="AGENTD_METRICS_BEARER", metavar="TOKEN",
+     help="bearer token /metrics on --metrics-listen requires  [default: --serve-bearer; "
+          "env: AGENTD_METRICS_BEARER]")
 @opt("--max-steps", section="BUDGETS", type=int, help="loop steps before a partial result, exit 3  [default: 50]")
 @opt("--token-ceiling", section="BUDGETS", type=int, help="tokens for the whole tree before exit 3  [default: none]")
 @opt("--deadline", section="BUDGETS", type=float, help=_secs("wall-clock limit for the run, exit 4  [default: none]"))
@@ -91,12 +116,15 @@ def _secs(text: str) -> str:
 @opt("--max-depth", section="SUBAGENTS", type=int, help="deepest subagent level  [default: 4]")
 @opt("--max-children", section="SUBAGENTS", type=int, help="children per agent  [default: 16]")
 @opt("--max-subagents", section="SUBAGENTS", type=int, help="subagents in the whole tree  [default: 256]")
-@opt("--spawn", section="SUBAGENTS", type=str, help="exec (re-exec per child) or forkserver  [default: exec]")
+@opt("--spawn", section="SUBAGENTS", type=str, help="forkserver (fork from a warm template; falls back to exec) or exec (re-exec per child)  [default: forkserver on Linux, else exec]")
+@opt("--max-inflight-intelligence", section="SUBAGENTS", type=int, help="intelligence calls in flight at once, for the whole tree  [default: 64]")
 @opt("--subscribe", section="REACTIVE", multiple=True, metavar="URI",
      help="a concrete resource URI to wake on (repeatable; with --mode reactive)")
 @opt("--debounce", section="REACTIVE", type=float, help=_secs("wake debounce window  [default: 0.05]"))
 @opt("--max-subscriptions", section="REACTIVE", type=int, help="self-subscriptions per run  [default: 64]")
 @opt("--log-format", section="OUTPUT", type=str, help="json or text  [default: json]")
+@opt("--log-level", section="OUTPUT", envvar="AGENTD_LOG_LEVEL", type=str,
+     help="debug, info, warning or error (children inherit it)  [default: info; env: AGENTD_LOG_LEVEL]")
 @opt("--secrets-dir", section="OUTPUT", metavar="DIR",
      help="where {{secret:NAME}} files live  [default: /run/secrets/agentd]")
 @click.version_option(__version__, "--version", prog_name="agentd", message="%(prog)s %(version)s",
@@ -111,12 +139,42 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     config = config_from_flags(flags)
+    _check_intelligence(config)
     from agentd import log as _log
     from agentd import runtime
     from agentd.agent.run import run
 
     _log.configure(fmt=config.log_format, level=_log.env_level())
+    from agentd.log_bridge import route_stdlib
+
+    route_stdlib()  # aiohttp's and asyncio's records as agentd lines too
+    from agentd.mcp import oauth
+
+    oauth.configure(state_dir=config.state_dir, interactive=config.auth_interactive)
     ctx.exit(runtime.run(run(config)))
+
+
+def _check_intelligence(config: cfg.Config) -> None:
+    """A bad or missing --intelligence is exit 2 with the one usage line, like every
+    other usage error, before logging starts (building a provider opens nothing)."""
+    from agentd.intelligence import make_intelligence
+
+    make_intelligence(config.intelligence, model=config.model,
+                      stream=config.intelligence_stream, timeout=config.intelligence_timeout,
+                      attempts=config.intelligence_attempts)
+
+
+def _apply_log_level(level: str | None) -> None:
+    """``--log-level``: validated, then published as AGENTD_LOG_LEVEL, the one
+    place the run, its reactive daemon and every subagent read it from."""
+    if level is None:
+        return
+    from agentd.log import LEVELS
+
+    norm = level.strip().lower()
+    if norm not in LEVELS:
+        raise cfg.ConfigError(f"--log-level {level!r}: expected debug, info, warning or error")
+    os.environ["AGENTD_LOG_LEVEL"] = norm
 
 
 def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) -> cfg.Config:
@@ -127,27 +185,106 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     if config_file:
         values = cfg.load_config_file(config_file)
     servers = list(values.pop("mcp", []))
-    servers += [cfg.parse_mcp_flag(v) for v in flags.pop("mcp", ())]
+    from_file = {s.name for s in servers}
+    for spec in (cfg.parse_mcp_flag(v) for v in flags.pop("mcp", ())):
+        # a --mcp naming a server of the config file sets its endpoint; the file
+        # keeps what a flag cannot say (headers with secrets, CA, required)
+        i = next((n for n, s in enumerate(servers) if s.name == spec.name), None)
+        if i is None or spec.name not in from_file:
+            servers.append(spec)
+        else:
+            import msgspec
+
+            servers[i] = msgspec.structs.replace(servers[i], url=spec.url)
+            from_file.discard(spec.name)  # a second flag for it is a duplicate
     subscribe = list(values.pop("subscribe", [])) + list(flags.pop("subscribe", ()))
+    features = [f.strip() for v in (*(values.pop("features", None) or ()),
+                                    *flags.pop("features", ())) for f in v.split(",")
+                if f.strip()]
+    a2a_peers = list(values.pop("a2a_peers", []))
+    a2a_peers += [cfg.parse_a2a_peer_flag(v) for v in flags.pop("a2a_peer", ())]
     serve_keys = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer")
     serve = {k: flags.pop(k, None) or values.pop(k, None) for k in serve_keys}
+    bearers = values.pop("serve_bearers", None)
+    if bearers is not None:
+        bearers = cfg.check_bearers(bearers, flags.get("secrets_dir")
+                                    or values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR)
     if serve["serve_bearer"]:
         from agentd.log import register_secret
 
         register_secret(serve["serve_bearer"])
+    if flags.get("metrics_bearer"):
+        from agentd.log import register_secret
+
+        register_secret(flags["metrics_bearer"])
     if serve["serve_mcp"]:
         values["serve"] = cfg.parse_serve(serve["serve_mcp"], serve["serve_cert"],
                                           serve["serve_key"], serve["serve_client_ca"],
-                                          serve["serve_bearer"])
-    elif any(serve[k] for k in serve_keys[1:]):
+                                          serve["serve_bearer"], bearers)
+    elif any(serve[k] for k in serve_keys[1:]) or bearers:
         raise cfg.ConfigError("--serve-cert/--serve-key/--serve-client-ca/--serve-bearer "
                               "need --serve-mcp")
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
         raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
+    _apply_log_level(flags.pop("log_level", None))
     values.update({k: v for k, v in flags.items() if v is not None})
     values["mcp"] = servers
+    secrets_dir = values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR
+    # a required server's header {{secret:…}} that is not set: exit 2 now, not at connect
+    # (an optional server's is found at connect time: it is then left out, like a failure)
+    for spec in (s for s in servers if s.required):
+        for value in spec.headers.values():
+            for ref in cfg.SECRET_RE.finditer(value):
+                cfg.resolve_secret(ref.group(1), secrets_dir)
     values["subscribe"] = subscribe
+    values["features"] = tuple(dict.fromkeys(features))
+    values["a2a_peers"] = a2a_peers
     return cfg.build(values, needs_instruction=needs_instruction)
+
+
+@cli.command("top", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("url")
+@click.option("--bearer", envvar="AGENTD_BEARER", metavar="TOKEN",
+              help="bearer token the worker requires  [env: AGENTD_BEARER]")
+@click.option("--ca-file", metavar="FILE", help="CA bundle for a private https worker")
+@click.option("--client-cert", metavar="FILE", help="client certificate (PEM) for mTLS")
+@click.option("--client-key", metavar="FILE", help="its private key (PEM)")
+@click.option("--interval", type=float, default=1.0, show_default=True,
+              help="re-read at least this often (seconds)")
+@click.option("--once", is_flag=True, help="print one frame as plain text and exit")
+@click.pass_context
+def top_cmd(ctx: click.Context, url: str, bearer: str | None, ca_file: str | None,
+            client_cert: str | None, client_key: str | None, interval: float,
+            once: bool) -> None:
+    """Live view of a serving agentd's tree (URL: its --serve-mcp address): handles,
+    status, depth, steps, tokens, age and the last event of each, from the
+    worker's agent://status (an ordinary MCP client of its self-MCP; Ctrl-C quits).
+    The live view needs the `top` extra (rich); --once does not."""
+    from urllib.parse import urlsplit
+
+    from agentd import log as _log
+    from agentd import runtime
+    from agentd.top import run_top
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise cfg.ConfigError(f"agentd top {url!r}: expected http(s)://host:port")
+    if parts.scheme == "http" and not cfg.is_loopback_host(parts.hostname):
+        raise cfg.ConfigError(f"agentd top {url!r}: a non-loopback worker must be https://")
+    if bool(client_cert) != bool(client_key):
+        raise cfg.ConfigError("--client-cert and --client-key go together")
+    if interval <= 0:
+        raise cfg.ConfigError("--interval must be positive")
+    if not once:
+        try:
+            import rich  # noqa: F401
+        except ImportError:
+            raise cfg.ConfigError("agentd top: the live view needs rich: "
+                                  "pip install 'agentd[top]' (or use --once)") from None
+    flags = ctx.obj or {}
+    _log.configure(fmt=flags.get("log_format") or "json", level="warning")
+    ctx.exit(runtime.run(run_top(url, bearer=bearer, ca_file=ca_file, client_cert=client_cert,
+                                 client_key=client_key, interval=interval, once=once)))
 
 
 @cli.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,8 +300,12 @@ def demo_cmd(ctx: click.Context) -> None:
     from agentd.demo import main as demo_main
 
     flags = ctx.obj or {}
+    _apply_log_level(flags.get("log_level"))
     _log.configure(fmt=flags.get("log_format") or "text", level=_log.env_level())
     ctx.exit(runtime.run(demo_main()))
+
+
+cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/auth_cli.py)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -26,9 +27,20 @@ from agentd import log as _log
 MODES = ("task", "reactive")
 RESERVED_SERVER_NAME = "agentd"  # the self-tools' server name (agentd__subagent_spawn, ...)
 SPAWN_MODES = ("exec", "forkserver")
+# The forkserver where it works (Linux: pidfds, SCM_RIGHTS, the death signal);
+# the Supervisor falls back to exec, with one warning, if it cannot start.
+DEFAULT_SPAWN = "forkserver" if sys.platform.startswith("linux") else "exec"
+DEFAULT_MAX_INFLIGHT_INTELLIGENCE = 64  # intelligence calls in flight, tree-wide
 LOG_FORMATS = ("json", "text")
 SECRET_RE = re.compile(r"\{\{secret:([A-Za-z0-9_.-]+)\}\}")
 DEFAULT_SECRETS_DIR = "/run/secrets/agentd"
+# Where --serve-cert/--serve-key default to (spec §2): server.crt and server.key in
+# this directory; env AGENTD_TLS_DIR moves the directory (docs/cli.md).
+DEFAULT_TLS_DIR = "/etc/agentd/tls"
+TLS_DIR_ENV = "AGENTD_TLS_DIR"
+BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer",
+                   "serve_bearers")
 
 # Documented defaults (docs/cli.md, docs/config.md).
 DEFAULT_MAX_DEPTH = 4
@@ -47,6 +59,40 @@ class ConfigError(Exception):
     """A usage or configuration problem: exit 2, one line on stderr."""
 
 
+class OAuthAuth(msgspec.Struct, frozen=True, tag_field="type", tag="oauth",
+                forbid_unknown_fields=True):
+    """`auth = { type = "oauth", … }`: every key optional (docs/security.md).
+    `client_id`/`client_secret`/`issuer` are a pre-registration bound to that issuer;
+    `client_id_metadata_url` is a Client ID Metadata Document the operator hosts."""
+
+    client_id_metadata_url: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None  # a {{secret:NAME}} reference, never the secret
+    issuer: str | None = None
+    scopes: list[str] = []
+
+    @property
+    def type(self) -> str:
+        return "oauth"
+
+
+class ClientCredentialsAuth(msgspec.Struct, frozen=True, tag_field="type",
+                            tag="client_credentials", forbid_unknown_fields=True):
+    """`auth = { type = "client_credentials", client_id, client_secret | private_key_file }`:
+    machine-to-machine, no person, no token store (client_secret_basic or private_key_jwt)."""
+
+    client_id: str
+    client_secret: str | None = None  # a {{secret:NAME}} reference
+    private_key_file: str | None = None  # PEM key: private_key_jwt
+    signing_algorithm: str | None = None  # default ES256
+    issuer: str | None = None
+    scopes: list[str] = []
+
+    @property
+    def type(self) -> str:
+        return "client_credentials"
+
+
 class ServerSpec(msgspec.Struct, frozen=True):
     """A declared MCP server: trusted config, never built from model output."""
 
@@ -57,6 +103,7 @@ class ServerSpec(msgspec.Struct, frozen=True):
     ca_file: str | None = None  # custom CA bundle for a private https endpoint
     client_cert: str | None = None  # PEM certificate presented to an mTLS server
     client_key: str | None = None  # its private key (PEM)
+    auth: OAuthAuth | ClientCredentialsAuth | None = None  # OAuth (agentd.mcp.oauth)
 
 
 class ServeSpec(msgspec.Struct, frozen=True):
@@ -70,6 +117,8 @@ class ServeSpec(msgspec.Struct, frozen=True):
     key: str | None = None
     client_ca: str | None = None
     bearer: str | None = msgspec.field(default=None)  # secret: never logged
+    # named bearers: name -> "{{secret:NAME}}" (unresolved; the name is the principal)
+    bearers: dict[str, str] = {}
 
     @property
     def loopback(self) -> bool:
@@ -77,7 +126,7 @@ class ServeSpec(msgspec.Struct, frozen=True):
 
     @property
     def authenticated(self) -> bool:
-        return bool(self.bearer) or bool(self.client_ca)
+        return bool(self.bearer) or bool(self.bearers) or bool(self.client_ca)
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -90,6 +139,9 @@ class Config(msgspec.Struct, frozen=True):
     output_contract: str | None = None
     mcp: tuple[ServerSpec, ...] = ()
     serve: ServeSpec | None = None
+    features: tuple[str, ...] = ()  # opt-in features (--features): "a2a"
+    a2a_peers: tuple[ServerSpec, ...] = ()  # --a2a-peer / a2a_peers (with --features a2a)
+    serve_a2a: bool = False  # --serve-a2a: A2A beside the self-MCP on its listener
     mode: str = "task"
     subscribe: tuple[str, ...] = ()
     max_depth: int = DEFAULT_MAX_DEPTH
@@ -104,12 +156,28 @@ class Config(msgspec.Struct, frozen=True):
     observation_bytes: int = DEFAULT_OBSERVATION_BYTES
     debounce: float = DEFAULT_DEBOUNCE
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
-    spawn: str = "exec"
+    spawn: str = DEFAULT_SPAWN
+    max_inflight_intelligence: int = DEFAULT_MAX_INFLIGHT_INTELLIGENCE
     log_format: str = "json"
     secrets_dir: str = DEFAULT_SECRETS_DIR
+    state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.oauth)
+    auth_interactive: bool = False  # --auth-interactive: a login may happen during a run
+    metrics_listen: str | None = None  # --metrics-listen HOST:PORT (/metrics, probes)
+    # bearer for /metrics on that listener: a token, or "{{secret:NAME}}" (resolved at
+    # start); default: --serve-bearer. A secret: never logged.
+    metrics_bearer: str | None = msgspec.field(default=None)
 
     def server(self, name: str) -> ServerSpec | None:
         return next((s for s in self.mcp if s.name == name), None)
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[V6]:PORT` (as for --metrics-listen) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--metrics-listen {value!r}: expected HOST:PORT")
+    return host, int(port)
 
 
 def is_loopback_host(host: str) -> bool:
@@ -144,8 +212,79 @@ def parse_mcp_flag(value: str) -> ServerSpec:
     return ServerSpec(name=name, url=url)
 
 
+def default_tls_file(name: str) -> str:
+    return str(Path(os.environ.get(TLS_DIR_ENV) or DEFAULT_TLS_DIR) / name)
+
+
+def check_bearers(bearers: object, secrets_dir: str) -> dict[str, str]:
+    """Named bearers from the config file: each value exactly one {{secret:NAME}},
+    resolvable now (exit 2 before any side effect), kept unresolved."""
+    if not isinstance(bearers, dict):
+        raise ConfigError("serve_bearers: expected a table of name = \"{{secret:NAME}}\"")
+    out: dict[str, str] = {}
+    for name, ref in bearers.items():
+        if not isinstance(name, str) or not BEARER_NAME_RE.fullmatch(name):
+            raise ConfigError(f"serve_bearers: bad bearer name {name!r} "
+                              "(letters, digits, _ . -)")
+        if not isinstance(ref, str) or not SECRET_RE.fullmatch(ref.strip()):
+            raise ConfigError(f"serve_bearers.{name}: the token must be a {{{{secret:NAME}}}} "
+                              "reference, never the token itself")
+        resolve_secret(SECRET_RE.fullmatch(ref.strip()).group(1), secrets_dir)  # type: ignore[union-attr]
+        out[name] = ref.strip()
+    return out
+
+
+def resolve_bearers(spec: ServeSpec, secrets_dir: str = DEFAULT_SECRETS_DIR) -> dict[str, str]:
+    """The named bearers' tokens, resolved when the listener starts."""
+    return {name: SECRET_RE.sub(lambda m: resolve_secret(m.group(1), secrets_dir), ref)
+            for name, ref in spec.bearers.items()}
+
+
+FEATURES = ("a2a",)
+
+
+def parse_a2a_peer_flag(value: str) -> ServerSpec:
+    """`name=<endpoint>` from a --a2a-peer flag (same endpoint rule as --mcp)."""
+    if "=" not in value:
+        raise ConfigError(f"--a2a-peer {value!r}: expected name=<endpoint>")
+    name, url = value.split("=", 1)
+    name = name.strip()
+    if not name:
+        raise ConfigError(f"--a2a-peer {value!r}: the peer name is empty")
+    check_endpoint(url, f"--a2a-peer {name}")
+    return ServerSpec(name=name, url=url)
+
+
+def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...]:
+    """--features / --a2a-peer / --serve-a2a, checked together (exit 2 on a problem)."""
+    features = tuple(values.get("features") or ())
+    unknown = sorted(set(features) - set(FEATURES))
+    if unknown:
+        raise ConfigError(f"--features {unknown[0]!r}: expected one of {', '.join(FEATURES)}")
+    peers = list(values.pop("a2a_peers", None) or ())
+    if "a2a" not in features:
+        if peers:
+            raise ConfigError("--a2a-peer needs --features a2a")
+        if values.get("serve_a2a"):
+            raise ConfigError("--serve-a2a needs --features a2a")
+    if values.get("serve_a2a") and values.get("serve") is None:
+        raise ConfigError("--serve-a2a needs --serve-mcp (A2A is served on its listener)")
+    names = [p.name for p in peers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"--a2a-peer: duplicate peer name {dupes[0]!r}")
+    for n in names:
+        if n == RESERVED_SERVER_NAME:
+            raise ConfigError(f"--a2a-peer: the name {n!r} is reserved for agentd's own "
+                              "self-tools")
+        if any(s.name == n for s in servers):
+            raise ConfigError(f"--a2a-peer {n}: an MCP server has the same name (tool_scope "
+                              "names both, so they must differ)")
+    return tuple(peers)
+
+
 def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | None,
-                bearer: str | None) -> ServeSpec:
+                bearer: str | None, bearers: dict[str, str] | None = None) -> ServeSpec:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"--serve-mcp {url!r}: expected http(s)://host:port")
@@ -155,16 +294,30 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
         raise ConfigError(f"--serve-mcp {url!r}: {exc}") from None
     if port is None:
         port = 443 if parts.scheme == "https" else 80
+    if parts.scheme == "https" and not cert and not key:  # flag, then config, then env
+        cert = os.environ.get("AGENTD_SERVE_CERT") or None
+        key = os.environ.get("AGENTD_SERVE_KEY") or None
     if bool(cert) != bool(key):
         raise ConfigError("--serve-cert and --serve-key go together")
-    if parts.scheme == "https" and not cert:
-        raise ConfigError("--serve-mcp https:// needs --serve-cert and --serve-key")
+    defaulted = parts.scheme == "https" and not cert
+    if defaulted:  # spec §2: the files in /etc/agentd/tls unless told otherwise
+        cert, key = default_tls_file("server.crt"), default_tls_file("server.key")
+        for path, flag, env in ((cert, "--serve-cert", "AGENTD_SERVE_CERT"),
+                                (key, "--serve-key", "AGENTD_SERVE_KEY")):
+            if not os.access(path, os.R_OK):
+                raise ConfigError(f"--serve-mcp https:// needs a certificate and key: the "
+                                  f"default {path} is not readable (set {flag}, "
+                                  f"{flag[2:].replace('-', '_')} in --config, env {env}, "
+                                  f"or env {TLS_DIR_ENV} for the directory)")
     if parts.scheme == "http" and (cert or client_ca):
         raise ConfigError("--serve-cert/--serve-client-ca need an https:// --serve-mcp")
     if client_ca and not cert:
         raise ConfigError("--serve-client-ca (mTLS) needs --serve-cert and --serve-key")
     spec = ServeSpec(url=url, scheme=parts.scheme, host=parts.hostname, port=port,
-                     cert=cert, key=key, client_ca=client_ca, bearer=bearer or None)
+                     cert=cert, key=key, client_ca=client_ca, bearer=bearer or None,
+                     bearers=dict(bearers or {}))
+    if spec.bearer and "default" in spec.bearers:
+        raise ConfigError("serve_bearers: the name 'default' is --serve-bearer's")
     if not spec.loopback and not spec.authenticated:
         raise ConfigError(
             f"--serve-mcp {url}: a non-loopback listener needs mTLS "
@@ -174,6 +327,72 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
         if path and not os.access(path, os.R_OK):
             raise ConfigError(f"{flag} {path}: not readable")
     return spec
+
+
+# private_key_jwt signing algorithms (PyJWT names; agentd.mcp.oauth.jwt_assertion)
+JWT_ALGORITHMS = ("ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "PS384",
+                  "PS512", "EdDSA")
+
+
+def check_auth(spec: ServerSpec, where: str) -> None:
+    """A server's `auth` table: secrets only as {{secret:NAME}}, URLs https (or loopback
+    http), a readable key file, one client-credentials method (exit 2 otherwise)."""
+    auth = spec.auth
+    assert auth is not None
+    secret = auth.client_secret
+    if secret is not None and not SECRET_RE.fullmatch(secret.strip()):
+        raise ConfigError(f"{where}: client_secret must be a {{{{secret:NAME}}}} reference, "
+                          "never the secret itself")
+    if auth.issuer is not None:
+        check_endpoint(auth.issuer, f"{where}: issuer")
+    if isinstance(auth, OAuthAuth):
+        url = auth.client_id_metadata_url
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme != "https" or not parts.hostname or parts.path in ("", "/"):
+                raise ConfigError(f"{where}: client_id_metadata_url {url!r} must be an "
+                                  "https:// URL with a path")
+        if secret is not None and not auth.client_id:
+            raise ConfigError(f"{where}: client_secret needs client_id")
+        return
+    if not auth.client_id:
+        raise ConfigError(f"{where}: client_credentials needs client_id")
+    if bool(auth.client_secret) == bool(auth.private_key_file):
+        raise ConfigError(f"{where}: client_credentials needs exactly one of client_secret "
+                          "(client_secret_basic) and private_key_file (private_key_jwt)")
+    if auth.private_key_file and not os.access(auth.private_key_file, os.R_OK):
+        raise ConfigError(f"{where}: private_key_file {auth.private_key_file}: not readable")
+    if auth.signing_algorithm is not None and auth.signing_algorithm not in JWT_ALGORITHMS:
+        raise ConfigError(f"{where}: signing_algorithm {auth.signing_algorithm!r}: expected "
+                          f"one of {', '.join(JWT_ALGORITHMS)}")
+    if auth.signing_algorithm is not None and not auth.private_key_file:
+        raise ConfigError(f"{where}: signing_algorithm goes with private_key_file")
+
+
+def _endpoint_specs(path: str, raws: object, key: str, what: str) -> list[ServerSpec]:
+    """The `mcp_servers` / `a2a_peers` tables of a config file: one validation for both."""
+    if not isinstance(raws, list):
+        raise ConfigError(f"--config {path}: {key} must be an array of tables ([[{key}]])")
+    out = []
+    for i, raw in enumerate(raws):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--config {path}: {key}[{i}] must be a table")
+        try:
+            spec = msgspec.convert(raw, ServerSpec)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"--config {path}: {key}[{i}]: {exc}") from None
+        if not spec.name.strip():
+            raise ConfigError(f"--config {path}: {key}[{i}]: the {what} name is empty")
+        where = f"--config {key}[{i}] {spec.name}"
+        check_endpoint(spec.url, where)
+        if bool(spec.client_cert) != bool(spec.client_key):
+            raise ConfigError(f"{where}: client_cert and client_key go together")
+        for field in ("ca_file", "client_cert", "client_key"):
+            value = getattr(spec, field)
+            if value and not os.access(value, os.R_OK):
+                raise ConfigError(f"{where}: {field} {value}: not readable")
+        out.append(spec)
+    return out
 
 
 def load_config_file(path: str) -> dict:
@@ -187,27 +406,14 @@ def load_config_file(path: str) -> dict:
         raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: invalid TOML: {exc}") from None
-    servers = []
-    for i, raw in enumerate(data.pop("mcp_servers", [])):
-        if not isinstance(raw, dict):
-            raise ConfigError(f"--config {path}: mcp_servers[{i}] must be a table")
-        try:
-            spec = msgspec.convert(raw, ServerSpec)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"--config {path}: mcp_servers[{i}]: {exc}") from None
-        if not spec.name.strip():
-            raise ConfigError(f"--config {path}: mcp_servers[{i}]: the server name is empty")
-        check_endpoint(spec.url, f"--config mcp_servers[{i}] {spec.name}")
-        if bool(spec.client_cert) != bool(spec.client_key):
-            raise ConfigError(f"--config mcp_servers[{i}] {spec.name}: client_cert and "
-                              "client_key go together")
-        for field in ("ca_file", "client_cert", "client_key"):
-            value = getattr(spec, field)
-            if value and not os.access(value, os.R_OK):
-                raise ConfigError(f"--config mcp_servers[{i}] {spec.name}: {field} "
-                                  f"{value}: not readable")
-        servers.append(spec)
-    known = set(Config.__struct_fields__) - {"mcp", "serve"}
+    servers = _endpoint_specs(path, data.pop("mcp_servers", []), "mcp_servers", "server")
+    for i, spec in enumerate(servers):
+        if spec.auth is not None:
+            check_auth(spec, f"--config mcp_servers[{i}] {spec.name}: auth")
+    peers = _endpoint_specs(path, data.pop("a2a_peers", []), "a2a_peers", "peer")
+    if peers:
+        data["a2a_peers"] = peers
+    known = (set(Config.__struct_fields__) - {"mcp", "serve"}) | set(SERVE_FILE_KEYS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"--config {path}: unknown keys: {', '.join(unknown)}")
@@ -225,12 +431,16 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     if RESERVED_SERVER_NAME in names:
         raise ConfigError(f"--mcp: the server name {RESERVED_SERVER_NAME!r} is reserved "
                           "for agentd's own self-tools")
+    a2a_peers = _check_a2a(values, servers)
     mode = values.get("mode", "task")
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     subscribe = tuple(values.get("subscribe", ()))
     if mode == "reactive" and not subscribe:
         raise ConfigError("--mode reactive needs at least one --subscribe URI")
+    if mode == "task" and subscribe:
+        raise ConfigError("--subscribe needs --mode reactive (a task run wakes on nothing; "
+                          "its model subscribes with the agentd__subscribe self-tool)")
     for uri in subscribe:
         if not uri or "{" in uri or "}" in uri:
             raise ConfigError(f"--subscribe {uri!r}: a concrete URI is needed, not a template")
@@ -239,7 +449,8 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     if needs_instruction and not values.get("instruction"):
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
-                "observation_bytes", "max_subscriptions", "intelligence_attempts"):
+                "observation_bytes", "max_subscriptions", "intelligence_attempts",
+                "max_inflight_intelligence"):
         if key in values and values[key] is not None and values[key] < 1:
             raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
     for key in ("init_timeout", "ping_interval", "drain_timeout", "deadline",
@@ -248,9 +459,20 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
             raise ConfigError(f"--{key.replace('_', '-')} must be positive")
     if values.get("debounce") is not None and values["debounce"] < 0:
         raise ConfigError("--debounce must not be negative")
+    if values.get("metrics_listen"):
+        host, _port = split_host_port(values["metrics_listen"])
+        serve = values.get("serve")
+        if not is_loopback_host(host) and not values.get("metrics_bearer") \
+                and not (serve is not None and serve.bearer):
+            raise ConfigError(f"--metrics-listen {values['metrics_listen']}: a non-loopback "
+                              "listener needs --metrics-bearer (or --serve-bearer): its "
+                              "/metrics is behind it")
+    elif values.get("metrics_bearer"):
+        raise ConfigError("--metrics-bearer needs --metrics-listen")
     clean = {k: v for k, v in values.items() if v is not None}
     try:
-        return msgspec.convert({**clean, "mcp": servers, "subscribe": subscribe}, Config,
+        return msgspec.convert({**clean, "mcp": servers, "subscribe": subscribe,
+                                "a2a_peers": a2a_peers}, Config,
                                from_attributes=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"config: {exc}") from None

@@ -11,6 +11,16 @@ load, and the same latency for one child at a time on an idle machine.  Then
 the unique (private) and total RSS of an idle warm child.  In the same run, the
 floors: a bare `sys.executable -c` child answering one frame, and `os.fork`.
 
+`--workload io` measures the children of issue 17 instead: each makes two Chat
+Completions calls to a loopback gateway (a separate process) and one
+`tools/call` on a loopback MCP server (agentd's `echo` demo server, a separate
+process), all brokered by the parent; in the same run, the two in-process
+baselines doing the same work: one SDK `mcp.Client` (and its own aiohttp
+session) per asyncio task, and bare aiohttp with pooled connections and one
+MCP session (the floor, no isolation); plus the parent's CPU per brokered call
+(the broker's path on a pair of sans-IO control sessions, with a provider that
+answers at once: what the parent adds beyond the HTTP request it makes anyway).
+
 The fan-out goes over the self-MCP (`--via selfmcp`, the default): the
 self-MCP is served on loopback over the Supervisor and agentd's own MCP client
 calls `subagent.spawn {async: true}` N times concurrently; all-terminal is taken
@@ -251,7 +261,224 @@ async def main(args: argparse.Namespace) -> dict:
     return out
 
 
+# ------------------------------------------------------- the io workload (issue 17)
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def serve_gateway(port: int) -> None:
+    """A loopback Chat Completions gateway: first answer a tool call, then text."""
+    import orjson
+    from aiohttp import web
+
+    tool = orjson.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{
+            "id": "c1", "type": "function",
+            "function": {"name": "echo__echo", "arguments": "{\"text\": \"hi\"}"}}]}}],
+        "usage": USAGE})
+    text = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "{\"ok\": true}"}}], "usage": USAGE})
+
+    async def complete(request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        return web.Response(body=tool if turn == 0 else text, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", complete)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def io_peers():
+    """(gateway URL, MCP URL): each in a process of its own, on loopback."""
+    gw_port, mcp_port = _free_port(), _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [await asyncio.create_subprocess_exec(
+                 sys.executable, __file__, "--serve-gateway", str(gw_port), env=env),
+             await asyncio.create_subprocess_exec(
+                 sys.executable, "-m", "agentd.demo.servers", "echo", str(mcp_port), env=env,
+                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)]
+    try:
+        for port in (gw_port, mcp_port):
+            for _ in range(300):
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{gw_port}/v1", f"http://127.0.0.1:{mcp_port}/mcp"
+    finally:
+        for p in procs:
+            p.terminate()
+            await p.wait()
+
+
+def _chat_body(turn: int) -> bytes:
+    import orjson
+
+    msgs = [{"role": "system", "content": "x"}, {"role": "user", "content": "task"}]
+    if turn:
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c1", "type": "function",
+            "function": {"name": "echo__echo", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "hi"}]
+    return orjson.dumps({"messages": msgs})
+
+
+async def baseline_sdk_client(gw: str, mcp_url: str, n: int) -> dict:
+    """One SDK Client (handshake, tools/list, tools/call) and one aiohttp session per task."""
+    import aiohttp
+    import mcp
+
+    async def one() -> None:
+        async with aiohttp.ClientSession() as http, mcp.Client(mcp_url) as client:
+            hdr = {"Content-Type": "application/json"}
+            async with http.post(f"{gw}/chat/completions", data=_chat_body(0), headers=hdr) as r:
+                await r.read()
+            await client.list_tools()
+            await client.call_tool("echo", {"text": "hi"})
+            async with http.post(f"{gw}/chat/completions", data=_chat_body(1), headers=hdr) as r:
+                await r.read()
+
+    cpu0 = busy_cpu_s()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    wall = time.perf_counter() - t0
+    return {"n": n, "children_per_s": round(n / wall, 1),
+            "busy_cpu_ms_per_child": round((busy_cpu_s() - cpu0) * 1000 / n, 2)}
+
+
+async def baseline_pooled(gw: str, mcp_url: str, n: int) -> dict:
+    """Bare aiohttp, pooled: one session, one MCP session, three POSTs per task."""
+    import aiohttp
+    import orjson
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
+        accept = {"Accept": "application/json, text/event-stream",
+                  "Content-Type": "application/json"}
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}}}
+        async with http.post(mcp_url, data=orjson.dumps(init), headers=accept) as r:
+            sid = r.headers.get("Mcp-Session-Id", "")
+            await r.read()
+        hdr = {**accept, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        async with http.post(mcp_url, data=orjson.dumps(note), headers=hdr) as r:
+            await r.read()
+
+        async def one(i: int) -> None:
+            call = orjson.dumps({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                                 "params": {"name": "echo", "arguments": {"text": "hi"}}})
+            ct = {"Content-Type": "application/json"}
+            async with http.post(f"{gw}/chat/completions", data=_chat_body(0), headers=ct) as r:
+                await r.read()
+            async with http.post(mcp_url, data=call, headers=hdr) as r:
+                await r.read()
+            async with http.post(f"{gw}/chat/completions", data=_chat_body(1), headers=ct) as r:
+                await r.read()
+
+        cpu0 = busy_cpu_s()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        wall = time.perf_counter() - t0
+    return {"n": n, "children_per_s": round(n / wall, 1),
+            "busy_cpu_ms_per_child": round((busy_cpu_s() - cpu0) * 1000 / n, 2)}
+
+
+async def fanout_io(cfg: Config, mode: str, n: int, via: str) -> dict:
+    """`fanout` with the io workload; adds the parent's own CPU per child and per call."""
+    import resource
+
+    def own() -> float:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime
+
+    c0 = own()
+    res = await fanout(cfg, mode, n, via)
+    res["parent_cpu_ms_per_child"] = round((own() - c0) * 1000 / n, 2)
+    return res
+
+
+async def broker_call_cost(reps: int = 20000) -> dict:
+    """Parent CPU per brokered call, beyond the provider's own work: decode the
+    child's io/request, ledger + gate + broker dispatch, encode the answer."""
+    from agentd.agent.ledger import Ledger, Metered
+    from agentd.intelligence.base import Completion, Usage, user
+    from agentd.intelligence.flow import FlowGate
+    from agentd.tree.broker import Broker
+    from agentd.tree.control import ControlSession, IoComplete
+
+    class Instant:
+        name = "instant"
+        done = Completion(content="{}", usage=Usage(10, 5, 15))
+
+        async def complete(self, messages, tools):
+            return self.done
+
+        async def aclose(self) -> None:
+            pass
+
+    async def run() -> float:
+        broker = Broker(intelligence=Metered(Instant(), Ledger(None), "0", FlowGate(64)))
+        parent, child = ControlSession("parent"), ControlSession("child")
+        msgs = [user("x" * 200), user("task")]
+        frames = [child.request("io/request", IoComplete(msgs, []))[1] for _ in range(reps)]
+        scope = frozenset()
+        t0 = time.process_time()
+        for frame in frames:
+            ev = parent.feed(frame)[0]
+            result = await broker.serve("0.1", scope, ev.params)
+            child.feed(parent.response(ev.id, result))
+        return time.process_time() - t0
+
+    total = await run()
+    return {"reps": reps, "us_per_call": round(total * 1e6 / reps, 1),
+            "includes": "the child's answer decoded too (an upper bound for the parent)"}
+
+
+async def main_io(args: argparse.Namespace) -> dict:
+    ns = [int(x) for x in args.n.split(",")]
+    out: dict = {"bench": "fanout_io", "via": args.via, "python": sys.version.split()[0],
+                 "cpus": os.cpu_count(), "load": round(os.getloadavg()[0], 1),
+                 "broker_call": await broker_call_cost()}
+    async with io_peers() as (gw, mcp_url):
+        from agentd.config import ServerSpec
+
+        cfg = Config(intelligence=gw, mcp=(ServerSpec(name="echo", url=mcp_url),),
+                     max_children=max(ns), max_subagents=max(ns), drain_timeout=10.0,
+                     init_timeout=60.0, ping_interval=3600.0)
+        out["baseline_sdk_client_per_task"] = [await baseline_sdk_client(gw, mcp_url, n)
+                                               for n in ns]
+        out["baseline_aiohttp_pooled"] = [await baseline_pooled(gw, mcp_url, n) for n in ns]
+        for mode in args.modes.split(","):
+            res: dict = {"fanout": [await fanout_io(cfg, mode, n, args.via) for n in ns]}
+            res["warm_idle"] = await warm_rss(cfg, mode, args.warm)
+            out[mode] = res
+    top = max(ns)
+
+    def at(rows: list[dict]) -> float:
+        return next(r["children_per_s"] for r in rows if r["n"] == top)
+
+    if "forkserver" in out:
+        fs = at(out["forkserver"]["fanout"])
+        out["targets_at_n"] = {
+            "n": top, "forkserver_per_s": fs, "target_per_s": 300,
+            "vs_sdk_client_per_task": round(fs / at(out["baseline_sdk_client_per_task"]), 1),
+            "target_vs_sdk": 10,
+            "vs_pooled_floor": round(fs / at(out["baseline_aiohttp_pooled"]), 2)}
+    return out
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve-gateway":
+        serve_gateway(int(sys.argv[2]))
+        sys.exit(0)
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", default="16,64,256")
     ap.add_argument("--modes", default="exec,forkserver")
@@ -261,9 +488,11 @@ if __name__ == "__main__":
                     help="spawn over the self-MCP (HTTP, agentd's client) or call the Supervisor")
     ap.add_argument("--no-compile", action="store_true",
                     help="do not byte-compile agentd first (PYTHONDONTWRITEBYTECODE hurts exec)")
+    ap.add_argument("--workload", choices=("playback", "io"), default="playback",
+                    help="playback children (no I/O), or issue 17's: 2 model calls + 1 MCP call")
     a = ap.parse_args()
     if not a.no_compile:
         compileall.compile_dir(str(ROOT / "agentd"), quiet=1)
     os.environ["AGENTD_LOG_LEVEL"] = "warning"  # children's info lines would be the benchmark
     agentd_log.configure(level="warning")
-    print(json.dumps(runtime.run(main(a))), flush=True)
+    print(json.dumps(runtime.run(main_io(a) if a.workload == "io" else main(a))), flush=True)

@@ -1,6 +1,7 @@
 """Reactive benchmark: notification latency, publish -> `resources/read` of the new state done.
 
     python benchmarks/bench_reactive.py [--updates 1000] [--gap-ms 1]
+                                        [--revision 2025-11-25,2026-07-28]
 
 One run starts one watched MCP server in a subprocess (below, `--serve`: a small
 aiohttp Streamable HTTP server with one subscribable resource, JSON answers,
@@ -15,6 +16,16 @@ notifications on the GET stream) and, in turn, on the same server:
 * `reactive` — agentd's whole reactive path with debounce 0: the real Toolbox,
   `Router`, `ReactiveDaemon` (notify-then-read) up to the moment the loop run
   for the wake is entered with the fresh state (end-to-end wake latency).
+
+Each client runs at both MCP revisions in one run (``--revision``): at
+2025-11-25 the server is the session-ful one above (``initialize``,
+``resources/subscribe``, updates on the GET stream); at 2026-07-28 it also
+answers stateless requests (``--modern``: ``server/discover``,
+``subscriptions/listen`` whose response stream carries the acknowledgement and
+then the tagged updates, reads without a session), and the clients use it that
+way: agentd's client picks the revision by itself, the SDK client runs in
+``mode="auto"`` with ``Client.listen()``, the bare client posts the listen
+request and parses its stream.
 
 The server publishes update n (`{"seq": n, "t_ns": CLOCK_MONOTONIC}`, then
 `updated` to every subscriber), and publishes n+1 `--gap-ms` after a subscriber
@@ -52,11 +63,16 @@ now_ns = time.monotonic_ns
 
 # ---------------------------------------------------------------- the server
 
-def serve(port: int, sse: bool = False) -> None:
+MODERN = "2026-07-28"
+_MODERN_CACHE = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+
+
+def serve(port: int, sse: bool = False, modern: bool = False) -> None:
     from aiohttp import web
 
     state = {"seq": 0, "t_ns": now_ns(), "remaining": 0, "gap": 0.001, "triggered": 0}
     sessions: dict[str, dict] = {}
+    listeners: list[dict] = []  # 2026-07-28: open subscriptions/listen streams
     loop_ref: list[asyncio.AbstractEventLoop] = []
 
     def rpc(rid, result) -> web.Response:
@@ -77,12 +93,67 @@ def serve(port: int, sse: bool = False) -> None:
             if URI in s["subs"] and s["stream"] is not None:
                 with contextlib.suppress(Exception):
                     await s["stream"].write(frame)
+        for lst in list(listeners):
+            if URI in lst["subs"]:
+                with contextlib.suppress(Exception):
+                    await lst["stream"].write(b"event: message\ndata: " + orjson.dumps(
+                        {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                         "params": {"uri": URI, "_meta": lst["tag"]}}) + b"\n\n")
 
     def publish_soon() -> None:
         loop_ref[0].call_later(state["gap"], lambda: loop_ref[0].create_task(publish()))
 
-    async def post(request: web.Request) -> web.Response:
+    async def listen(request: web.Request, rid, params: dict) -> web.StreamResponse:
+        subs = set(params["notifications"].get("resourceSubscriptions") or ())
+        tag = {"io.modelcontextprotocol/subscriptionId": rid}
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await resp.write(b"event: message\ndata: " + orjson.dumps({
+            "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"notifications": {"resourceSubscriptions": sorted(subs)},
+                       "_meta": tag}}) + b"\n\n")
+        me = {"subs": subs, "stream": resp, "tag": tag}
+        listeners.append(me)
+        closed = asyncio.Event()  # set by nobody: the stream lives until the client goes
+        try:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await closed.wait()
+        finally:
+            listeners.remove(me)
+        return resp
+
+    async def post_modern(request: web.Request, msg: dict) -> web.StreamResponse:
+        method, rid = msg.get("method"), msg.get("id")
+        params = msg.get("params") or {}
+        if method == "server/discover":
+            return rpc(rid, {"supportedVersions": [MODERN],
+                             "capabilities": {"resources": {"subscribe": True}},
+                             **_MODERN_CACHE})
+        if method == "subscriptions/listen":
+            return await listen(request, rid, params)
+        if method == "resources/read":
+            seq, t = state["seq"], state["t_ns"]
+            resp = rpc(rid, {"contents": [{"uri": URI, "mimeType": "application/json",
+                                           "text": f'{{"seq":{seq},"t_ns":{t}}}'}],
+                             **_MODERN_CACHE})
+            if state["remaining"] > 0 and listeners and state["triggered"] < seq:
+                state["triggered"] = seq
+                state["remaining"] -= 1
+                publish_soon()
+            return resp
+        if method == "resources/list":
+            return rpc(rid, {"resources": [{"uri": URI, "name": "counter"}], **_MODERN_CACHE})
+        if method == "resources/templates/list":
+            return rpc(rid, {"resourceTemplates": [], **_MODERN_CACHE})
+        return web.Response(status=404, body=orjson.dumps({"jsonrpc": "2.0", "id": rid,
+                            "error": {"code": -32601, "message": f"method not found: {method}"}}),
+                            content_type="application/json")
+
+    async def post(request: web.Request) -> web.StreamResponse:
         msg = orjson.loads(await request.read())
+        if modern and request.headers.get("MCP-Protocol-Version") == MODERN:
+            return await post_modern(request, msg)
         method, rid = msg.get("method"), msg.get("id")
         sid = request.headers.get("Mcp-Session-Id")
         if method == "initialize":
@@ -145,7 +216,8 @@ def serve(port: int, sse: bool = False) -> None:
     async def start(request: web.Request) -> web.Response:
         # a subscriber whose GET stream is not open yet would miss update 1
         for _ in range(500):
-            if all(s["stream"] is not None for s in sessions.values() if s["subs"]):
+            if all(s["stream"] is not None for s in sessions.values() if s["subs"]) and (
+                    not modern or listeners or any(s["subs"] for s in sessions.values())):
                 break
             await asyncio.sleep(0.01)
         state["remaining"] = int(request.query["n"]) - 1
@@ -232,7 +304,7 @@ async def wait_done(tally: Tally, limit: float) -> None:
             await tally.done.wait()
 
 
-async def bench_agentd(base: str, n: int, gap_ms: float) -> dict:
+async def bench_agentd(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
     from agentd.config import ServerSpec
     from agentd.mcp import MCPClient
 
@@ -255,10 +327,12 @@ async def bench_agentd(base: str, n: int, gap_ms: float) -> dict:
         return tally
 
 
-async def bench_sdk(base: str, n: int, gap_ms: float) -> dict:
+async def bench_sdk(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
     import mcp_types as types
     from mcp import Client
 
+    if modern:
+        return await bench_sdk_listen(base, n, gap_ms)
     queue: asyncio.Queue = asyncio.Queue()
 
     async def on_message(message) -> None:
@@ -285,7 +359,72 @@ async def bench_sdk(base: str, n: int, gap_ms: float) -> dict:
         return tally
 
 
-async def bench_bare(base: str, n: int, gap_ms: float) -> dict:
+async def bench_sdk_listen(base: str, n: int, gap_ms: float) -> Tally:
+    """The SDK client at 2026-07-28: ``Client.listen()``, then ``read_resource``."""
+    from mcp import Client
+
+    async with Client(f"{base}/mcp", mode="auto", cache=None) as c, \
+            c.listen(resource_subscriptions=[URI]) as sub:
+        first = await start_chain(base, n, gap_ms)
+        tally = Tally(n, first)
+
+        async def reader() -> None:
+            async for ev in sub:
+                r = await c.read_resource(ev.uri)
+                tally.record(r.contents[0].text)
+
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(reader())
+            await wait_done(tally, 10 + n * 0.05)
+            task.cancel()
+        return tally
+
+
+async def bench_bare_listen(base: str, n: int, gap_ms: float) -> Tally:
+    """The floor at 2026-07-28: the listen POST's stream parsed by hand, stateless reads."""
+    url = f"{base}/mcp"
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    hdr = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+           "MCP-Protocol-Version": MODERN}
+    read_hdr = {**hdr, "Mcp-Method": "resources/read", "Mcp-Name": URI}
+    async with aiohttp.ClientSession() as http:
+        ids = iter(range(1, 1 << 60))
+        body = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "subscriptions/listen",
+                             "params": {"notifications": {"resourceSubscriptions": [URI]},
+                                        "_meta": meta}})
+        stream = await http.post(url, data=body,
+                                 headers={**hdr, "Mcp-Method": "subscriptions/listen"})
+        async for line in stream.content:  # the acknowledgement comes first
+            if line.startswith(b"data:"):
+                break
+        first = await start_chain(base, n, gap_ms)
+        tally = Tally(n, first)
+
+        async def reader() -> None:
+            async for line in stream.content:
+                if line.startswith(b"data:"):
+                    uri = orjson.loads(line[5:])["params"]["uri"]
+                    req = orjson.dumps({"jsonrpc": "2.0", "id": next(ids),
+                                        "method": "resources/read",
+                                        "params": {"uri": uri, "_meta": meta}})
+                    async with http.post(url, data=req, headers=read_hdr) as r:
+                        data = await r.read()
+                    if not data.startswith(b"{"):  # SSE: the data line of the one event
+                        data = next(x for x in data.split(b"\n") if x.startswith(b"data:"))[5:]
+                    tally.record(orjson.loads(data)["result"]["contents"][0]["text"])
+
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(reader())
+            await wait_done(tally, 10 + n * 0.05)
+            task.cancel()
+        stream.close()
+        return tally
+
+
+async def bench_bare(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
+    if modern:
+        return await bench_bare_listen(base, n, gap_ms)
     url = f"{base}/mcp"
     hdr = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     async with aiohttp.ClientSession() as http:
@@ -327,7 +466,7 @@ async def bench_bare(base: str, n: int, gap_ms: float) -> dict:
         return tally
 
 
-async def bench_reactive_wake(base: str, n: int, gap_ms: float) -> dict:
+async def bench_reactive_wake(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
     """publish -> the loop run entered with the fresh state (Router + daemon, debounce 0)."""
     from agentd.config import ServerSpec
     from agentd.mcp.toolbox import Toolbox
@@ -358,12 +497,14 @@ async def bench_reactive_wake(base: str, n: int, gap_ms: float) -> dict:
 
 
 async def run_server_mode(answer: str, n: int, gap_ms: float, chosen: list[str],
-                          rounds: int) -> dict[str, dict]:
+                          rounds: int, modern: bool = False) -> dict[str, dict]:
     from peers import free_port, wait_port
 
     port = free_port()
     argv = [sys.executable, __file__, "--serve", str(port)] + (["--sse"] if answer == "sse"
                                                                else [])
+    if modern:
+        argv.append("--modern")
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
                             stderr=subprocess.DEVNULL)
     try:
@@ -372,13 +513,13 @@ async def run_server_mode(answer: str, n: int, gap_ms: float, chosen: list[str],
         benches = {"agentd": bench_agentd, "sdk": bench_sdk, "bare": bench_bare,
                    "reactive": bench_reactive_wake}
         for name in chosen:
-            await benches[name](base, 50, gap_ms)  # warm-up
+            await benches[name](base, 50, gap_ms, modern)  # warm-up
         # Interleaved rounds, so a busy host's drift hits every client alike.
         per = max(1, n // rounds)
         tallies: dict[str, list[Tally]] = {name: [] for name in chosen}
         for _ in range(rounds):
             for name in chosen:
-                tallies[name].append(await benches[name](base, per, gap_ms))
+                tallies[name].append(await benches[name](base, per, gap_ms, modern))
         return {name: figures(ts) for name, ts in tallies.items()}
     finally:
         proc.kill()  # it keeps SSE streams open: no graceful wait
@@ -386,12 +527,18 @@ async def run_server_mode(answer: str, n: int, gap_ms: float, chosen: list[str],
 
 
 async def main_async(n: int, gap_ms: float, which: list[str], rounds: int,
-                     answers: list[str]) -> list[dict]:
+                     answers: list[str], revisions: tuple[str, ...] = ("2025-11-25",)
+                     ) -> list[dict]:
     from agentd.log import configure
 
     configure(level="warning")
     chosen = [w for w in which if w in ("agentd", "sdk", "bare", "reactive")]
-    by_answer = {a: await run_server_mode(a, n, gap_ms, chosen, rounds) for a in answers}
+    by_answer = {}
+    for rev in revisions:
+        for a in answers:
+            key = a if rev == "2025-11-25" else f"{a}_{rev}"
+            by_answer[key] = await run_server_mode(a, n, gap_ms, chosen, rounds,
+                                                   modern=rev == MODERN)
     lines = []
     clients = {a: {k: v for k, v in r.items() if k != "reactive"} for a, r in by_answer.items()}
     if any(clients.values()):
@@ -423,11 +570,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per client")
     ap.add_argument("--only", default="agentd,sdk,bare,reactive")
     ap.add_argument("--answer", choices=("sse", "json", "both"), default="both")
+    ap.add_argument("--revision", default=f"2025-11-25,{MODERN}")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sse", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--modern", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.serve:
-        serve(opts.serve, opts.sse)
+        serve(opts.serve, opts.sse, opts.modern)
         return
     try:
         import uvloop
@@ -437,7 +586,8 @@ def main() -> None:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         lines = runner.run(main_async(opts.updates, opts.gap_ms, opts.only.split(","),
                                       opts.rounds, ["sse", "json"] if opts.answer == "both"
-                                      else [opts.answer]))
+                                      else [opts.answer],
+                                      tuple(opts.revision.split(","))))
     for line in lines:
         print(json.dumps(line))
 

@@ -2,6 +2,7 @@
 reactive tests and benchmark. Run as a script:
 
     python tests/reactive_peers.py PORT [--no-subscribe] [--state FILE]
+                                  [--era legacy|modern]
 
 It serves Streamable HTTP at http://127.0.0.1:PORT/mcp with subscribable
 resources `watch://counter/a` and `watch://counter/b` (text bodies
@@ -16,6 +17,13 @@ HTTP beside the MCP endpoint:
 * `GET /stats` — `{"subscribe": n, "unsubscribe": n, "read": n, "sessions": n,
   "wire": {method: n}}`: handler calls, and every JSON-RPC method POSTed as it
   was on the wire.
+
+`--era legacy` (the default) is a 2025-11-25 server: the SDK serves both
+revisions on one endpoint, routing on `MCP-Protocol-Version`, and here that
+header is hidden from it when it names 2026-07-28, so its own 2025-11-25
+transport answers (as a server predating the revision does). `--era modern`
+also serves 2026-07-28: `subscriptions/listen` through the SDK's
+`ListenHandler`, and `/bump` publishes each change to its listeners too.
 
 `--no-subscribe` registers no `resources/subscribe` handler, so the server does
 not advertise `resources.subscribe`. `--state FILE` keeps the counters across
@@ -43,6 +51,7 @@ def main(argv: list[str]) -> None:
 
     port = int(argv[0])
     subscribable = "--no-subscribe" not in argv
+    modern = "--era" in argv and argv[argv.index("--era") + 1] == "modern"
     state_file = Path(argv[argv.index("--state") + 1]) if "--state" in argv else None
     values = {u: 0 for u in URIS}
     stamps = {u: time.monotonic_ns() for u in URIS}
@@ -94,9 +103,16 @@ def main(argv: list[str]) -> None:
                   on_list_tools=list_tools, on_call_tool=call_tool)
     if subscribable:
         kwargs.update(on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe)
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+
+    bus = InMemorySubscriptionBus()
+    if modern and subscribable:
+        kwargs.update(on_subscriptions_listen=ListenHandler(bus))
     server = Server("reactive-watched", version="1.0.0", **kwargs)
 
     async def notify(uri: str) -> None:
+        if modern:
+            await bus.publish(ResourceUpdated(uri=uri))
         for key, session in list(subscribers.get(uri, {}).items()):
             try:
                 await session.send_resource_updated(uri)
@@ -134,6 +150,11 @@ def main(argv: list[str]) -> None:
 
     async def sniffing(scope, receive, send):
         """Count every JSON-RPC method POSTed, as it is on the wire."""
+        if scope["type"] == "http" and not modern and any(
+                k == b"mcp-protocol-version" and v == b"2026-07-28" for k, v in scope["headers"]):
+            # a 2025-11-25 server never routes on this revision's header
+            scope = dict(scope, headers=[(k, v) for k, v in scope["headers"]
+                                         if k != b"mcp-protocol-version"])
         if scope["type"] != "http" or scope["method"] != "POST":
             return await app(scope, receive, send)
 

@@ -6,6 +6,7 @@ nothing listens on and check that stdout stays empty and stderr is one line.
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -73,12 +74,22 @@ def test_invalid_config_file(agentd_bin, tmp_path):
     assert "colour" in proc.stderr
 
 
-def test_config_file_duplicate_with_flag(agentd_bin, tmp_path):
+def test_flag_sets_the_endpoint_of_a_config_file_server(agentd_bin, tmp_path):
+    # file below flags: --mcp fs=<url> sets the endpoint of the file's `fs`, which
+    # keeps its headers (spec §3's parent line names the worker by flag alone)
     good = tmp_path / "good.toml"
-    good.write_text("[[mcp_servers]]\nname = 'fs'\nurl = 'http://127.0.0.1:9/mcp'\n")
-    proc = run(agentd_bin, "--instruction", "x", "--config", str(good), "--mcp", f"fs={LOOPBACK}")
-    assert proc.returncode == 2
-    assert "duplicate" in proc.stderr
+    good.write_text("[[mcp_servers]]\nname = 'fs'\nurl = 'http://127.0.0.1:9/mcp'\n"
+                    "headers = { Authorization = 'Bearer {{secret:FS_TOKEN}}' }\n")
+    proc = run(agentd_bin, "--instruction", "x", "--intelligence", "https://gw.invalid/v1",
+               "--config", str(good), "--mcp", "fs=http://127.0.0.1:1/other")
+    assert proc.returncode == 2 and "FS_TOKEN" in proc.stderr  # the file's header is kept
+    proc = run(agentd_bin, "--instruction", "x", "--intelligence", "https://gw.invalid/v1",
+               "--config", str(good), "--mcp", "fs=http://127.0.0.1:1/other",
+               env={**os.environ, "AGENTD_SECRET_FS_TOKEN": "tok-fs-0b7d"})
+    assert proc.returncode == 6, proc.stderr
+    failed = [ln for ln in proc.stderr.splitlines() if '"mcp.server.failed"' in ln]
+    assert failed and "127.0.0.1:1" in failed[0] and "127.0.0.1:9" not in failed[0]
+    assert "tok-fs-0b7d" not in proc.stderr
 
 
 def test_version(agentd_bin):
@@ -124,3 +135,21 @@ def test_reserved_server_name(agentd_bin):
     proc = run(agentd_bin, "--instruction", "x", "--mcp", f"agentd={LOOPBACK}")
     assert proc.returncode == 2
     assert "reserved" in proc.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--instruction", "x"], "--intelligence is required"),
+    (["--instruction", "x", "--intelligence", "ftp://gw/v1"], "--intelligence 'ftp://gw/v1'"),
+    (["--instruction", "x", "--intelligence", "playback:/nonexistent/book.json"],
+     "/nonexistent/book.json"),
+    (["--instruction", "x", "--intelligence", "playback:/nonexistent/book.json",
+      "--subscribe", "mem://watched"], "--subscribe needs --mode reactive"),
+])
+def test_intelligence_and_subscribe_usage_errors_are_one_line(agentd_bin, tmp_path, args,
+                                                              needle):
+    proc = run(agentd_bin, *args, "--serve-mcp", "http://127.0.0.1:1", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentd: error: ") and needle in lines[0]
+    assert list(tmp_path.iterdir()) == []  # before any side effect

@@ -52,6 +52,7 @@ class FaultServer:
         self.get_handler: Handler | None = None
         self.seen: list[tuple[str, dict, dict]] = []  # (method, message, headers)
         self.deletes = 0
+        self.probes = 0  # server/discover probes refused
         self.gets: list[dict] = []
         self.port = free_port()
         scheme = "https" if ssl_context is not None else "http"
@@ -80,6 +81,11 @@ class FaultServer:
             return web.Response(status=405)
         msg = orjson.loads(await request.read())
         method = msg.get("method", "<response>")
+        if method == "server/discover" and method not in self.handlers:
+            # agentd's 2026-07-28 era probe: this server predates the revision and
+            # refuses it the way the SDK's 2025-11-25 transport does (no session)
+            self.probes += 1
+            return web.Response(status=400, text="Bad Request: Missing session ID")
         self.seen.append((method, msg, dict(request.headers)))
         handler = self.handlers.get(method)
         if handler is not None:

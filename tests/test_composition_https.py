@@ -148,7 +148,10 @@ def run_composition(agentd_bin: str, tmp: Path, *, mtls: bool, subscribe: bool,
         assert TOKEN not in f.read_text()
     handshake = parent.events("mcp.handshake")
     assert handshake and handshake[0]["server"] == "reviewer"
-    assert handshake[0]["capabilities"] == {"tools": {}, "resources": {"subscribe": True}}
+    if handshake[0]["protocol_version"] == "2026-07-28":  # server/discover (no subscribe:
+        assert set(handshake[0]["capabilities"]) == {"tools", "resources"}  # listen is core)
+    else:
+        assert handshake[0]["capabilities"] == {"tools": {}, "resources": {"subscribe": True}}
     return {"result": result, "parent": parent, "worker": worker}
 
 

@@ -115,8 +115,12 @@ async def test_subagent_tools_route_to_the_backend() -> None:
                                                    "warm": True})
     assert bad.is_error and "at most one" in bad.text
     assert (await st.call("agentd__subagent_status", {"handle": "0.9"})).is_error
-    body = await st.call("agentd__read_resource", {"uri": "agent://subagent/0.1"})
+    root = SelfTools(backend=backend, caller="0")
+    body = await root.call("agentd__read_resource", {"uri": "agent://subagent/0.1"})
     assert json.loads(body.text)["status"] == "completed"
+    # a loop acts only on its own subtree: 0.4's sibling 0.1 is an unknown handle to it
+    assert (await st.call("agentd__read_resource", {"uri": "agent://subagent/0.1"})).is_error
+    assert (await st.call("agentd__subagent_cancel", {"handle": "0.1"})).is_error
     assert (await st.call("agentd__read_resource", {"uri": "agent://nope"})).is_error
 
 

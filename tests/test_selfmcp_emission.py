@@ -185,14 +185,17 @@ async def test_emission_rule_in_process():
     assert updates(a) == [uri1] and updates(b) == [uri1]
     be.finish("served.2", "nobody listens")
     assert updates(a) == [uri1]
-    # the race: subscribing after the run became terminal fires at once, once
+    # the race: subscribing after the run became terminal sends nothing (the
+    # terminal transition, the only emission, is past); a read gives the result
     assert await c.request("resources/subscribe", {"uri": uri2}) == {}
-    assert updates(c) == [uri2]
+    assert updates(c) == []
+    body = json.loads((await c.request("resources/read", {"uri": uri2}))["contents"][0]["text"])
+    assert body["done"] is True and body["result"] == "nobody listens"
     # URIs the self-MCP does not serve (or never announces) answer {} and never fire
     for uri in ("test://watched-resource", "agent://status", "agent://subagent/served.99"):
         assert await c.request("resources/subscribe", {"uri": uri}) == {}
         assert await c.request("resources/unsubscribe", {"uri": uri}) == {}
-    assert updates(c) == [uri2]
+    assert updates(c) == []
     assert all(n["method"] == "notifications/resources/updated"
                for x in (a, b, c) for n in x.notifications)
 
@@ -249,11 +252,19 @@ async def test_subscribe_and_notify_over_http_with_sdk_client():
             assert got == [uri]
             body = json.loads((await c.read_resource(uri)).contents[0].text)
             assert body["done"] is True and body["result"] == {"ok": True}
-            # late subscribe to a terminal handle: one update at once
-            arrived.clear()
+            # late subscribe to a terminal handle: no update (§2.3: the terminal
+            # transition is the only emission); the read returns the terminal state
             await c.subscribe_resource(uri)
+            body = json.loads((await c.read_resource(uri)).contents[0].text)
+            assert body["done"] is True and body["result"] == {"ok": True}
+            # a later run's update on the same ordered stream proves none came before it
+            arrived.clear()
+            r = await c.call_tool("subagent.spawn", {"instruction": "bg2", "async": True})
+            uri2 = f"agent://subagent/{r.structured_content['handle']}"
+            await c.subscribe_resource(uri2)
+            be.finish(r.structured_content["handle"], {"ok": 2})
             async with asyncio.timeout(20):
                 await arrived.wait()
-            assert got == [uri, uri]
+            assert got == [uri, uri2]
     finally:
         await runner.stop()

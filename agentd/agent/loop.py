@@ -31,6 +31,7 @@ import orjson
 from agentd.agent import prompt as P
 from agentd.agent.selftools import SelfTools
 from agentd.intelligence.base import (
+    CeilingReached,
     Completion,
     Intelligence,
     Message,
@@ -41,6 +42,7 @@ from agentd.intelligence.base import (
     user,
 )
 from agentd.log import log
+from agentd.obs import metrics, trace
 from agentd.output import Usage
 
 
@@ -239,6 +241,8 @@ class Loop:
         self.on_step = on_step  # after each answer: progress reports, tree accounting
         self.spent = spent  # tokens counted against the ceiling (default: this run's)
         self._debug = log.enabled("debug")
+        self._model = model_label(intelligence)
+        self._steps: trace.Steps | trace.NoSteps = trace.NOSTEPS
 
     def conversation(self, instruction: str, *, output_contract: str | None = None,
                      toolbox: Any = None) -> list[Message]:
@@ -250,6 +254,16 @@ class Loop:
     async def run(self, messages: list[Message], *, output_contract: str | None = None
                   ) -> Outcome:
         """Drive the conversation to a final answer or an exhausted budget."""
+        steps = self._steps = trace.steps()  # one `agent.step` span per step, when tracing
+        try:
+            return await self._run(messages, output_contract)
+        except BaseException as exc:
+            steps.close(exc)
+            raise
+        finally:
+            steps.close(None)
+
+    async def _run(self, messages: list[Message], output_contract: str | None) -> Outcome:
         st = self.state
         st.messages = messages
         b = self.budgets
@@ -261,9 +275,28 @@ class Loop:
                 if spent >= b.token_ceiling:
                     return self._exhausted(f"token_ceiling={b.token_ceiling} reached "
                                            f"({spent} tokens)")
+            self._tell_dropped(messages)
+            self._steps.next(st.steps + 1)
             defs = self.actions.refresh()
             t0 = time.perf_counter()
-            completion = await self.intelligence.complete(messages, defs)
+            try:
+                with trace.span("intelligence.call", kind="client",
+                                **{"gen_ai.request.model": self._model}) as call_span:
+                    try:
+                        completion = await self.intelligence.complete(messages, defs)
+                    except CeilingReached:
+                        raise  # the ledger's refusal, not the intelligence failing
+                    except Exception:
+                        metrics.INTELLIGENCE.inc(self._model, "error")
+                        raise
+                    if trace.enabled:
+                        call_span.set(**{
+                            "gen_ai.usage.input_tokens": completion.usage.prompt_tokens,
+                            "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
+                            "agentd.tool_calls": len(completion.tool_calls)})
+            except CeilingReached as exc:  # the tree's ledger refused this call
+                return self._exhausted(str(exc))
+            metrics.turn(self._model, completion.usage, time.perf_counter() - t0)
             st.steps += 1
             st.usage.add(completion.usage)
             step = st.steps
@@ -290,6 +323,15 @@ class Loop:
                 async with asyncio.TaskGroup() as tg:
                     tasks = [tg.create_task(self._call(step, c)) for c in calls]
                 messages.extend(t.result() for t in tasks)
+
+    def _tell_dropped(self, messages: list[Message]) -> None:
+        """Optional servers the fault policy left out since the last step: the
+        model is told once, fenced (the fault text may carry server words)."""
+        take = getattr(self.actions.toolbox, "take_notices", None)
+        for server, fault in (take() if take is not None else ()):
+            messages.append(user(P.notice(f"MCP server {server!r} was left out of the "
+                                          "catalogue; its tools are gone:") + "\n"
+                                 + P.fence("fault", fault, server=server)))
 
     def _exhausted(self, reason: str) -> Outcome:
         log.warning("budget.exhausted", reason=reason, steps=self.state.steps,
@@ -354,6 +396,21 @@ class Loop:
         if self.tracer is not None:
             self.tracer.result(step, name, text, is_error, size, duration_ms, note)
         return tool_result(call.id, content)
+
+
+def model_label(intelligence: Any) -> str:
+    """The model's name for metrics and spans: `--model`, else the provider's kind
+    (through wrappers such as the tree's metered provider)."""
+    for _ in range(4):
+        model = getattr(intelligence, "model", None)
+        if isinstance(model, str) and model:
+            return model
+        inner = getattr(intelligence, "provider", None)
+        if inner is None:
+            break
+        intelligence = inner
+    name = getattr(intelligence, "name", None)
+    return name if isinstance(name, str) and name else type(intelligence).__name__.lower()
 
 
 def _fault_text(exc: BaseException) -> str:

@@ -38,8 +38,14 @@ from agentd.exitcodes import ExitCode
 from agentd.intelligence import IntelligenceUnavailable, make_intelligence
 from agentd.intelligence.base import Intelligence, Message, user
 from agentd.log import configure, env_level, log
+from agentd.mcp.faults import RequiredServerLost
+from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
 from agentd.tree.api import SubagentBackend, Unavailable
+
+# The share of --drain-timeout a reactive wake in flight at a signal may use to
+# finish; the rest is for the kill ladder and closing connections.
+REACTIVE_WAKE_SHARE = 0.5
 
 EXIT_BY_STATUS = {
     "completed": ExitCode.COMPLETED,
@@ -83,6 +89,7 @@ class RunContext:
         self.interrupted = False
         self.scope: asyncio.Timeout | None = None
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
+        self.overran = False  # the drain ran past --drain-timeout: the process ends hard
 
     def interrupt(self) -> None:
         """Cancel the run's work now (signals); the drain then runs normally."""
@@ -116,8 +123,11 @@ class RunContext:
 def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
     from agentd.mcp.toolbox import Toolbox
 
+    # a stale server: the reactive daemon reconnects with backoff; a task run
+    # hands it to the fault policy (agentd.mcp.faults)
     return Toolbox(config.mcp, run_id=run_id, init_timeout=config.init_timeout,
-                   ping_interval=config.ping_interval, secrets_dir=config.secrets_dir)
+                   ping_interval=config.ping_interval, secrets_dir=config.secrets_dir,
+                   reconnect_stale=config.mode == "reactive")
 
 
 def _required_failed() -> type[BaseException]:
@@ -134,19 +144,55 @@ class _Never(Exception):
 
 async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> SubagentBackend:
     """The root's subagent backend: the tree's Supervisor (the one chokepoint)."""
+    from agentd.tree.broker import Broker
     from agentd.tree.supervisor import Supervisor
 
-    sup = await stack.enter_async_context(Supervisor(ctx.config, run_id=ctx.run_id))
+    # One ledger and one flow gate for the tree: the root's own calls (task and
+    # reactive mode) and every subagent's, brokered here (agentd.agent.ledger).
+    metered = _metered(ctx.config, ctx.intelligence)
+    ctx.intelligence = metered
+    broker = Broker(intelligence=metered, toolbox=ctx.toolbox)
+    sup = await stack.enter_async_context(Supervisor(ctx.config, run_id=ctx.run_id,
+                                                     broker=broker, ledger=metered.ledger))
     state = ctx.state
-    ctx.on_step = lambda st: sup.charge_root(st.usage.total_tokens)
     ctx.spent = lambda: max(state.usage.total_tokens, sup.tree_tokens)
     return sup
+
+
+def _metered(config: Config, provider: Intelligence) -> Any:
+    from agentd.agent.ledger import Ledger, Metered
+    from agentd.intelligence.flow import FlowGate
+
+    return Metered(provider, Ledger(config.token_ceiling), "0",
+                   FlowGate(config.max_inflight_intelligence),
+                   enforce_own=config.mode != "reactive")
+
+
+async def _open_a2a(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
+    """`--a2a-peer`s: every Agent Card fetched and checked (a required peer failing
+    is exit 6); the toolbox then also serves `a2a://` task resources."""
+    from agentd.a2a.peers import A2APeers, WithPeers
+
+    config = ctx.config
+    peers = await stack.enter_async_context(A2APeers(
+        config.a2a_peers, secrets_dir=config.secrets_dir, init_timeout=config.init_timeout,
+        updates=getattr(ctx.toolbox, "updates", None)))
+    ctx.toolbox = WithPeers(ctx.toolbox, peers)
 
 
 def make_selftools(ctx: RunContext) -> SelfTools:
     """The run's `agentd__*` self-tools: the built-in ones plus `graph.run` (the tree)."""
     tools = SelfTools(resources=ctx.toolbox, backend=ctx.backend, caller=ctx.handle,
                       max_subscriptions=ctx.config.max_subscriptions)
+    peers = getattr(ctx.toolbox, "peers", None)
+    remote = getattr(ctx.toolbox, "a2a_peers", None)  # a brokered subagent's, via the root
+    if peers is not None or remote:  # --features a2a with --a2a-peer: a2a.delegate
+        from agentd.agent.a2a_delegate import install
+
+        if peers is not None:
+            install(tools, peers)
+        else:
+            install(tools, remote, perform=ctx.toolbox.a2a_delegate)
     from agentd.tree import graph
 
     graph.install(tools, ctx.backend, ctx.handle)
@@ -194,12 +240,31 @@ async def _run_mode(ctx: RunContext) -> Outcome | RunResult:
     async with watch_updates(ctx.toolbox) as waiters:
         if ctx.selftools is not None:
             ctx.selftools.add(await_resource_tool(ctx.toolbox, waiters))
-        outcome = await (ctx.resume(ctx.prior, instruction) if ctx.prior is not None
-                         else ctx.task(instruction))
+        outcome = await _unless_lost(ctx.toolbox, ctx.resume(ctx.prior, instruction)
+                                     if ctx.prior is not None else ctx.task(instruction))
     if ctx.selftools is not None and ctx.selftools.subscriptions:
         log.info("subscribe.unapplied", uris=ctx.selftools.subscriptions,
                  reason="task mode: subscriptions apply in reactive mode")
     return outcome
+
+
+async def _unless_lost(toolbox: Any, work: Awaitable[Outcome]) -> Outcome:
+    """Run the loop; a required server lost meanwhile (a stale server, found by
+    the pinger, not by a call) ends it with that fault (agentd.mcp.faults)."""
+    lost = getattr(toolbox, "lost", None)
+    task = asyncio.ensure_future(work)
+    if lost is None:
+        return await task
+    try:
+        await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise lost.result()
 
 
 # --- the run ------------------------------------------------------------------------
@@ -213,6 +278,7 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None,
+                io: tuple[Any, Any] | None = None,
                 extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
                 | None = None) -> Outcome | RunResult:
     config = ctx.config
@@ -230,8 +296,14 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
             async with scope:
                 if ctx.interrupted:
                     raise TimeoutError
+                if serve and config.metrics_listen:
+                    await _serve_metrics(stack, config)
                 ctx.toolbox = await stack.enter_async_context(
-                    _open_toolbox(config, ctx.run_id))
+                    _open_toolbox(config, ctx.run_id) if io is None else io[1])
+                if serve:
+                    stack.callback(health.add_check("mcp", lambda: _required_down(ctx.toolbox)))
+                if config.a2a_peers:
+                    await _open_a2a(stack, ctx)
                 if backend is not None:
                     ctx.backend = backend
                 else:
@@ -255,6 +327,32 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
             ctx.scope = None
 
 
+async def _serve_metrics(stack: contextlib.AsyncExitStack, config: Config) -> None:
+    """`--metrics-listen HOST:PORT`: /metrics, /healthz and /readyz on their own
+    listener (task mode has no --serve-mcp listener to share)."""
+    from agentd.config import split_host_port
+    from agentd.obs.http import serve_standalone
+
+    host, port = split_host_port(config.metrics_listen or "")
+    bearer = config.metrics_bearer
+    if bearer:
+        from agentd.config import SECRET_RE, resolve_secret
+
+        bearer = SECRET_RE.sub(lambda m: resolve_secret(m.group(1), config.secrets_dir), bearer)
+    elif config.serve is not None:
+        bearer = config.serve.bearer
+    listener = await serve_standalone(host, port, bearer=bearer)
+    stack.push_async_callback(listener.stop)
+
+
+def _required_down(toolbox: Any) -> str | None:
+    """Readiness: the required MCP servers that are not connected now (names only)."""
+    down = [name for name, c in (getattr(toolbox, "clients", None) or {}).items()
+            if getattr(getattr(c, "spec", None), "required", False)
+            and (getattr(c, "gone", None) or not getattr(c, "connected", True))]
+    return f"required MCP servers not connected: {', '.join(sorted(down))}" if down else None
+
+
 def _classify(exc: BaseException) -> tuple[ExitCode, str, str]:
     """(exit code, log event, message) for an exception that ended a run."""
     leaf = _leaf(exc)
@@ -262,6 +360,8 @@ def _classify(exc: BaseException) -> tuple[ExitCode, str, str]:
         return ExitCode.INTELLIGENCE, "intelligence.unavailable", str(leaf)
     if isinstance(leaf, _required_failed()):
         return ExitCode.MCP_REQUIRED, "mcp.required_failed", str(leaf)
+    if isinstance(leaf, RequiredServerLost):
+        return ExitCode.FAILED, "mcp.required_lost", str(leaf)
     if isinstance(leaf, ConfigError):
         return ExitCode.USAGE, "config.invalid", str(leaf)
     return ExitCode.FAILED, "run.failed", f"{type(leaf).__name__}: {leaf}"
@@ -271,17 +371,20 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                   tracer: Tracer | None = None, serve: bool = True, signals: bool = True,
                   backend: SubagentBackend | None = None,
                   extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
-                  | None = None) -> tuple[RunResult, ExitCode, LoopState]:
+                  | None = None,
+                  io: tuple[Any, Any] | None = None) -> tuple[RunResult, ExitCode, LoopState]:
     """Run to an outcome and classify it; no printing (shared by run and run_child).
 
     `backend=None` starts the tree's Supervisor for this run (the root);
     a subagent passes its remote backend. `extra` is called once everything is
     connected, before the loop (the demo and the reactive work hook in here).
+    `io` is a brokered subagent's (intelligence, toolbox): both over its control
+    wire (agentd.tree.brokered) instead of a provider and a Toolbox of its own.
     """
     state = LoopState()
     try:
         # Unset tunables fall back to AGENTD_INTELLIGENCE_* env, then the provider defaults.
-        intelligence = make_intelligence(
+        intelligence = io[0] if io is not None else make_intelligence(
             config.intelligence, model=config.model,
             stream=config.intelligence_stream,
             timeout=config.intelligence_timeout,
@@ -292,7 +395,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     ctx = RunContext(config, run_id=run_id, handle=handle, intelligence=intelligence,
                      state=state, tracer=tracer)
     loop = asyncio.get_running_loop()
-    body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra),
+    body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra, io=io),
                                name=f"agentd-run-{handle}")
     hard = loop.create_future()
     interrupted: list[str] = []
@@ -305,17 +408,30 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                 hard.set_result(None)
             return
         interrupted.append(name)
+        if signals:
+            health.set_draining()  # /readyz fails from the first moment of the drain
         log.warning("run.signal", signal=name, drain_timeout_s=config.drain_timeout)
         ctx.stop.set()
-        grace = 0.0
+        # One clock for the whole drain, in every mode: everything (an in-flight
+        # reactive wake, the kill ladder, closing MCP sessions) ends by
+        # signal + --drain-timeout; past that the process ends anyway.
         if config.mode == "reactive":
-            grace = config.drain_timeout  # the daemon drains its in-flight wake itself
+            # the daemon lets its in-flight wake finish, for the first part of the drain
+            grace = config.drain_timeout * REACTIVE_WAKE_SHARE
             drain_timer.append(loop.call_later(grace, ctx.interrupt))
         else:
             ctx.interrupt()
         drain_timer.append(loop.call_later(
-            grace + config.drain_timeout, lambda: hard.done() or hard.set_result(None)))
+            config.drain_timeout, lambda: hard.done() or hard.set_result(None)))
 
+    if config.deadline and config.mode != "reactive":
+        # a deadline exit drains within --drain-timeout too
+        def deadline_drain_over() -> None:
+            if not hard.done():
+                hard.set_result("deadline")
+
+        drain_timer.append(loop.call_later(config.deadline + config.drain_timeout,
+                                           deadline_drain_over))
     installed = []
     if signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -340,8 +456,11 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
             t.cancel()
     if not body.done():
         log.error("run.drain.timeout", drain_timeout_s=config.drain_timeout)
+        _kill_lingering(ctx.backend)
         body.cancel()
         await asyncio.wait({body}, timeout=1.0)
+        ctx.overran = True
+        _overran.append(run_id)
     if interrupted and body.done() and not body.cancelled() and body.exception() is None \
             and isinstance(body.result(), RunResult):
         result = body.result()  # the reactive daemon drained and reported
@@ -353,6 +472,11 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
                 ExitCode.INTERRUPTED, state)
+    if body.cancelled() and hard.done() and hard.result() == "deadline":
+        log.warning("run.end", status="deadline", steps=state.steps,
+                    exit_code=int(ExitCode.DEADLINE), reason="the drain overran")
+        return (_result(run_id, "deadline", True, state.last_content, state),
+                ExitCode.DEADLINE, state)
     if body.cancelled():
         log.error("run.cancelled", steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
@@ -377,7 +501,27 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         log.error(event, error=message, exc_type=type(_leaf(exc)).__name__)
     else:
         log.error(event, error=message)
-    return _result(run_id, "failed", False, {"error": message}, state), code, state
+    result: dict[str, Any] = {"error": message}
+    leaf = _leaf(exc)
+    if isinstance(leaf, RequiredServerLost):  # name the server and the fault
+        result.update(server=leaf.server, fault=leaf.fault)
+    return _result(run_id, "failed", False, result, state), code, state
+
+
+def _kill_lingering(backend: Any) -> None:
+    """The drain's last rung: SIGKILL every subagent still alive (one that ignored
+    SIGTERM); PDEATHSIG and the process-group kill make sure of the rest."""
+    import os
+    import signal as _signal
+
+    pids = getattr(backend, "live_pids", None)
+    for pid in (pids() if pids is not None else ()):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, _signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, _signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)  # reaped now if it is already gone
 
 
 def _result(run_id: str, status: str, partial: bool, result: Any,
@@ -395,9 +539,17 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
     log.info("run.start", mode=config.mode, servers=[s.name for s in config.mcp],
              max_steps=config.max_steps, deadline_s=config.deadline,
              token_ceiling=config.token_ceiling, serve=config.serve is not None)
-    result, code, _state = await execute(config, run_id=run_id, tracer=tracer)
+    health.set_draining(False)
+    trace.setup("agentd")
+    with trace.run_span("agentd.run", run_id, **{"agentd.mode": config.mode}) as span:
+        result, code, _state = await execute(config, run_id=run_id, tracer=tracer)
+        span.set(**{"agentd.status": result.status, "agentd.steps": result.steps,
+                    "agentd.exit_code": int(code)})
+    metrics.RUNS.inc(result.status)
+    trace.shutdown()
     if code != ExitCode.USAGE:
         print_result(result, stdout)
+    _end_hard_if_overran(code)
     return int(code)
 
 
@@ -421,6 +573,23 @@ def child_config(cfg: Any, *, instruction: str, output_contract: str | None) -> 
         secrets_dir=g(cfg, "secrets_dir", Config.secrets_dir))
 
 
+def _end_hard_if_overran(code: int) -> None:
+    """After a drain that overran --drain-timeout the result is out; whatever is
+    still unwinding (a connection that never answers) does not hold the process."""
+    if not _overran:
+        return
+    import os
+    import sys
+
+    log.error("run.exit.hard", exit_code=int(code), detail="the drain overran --drain-timeout")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(int(code))
+
+
+_overran: list[str] = []  # run ids whose drain overran (the root process ends hard)
+
 # A warm session's conversation, kept between its turns (one child process, one handle).
 _conversations: dict[str, list[Message]] = {}
 
@@ -429,7 +598,8 @@ async def run_child(cfg: Any, *, handle: str, instruction: str,
                     output_contract: str | None = None,
                     backend: SubagentBackend | None = None,
                     on_progress: Callable[[int, int], None] | None = None,
-                    first: bool = True, tracer: Tracer | None = None) -> RunResult:
+                    first: bool = True, tracer: Tracer | None = None,
+                    io: tuple[Any, Any] | None = None) -> RunResult:
     """One turn of a subagent (called by the child runtime, agentd.tree.childrt).
 
     `cfg` is the `ChildConfig` from the parent; `handle` the child's tree handle
@@ -450,7 +620,7 @@ async def run_child(cfg: Any, *, handle: str, instruction: str,
     result, _code, state = await execute(
         config, run_id=getattr(cfg, "run_id", "") or new_run_id(), handle=handle,
         serve=False, signals=False, tracer=tracer, backend=backend or Unavailable(),
-        extra=setup)
+        extra=setup, io=io)
     if getattr(cfg, "mode", "sync") == "warm" and state.messages:
         _conversations[handle] = state.messages
     return result

@@ -185,7 +185,7 @@ class SelfTools:
         if rest.startswith("subagent/"):
             handle = rest[len("subagent/"):]
             try:
-                body = self.backend.status(handle).body()
+                body = self._status_of(handle).body()
             except UnknownHandle:
                 return error(f"read_resource: resource not found: {uri}")
             return ok(_json(body), body)
@@ -248,6 +248,16 @@ class SelfTools:
             "subagent.cancel", "Cancel a subagent and its whole subtree.",
             _HANDLE, self._cancel))
 
+    def _mine(self, handle: str) -> None:
+        """A loop acts only on its own subtree: anything else (a peer's served.N,
+        a sibling's run) is answered as an unknown handle (docs/security.md)."""
+        if not handle.startswith(self.caller + "."):
+            raise UnknownHandle(handle)
+
+    def _status_of(self, handle: str) -> Any:
+        self._mine(handle)
+        return self.backend.status(handle)
+
     async def _spawn(self, args: dict[str, Any]) -> SelfObservation:
         instruction = _str_arg(args, "instruction", required=True) or ""
         if not instruction.strip():
@@ -274,6 +284,7 @@ class SelfTools:
         handle = _str_arg(args, "handle", required=True) or ""
         message = _str_arg(args, "message", required=True) or ""
         try:
+            self._mine(handle)
             state = await self.backend.send(self.caller, handle, message)
         except UnknownHandle:
             return error(f"subagent.send: unknown handle {handle!r}")
@@ -285,7 +296,7 @@ class SelfTools:
     async def _status(self, args: dict[str, Any]) -> SelfObservation:
         handle = _str_arg(args, "handle", required=True) or ""
         try:
-            body = self.backend.status(handle).body()
+            body = self._status_of(handle).body()
         except UnknownHandle:
             return error(f"subagent.status: unknown handle {handle!r}")
         return ok(_json(body), body)
@@ -293,6 +304,7 @@ class SelfTools:
     async def _cancel(self, args: dict[str, Any]) -> SelfObservation:
         handle = _str_arg(args, "handle", required=True) or ""
         try:
+            self._mine(handle)
             body = (await self.backend.cancel(handle)).body()
         except UnknownHandle:
             return error(f"subagent.cancel: unknown handle {handle!r}")

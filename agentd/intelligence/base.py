@@ -24,6 +24,7 @@ from msgspec import UNSET, Struct, UnsetType
 from agentd.output import Usage
 
 __all__ = [
+    "CeilingReached",
     "Completion",
     "FunctionCall",
     "FunctionDef",
@@ -42,6 +43,11 @@ __all__ = [
 
 class IntelligenceUnavailable(Exception):
     """The intelligence is unreachable or keeps failing: exit 5."""
+
+
+class CeilingReached(Exception):
+    """The tree's token ledger refused an intelligence call: the run ends
+    `budget_exhausted` (exit 3) with its partial result (agentd.agent.ledger)."""
 
 
 class FunctionCall(Struct, omit_defaults=True):

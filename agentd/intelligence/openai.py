@@ -8,7 +8,8 @@ include_usage`) and the SSE answer is parsed by the native SSE parser, the
 same one the MCP client uses; tool-call deltas are reassembled by `index`.
 
 Failures: connection errors, request timeouts, 408, 429 and 5xx are retried
-with bounded exponential backoff (jittered), honouring `Retry-After`; any other
+with bounded exponential backoff (jittered), honouring `Retry-After` (with a
+tree's `FlowGate` set, a 429 or `Retry-After` pauses every call of the tree); any other
 4xx, or a gateway that keeps failing once the attempts are spent, raises
 `IntelligenceUnavailable` (exit 5). The bearer comes from env
 `AGENTD_INTELLIGENCE_KEY`; it is registered for redaction and never logged.
@@ -41,6 +42,7 @@ from agentd.intelligence.base import (
     Usage,
 )
 from agentd.log import log
+from agentd.obs import trace
 
 KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
 DEFAULT_TIMEOUT = 120.0
@@ -231,6 +233,9 @@ class OpenAICompatible:
             _logmod.register_secret(key)
             self._headers["Authorization"] = f"Bearer {key}"
         self._session: aiohttp.ClientSession | None = None
+        # The tree's FlowGate (agentd.intelligence.flow), set by the ledger's meter:
+        # a 429 / Retry-After pauses every call of the tree, not just this one.
+        self.gate: Any = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -240,7 +245,9 @@ class OpenAICompatible:
 
                 ssl = _ssl.create_default_context(cafile=self.ca_file)
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=ssl, limit=16),
+                # as many connections as the tree may have calls in flight (the gate's M)
+                connector=aiohttp.TCPConnector(
+                    ssl=ssl, limit=max(16, getattr(self.gate, "max_inflight", 16))),
                 headers=self._headers, skip_auto_headers=("Accept-Encoding",))
         return self._session
 
@@ -281,7 +288,12 @@ class OpenAICompatible:
                     delay = min(MAX_RETRY_AFTER, max(delay, exc.retry_after))
                 _log.warning("intelligence.retry", attempt=attempt, reason=exc.reason,
                              delay_s=round(delay, 3))
-                await asyncio.sleep(delay)
+                gate = self.gate
+                if gate is not None and (exc.retry_after is not None or exc.reason == "HTTP 429"):
+                    gate.pause(delay)  # the whole tree waits, not only this call
+                    await gate.clear()
+                else:
+                    await asyncio.sleep(delay)
         raise IntelligenceUnavailable(
             f"intelligence gateway {self.url} failing after {self.attempts} attempts: {last}")
 
@@ -293,6 +305,8 @@ class OpenAICompatible:
         else:
             timeout = aiohttp.ClientTimeout(total=self.timeout)
             headers = {"Accept": "application/json"}
+        if trace.enabled:  # the gateway may continue the trace (W3C headers)
+            headers.update(trace.headers())
         try:
             async with self._client().post(self.url, data=body, headers=headers,
                                            timeout=timeout) as resp:

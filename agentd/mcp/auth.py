@@ -31,7 +31,10 @@ __all__ = [
     "ORIGIN_STDIO",
     "UNAUTHORIZED_HEADERS",
     "BearerAuth",
+    "NamedBearers",
     "auth_label",
+    "cert_subject",
+    "principal",
     "server_ssl_context",
 ]
 
@@ -71,6 +74,64 @@ class BearerAuth:
 
     def __repr__(self) -> str:  # never show the token
         return "BearerAuth(***)"
+
+
+class NamedBearers:
+    """Several bearer tokens, each with a name (the principal it mints).
+
+    ``match(header)`` compares the header with *every* token in constant time
+    (no early exit, so which token matched does not leak through timing) and
+    returns the matching name, or None.
+    """
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self, tokens: dict[str, str]) -> None:
+        if not tokens or not all(tokens.values()):
+            raise ValueError("named bearers need at least one non-empty token each")
+        self._tokens = [(name, _digest(b"Bearer " + token.encode()))
+                        for name, token in tokens.items()]
+
+    def match(self, header: str | None) -> str | None:
+        given = _digest(header.encode("utf-8", "surrogateescape") if header else b"")
+        found = None
+        for name, expected in self._tokens:
+            if hmac.compare_digest(given, expected) and found is None:
+                found = name
+        return found
+
+    def check(self, header: str | None) -> bool:
+        return self.match(header) is not None
+
+    def __repr__(self) -> str:  # never show a token
+        return f"NamedBearers({', '.join(n for n, _ in self._tokens)})"
+
+
+_RDN_NAMES: Final = {"commonName": "CN", "organizationName": "O",
+                     "organizationalUnitName": "OU", "countryName": "C",
+                     "localityName": "L", "stateOrProvinceName": "ST",
+                     "emailAddress": "emailAddress", "serialNumber": "serialNumber"}
+
+
+def cert_subject(peercert: dict | None) -> str | None:
+    """A verified client certificate's subject as ``CN=…,O=…`` (None without one)."""
+    if not peercert:
+        return None
+    parts = []
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            parts.append(f"{_RDN_NAMES.get(key, key)}={value}")
+    return ",".join(parts) or None
+
+
+def principal(*, subject: str | None, bearer_name: str | None) -> str:
+    """The principal a served run belongs to (docs/security.md)."""
+    parts = []
+    if subject:
+        parts.append(f"cert:{subject}")
+    if bearer_name:
+        parts.append(f"bearer:{bearer_name}")
+    return "+".join(parts) or "anonymous"
 
 
 def auth_label(*, mtls: bool, bearer: bool) -> str:

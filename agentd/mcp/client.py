@@ -39,11 +39,20 @@ from agentd.mcp.client_session import (
     Capabilities,
     CapabilityError,
     ClientSession,
+    DiscoverDeclined,
     Failed,
     HandshakeError,
+    InputRequired,
     Notified,
     Reply,
     Resolved,
+)
+from agentd.mcp.param_headers import (
+    HeaderDeclarationError,
+    ParamHeader,
+    encode_value,
+    param_headers,
+    tool_header_declarations,
 )
 from agentd.mcp.retry import (
     IDEMPOTENT_METHODS,
@@ -55,9 +64,17 @@ from agentd.mcp.retry import (
     classify,
 )
 from agentd.mcp.schema import Validator, schemas
+from agentd.obs import trace
+from agentd.obs.calls import McpCall
 from agentd.wire import codec
+from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
-from agentd.wire.jsonrpc import RESOURCE_NOT_FOUND, ProtocolError
+from agentd.wire.jsonrpc import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    ProtocolError,
+)
 
 if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
     from agentd.mcp.http_transport import StreamableHTTPTransport
@@ -78,6 +95,9 @@ MAX_LIST_PAGES: Final = 1024
 DEFAULT_PING_TIMEOUT: Final = 10.0
 STALE_AFTER_MISSES: Final = 3
 RUN_ID_META: Final = "io.modelcontextprotocol/run-id"
+DISCOVER_TIMEOUT: Final = 3.0  # the server/discover probe: a server that cannot say is legacy
+MAX_INPUT_ROUNDS: Final = 10  # MRTR: input_required answers per request before giving up
+MAX_TTL_MS: Final = 24 * 3600 * 1000  # a longer ttlMs is clamped (a day)
 _MAX_AUDIT_TEXT: Final = 2000
 
 
@@ -89,13 +109,14 @@ class ToolFault(Exception):
     """
 
     def __init__(self, server: str, message: str, *, retryable: bool,
-                 code: int | None = None, method: str = "") -> None:
+                 code: int | None = None, method: str = "", cause: str = "") -> None:
         super().__init__(f"{server}: {message}")
         self.server = server
         self.message = message
         self.retryable = retryable
         self.code = code
         self.method = method
+        self.cause = cause  # "timeout", "stale", "gone", "closed" or "" (agentd.mcp.faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +146,8 @@ class ToolInfo:
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] = field(default_factory=dict)
     name_json: bytes = b""
+    name_header: str = ""  # Mcp-Name (2026-07-28), encoded as the revision says
+    param_headers: tuple[ParamHeader, ...] = ()  # its x-mcp-header declarations
     _input: Validator | bool | None = False  # False: not compiled yet
     _output: Validator | bool | None = False
 
@@ -153,6 +176,39 @@ class ResourceInfo:
     description: str = ""
     mime_type: str = ""
     size: int | None = None
+
+
+def _traceparent_for(run_id: str) -> str:
+    """``00-{trace id}-{span id}-01``: the trace id derived from the run id (stable
+    for the whole run, across servers), a fresh span id per connection."""
+    import hashlib  # here: a subagent process imports this module but connects nowhere
+    import secrets
+
+    trace_id = (hashlib.sha256(run_id.encode()).hexdigest()[:32] if run_id
+                else secrets.token_hex(16))
+    if trace_id == "0" * 32:  # the all-zero id is invalid in W3C trace context
+        trace_id = secrets.token_hex(16)
+    return f"00-{trace_id}-{secrets.token_hex(8)}-01"
+
+
+class _TTL(msgspec.Struct, gc=False):
+    ttlMs: int | None = None
+
+
+_dec_ttl = msgspec.json.Decoder(_TTL)
+
+
+def _ttl_ms(raw: msgspec.Raw) -> int:
+    try:
+        v = _dec_ttl.decode(raw).ttlMs
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return 0
+    return min(v, MAX_TTL_MS) if isinstance(v, int) and v > 0 else 0
+
+
+def _delay(exc: BaseException, backoff: float) -> float:
+    """Before a re-send: the server's Retry-After (429/503) when it sent one."""
+    return exc.delay(backoff) if isinstance(exc, HTTPStatusError) else backoff
 
 
 def _s(v: Any) -> str:
@@ -198,13 +254,22 @@ class MCPClient:
                  secrets_dir: str = DEFAULT_SECRETS_DIR,
                  policy: RetryPolicy | None = None,
                  updates: asyncio.Queue | None = None,
-                 on_tools_changed: Callable[[MCPClient], None] | None = None) -> None:
+                 on_tools_changed: Callable[[MCPClient], None] | None = None,
+                 reconnect_stale: bool = True,
+                 on_gone: Callable[[MCPClient, str], None] | None = None,
+                 traceparent: str | None = None) -> None:
         self.spec = spec
         self.name = spec.name
+        self.auth: Any = None  # an agentd.mcp.oauth.OAuth to use instead of the default
         self.run_id = run_id
         self.init_timeout = init_timeout
         self.ping_interval = ping_interval
-        self.ping_timeout = ping_timeout
+        # a ping cannot take longer than the interval it is sent at (docs/faults.md)
+        self.ping_timeout = min(ping_timeout, ping_interval) if ping_interval else ping_timeout
+        self.reconnect_stale = reconnect_stale  # False: a stale server is left gone (task mode)
+        self.on_gone = on_gone
+        self.gone: str | None = None  # why the connection was given up for good
+        self.last_error = ""  # the last reconnect failure (named in faults)
         self.secrets_dir = secrets_dir
         self.policy = policy or RetryPolicy()
         self.updates: asyncio.Queue = updates if updates is not None else asyncio.Queue()
@@ -223,6 +288,26 @@ class MCPClient:
         self._relist: dict[str, asyncio.Task] = {}
         self._last_inbound = 0.0
         self._meta_json = orjson.dumps({RUN_ID_META: run_id})
+        # W3C trace context of the run (SEP-414, sent in every 2026-07-28 _meta): the
+        # trace id follows from the run id, so every server of one run sees one trace
+        self.traceparent = traceparent or _traceparent_for(run_id)
+        self._session.set_meta({RUN_ID_META: run_id, "traceparent": self.traceparent})
+        self.era: str | None = None  # "stateless" (2026-07-28) or "session", once known
+        self._acks: dict[int | str, asyncio.Future] = {}
+        self._listen_changed = asyncio.Event()
+        self._listen_acked = asyncio.Event()
+        self._listening: frozenset[str] = frozenset()  # URIs the open listen stream honours
+        self._listen_asked: frozenset[str] = frozenset()  # URIs its request named
+        # subscription id -> (ended gracefully, why) of a stream that ended by itself
+        self._listen_ends: dict[int | str, tuple[bool, BaseException | None]] = {}
+        self._ended: set[str] = set()  # watched URIs a re-opened stream no longer honours
+        self.listen_unsupported = False  # a 2026-07-28 server answered listen with -32601
+        self._filter_epoch = 0  # bumped by every subscribe/unsubscribe at 2026-07-28
+        self._acked_epoch = -1  # the filter epoch of the open, acknowledged stream
+        self.listen_opens = 0  # listen streams acknowledged (re-opens included)
+        self._expires: dict[str, float] = {}  # catalogue part -> monotonic expiry (ttlMs)
+        self._dirty: set[str] = set()  # catalogue parts a list_changed invalidated
+        self.rejected_tools: dict[str, str] = {}  # excluded for invalid x-mcp-header
         self.generation = 0  # bumps at every (re)initialize
         self.tools: dict[str, ToolInfo] = {}
         self.tools_version = 0
@@ -260,16 +345,24 @@ class MCPClient:
         headers = resolve_headers(self.spec, self.secrets_dir)
         spec = self.spec
         from agentd.mcp.http_transport import StreamableHTTPTransport
+        from agentd.mcp.oauth import AuthorizationRequired, auth_for
 
+        auth = self.auth if self.auth is not None else auth_for(spec, self.secrets_dir, headers)
         self._transport = StreamableHTTPTransport(
             spec.url, headers, on_message=self._on_message, ca_file=spec.ca_file,
             client_cert=getattr(spec, "client_cert", None),
-            client_key=getattr(spec, "client_key", None))
+            client_key=getattr(spec, "client_key", None), auth=auth)
         self._tg = asyncio.TaskGroup()
         await self._tg.__aenter__()
         try:
             await self._transport.open()
-            await self._handshake()
+            try:
+                await self._handshake()
+            except AuthorizationRequired as exc:  # OAuth: log in outside the handshake's
+                await exc.resolve()  # timeouts (or fail naming `agentd auth login`), retry
+                await self._handshake()
+            if auth is not None:
+                auth.deferred = False  # from now on a 401/403 is handled inline
             await self._after_connect(first=True)
         except BaseException:
             await self._shutdown()
@@ -292,6 +385,7 @@ class MCPClient:
     async def _shutdown(self) -> None:
         self._closing = True
         self._connected.clear()
+        self._listen_acked.set()  # a subscribe() waiting for a listen acknowledgement
         # cancellation notices and answers already on their way get a moment to leave
         notices = [t for t in self._notices if not t.done()]
         if notices:
@@ -334,22 +428,95 @@ class MCPClient:
 
     # ------------------------------------------------------------ handshake
 
-    async def _handshake(self) -> None:
+    def _replace_session(self) -> None:
         t = self._transport
         assert t is not None
-        s = self._session
         # Requests of the session being replaced can no longer be answered.
         stale, self._pending = self._pending, {}
         for fut in stale.values():
             if not fut.done():
                 fut.set_exception(TransportError("the session was replaced", sent=True))
-        s.reset()
+        self._session.reset()
         t.forget_session()
+        t.stateless = False
+
+    async def _handshake(self) -> None:
+        """Version selection, per server and per connect (no flag).
+
+        ``server/discover`` first, within a short timeout: a 2026-07-28 answer
+        adopts the server statelessly; anything that is not positive evidence
+        of one (an HTTP 4xx, a JSON-RPC error, no answer in time, a result
+        listing no 2026-07-28 version) falls back to ``initialize`` as for any
+        2025-11-25 server.  The whole selection fits in ``init_timeout``.  A
+        server already known to be legacy is re-initialized directly on a
+        reconnect (no probe per recovery).
+        """
+        t = self._transport
+        assert t is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self.era == "session" and self.generation:
+            self._replace_session()
+            await self._initialize(self.init_timeout)
+            return
+        self._replace_session()
+        s = self._session
+        rid, data = s.start_discover()
+        t.set_protocol_version(m26.LATEST_MODERN_VERSION)
+        fut = loop.create_future()
+        self._pending[rid] = fut
+        limit = min(DISCOVER_TIMEOUT, self.init_timeout / 2)
+        why = ""
+        try:
+            async with asyncio.timeout(limit):
+                await t.post(data, fut, headers=(("Mcp-Method", m26.SERVER_DISCOVER),))
+                if not fut.done():
+                    raise DiscoverDeclined("server/discover got no JSON-RPC answer")
+                s.finish_discover(await fut)
+        except TimeoutError:
+            why = f"no answer to server/discover within {limit:g}s"
+        except DiscoverDeclined as exc:
+            why = str(exc)
+        except RPCError as exc:
+            try:
+                s.discover_failed(exc.code, exc.data)
+            except HandshakeError as hexc:
+                raise HandshakeError(f"{self.name}: {hexc}") from None
+            why = f"server/discover answered {exc.code}: {exc.message[:200]}"
+        except HTTPStatusError as exc:
+            why = f"server/discover answered HTTP {exc.status}"
+        except TransportError as exc:
+            if not exc.sent:  # unreachable: no era verdict, a connect failure
+                s.handshake_failed()
+                raise HandshakeError(f"{self.name}: {exc}") from None
+            why = f"server/discover failed: {exc}"
+        finally:
+            self._pending.pop(rid, None)
+        if not why:
+            t.stateless = True
+            self.era = "stateless"
+            self.generation += 1
+            self._last_inbound = time.monotonic()
+            self.log.info("mcp.handshake", protocol_version=s.protocol_version,
+                          negotiated_by=m26.SERVER_DISCOVER, stateless=True,
+                          supported_versions=list(s.supported_versions),
+                          server_info=msgspec.to_builtins(s.server_info),
+                          capabilities=dict(s.capabilities.raw), session=False,
+                          instructions=(s.instructions or "")[:_MAX_AUDIT_TEXT])  # untrusted
+            return
+        self.log.info("mcp.discover.fallback", reason=why[:300])
+        self._replace_session()
+        await self._initialize(max(self.init_timeout - (loop.time() - started), 0.001))
+
+    async def _initialize(self, limit: float) -> None:
+        t = self._transport
+        assert t is not None
+        s = self._session
         rid, data = s.start_initialize()
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            async with asyncio.timeout(self.init_timeout):
+            async with asyncio.timeout(limit):
                 await t.post(data, fut, initialize=True)
                 result = await fut
         except TimeoutError:
@@ -375,9 +542,11 @@ class MCPClient:
             raise HandshakeError(f"{self.name}: notifications/initialized failed: {exc}"
                                  ) from None
         self.generation += 1
+        self.era = "session"
         self._last_inbound = time.monotonic()
         caps = s.capabilities
         self.log.info("mcp.handshake", protocol_version=s.protocol_version,
+                      negotiated_by=mt.INITIALIZE, stateless=False,
                       server_info=msgspec.to_builtins(s.server_info),
                       capabilities=dict(caps.raw), session=bool(t.session_id),
                       instructions=(s.instructions or "")[:_MAX_AUDIT_TEXT])  # untrusted
@@ -387,6 +556,9 @@ class MCPClient:
         re-issue every subscription and synthesize one ``updated`` per watched URI."""
         self._connected.set()
         self.stale = False
+        if self._session.stateless:
+            await self._after_discover(first=first)
+            return
         self._listener = self._spawn(self._listen(self.generation), "listen")
         if not first:
             watched = sorted(self.subscriptions)
@@ -404,6 +576,235 @@ class MCPClient:
             await self.list_tools()
         if self.capabilities.resources:
             await self._refresh_resources()
+
+    # ------------------------------------------------------------ 2026-07-28: listen
+
+    def _stale_part(self, what: str) -> bool:
+        """Whether the ``what`` catalogue may be re-listed: its ``ttlMs`` ran out,
+        or a list_changed said so (the ttl is honoured, never outguessed)."""
+        return what in self._dirty or time.monotonic() >= self._expires.get(what, 0.0)
+
+    async def _after_discover(self, *, first: bool) -> None:
+        """A 2026-07-28 server (re)adopted: the listen stream, then the catalogue.
+
+        On a reconnect the listen manager re-opens the stream and, once it is
+        acknowledged, synthesizes one ``updated`` per watched URI (the §1.6 rule);
+        the catalogue is re-listed only where its ttl ran out."""
+        self.listen_unsupported = False  # asked again of the (re)discovered server
+        self._listener = self._spawn(self._listen_modern(self.generation, resync=not first),
+                                     "listen")
+        if self.capabilities.tools and (first or self._stale_part("tools")):
+            await self.list_tools()
+        if self.capabilities.resources and (first or self._stale_part("resources")):
+            await self._refresh_resources()
+        if not first:
+            self.log.info("mcp.reconnected", generation=self.generation,
+                          resubscribed=len(self.subscriptions))
+
+    def _listen_filter(self) -> m26.SubscriptionFilter | None:
+        caps = self.capabilities
+        uris = sorted(self.subscriptions - self._ended) if caps.resources_subscribe else []
+        tools = caps.tools_list_changed
+        resources = caps.resources_list_changed
+        if not (uris or tools or resources):
+            return None
+        return m26.SubscriptionFilter(
+            toolsListChanged=True if tools else UNSET,
+            resourcesListChanged=True if resources else UNSET,
+            resourceSubscriptions=uris if uris else UNSET)
+
+    async def _listen_stream(self, sid: int | str, data: bytes, done: asyncio.Future,
+                             ack: asyncio.Future) -> None:
+        """One ``subscriptions/listen`` POST, held open until it ends."""
+        t = self._transport
+        assert t is not None
+        err: BaseException | None = None
+        graceful = cancelled = False
+        try:
+            await t.post(data, done, headers=self._session.headers(m26.SUBSCRIPTIONS_LISTEN))
+            if done.done() and not done.cancelled() and done.exception() is not None:
+                err = done.exception()
+            elif done.done():
+                graceful = True  # the listen result: everything it held was delivered
+                err = TransportError("the server closed the listen stream", sent=True)
+            else:
+                err = TransportError("the listen stream ended", sent=True)
+        except (TransportError, HTTPStatusError, SessionExpired) as exc:
+            err = exc
+        except asyncio.CancelledError:  # replaced or closed by us: nothing to report
+            cancelled = True
+            raise
+        finally:
+            self._pending.pop(sid, None)
+            self._session.forget(sid)
+            if not done.done():
+                done.cancel()
+            if not ack.done():
+                ack.set_exception(err or TransportError("listen stream cancelled", sent=True))
+                ack.exception()
+            if not cancelled:
+                self._listen_ends[sid] = (graceful, err)
+
+    async def _listen_modern(self, generation: int, *, resync: bool) -> None:
+        """Keep one acknowledged ``subscriptions/listen`` stream open for what this
+        client watches (list changes the server offers, subscribed URIs).
+
+        A filter change (subscribe/unsubscribe) opens the new stream first and
+        closes the old one once the new one is acknowledged, so no update falls
+        between the two.  A broken stream is re-opened with backoff and then
+        the state is re-read: one synthesized ``updated`` per watched URI, the
+        catalogue re-listed where it may have changed.  A stream that cannot be
+        re-opened because the server is unreachable is the liveness signal of
+        this revision (there is no ping): the connection is recovered.
+        """
+        loop = asyncio.get_running_loop()
+        current: asyncio.Task | None = None
+        current_sid: int | str | None = None
+        attempt = 0
+        reopened = graceful = False
+        try:
+            while not self._closing and generation == self.generation:
+                self._listen_changed.clear()
+                epoch = self._filter_epoch
+                flt = self._listen_filter()
+                if flt is None:
+                    if current is not None:
+                        current.cancel()
+                        current = None
+                    self._listening = frozenset()
+                    self._acked_epoch = epoch
+                    acked, self._listen_acked = self._listen_acked, asyncio.Event()
+                    acked.set()
+                    await self._listen_changed.wait()
+                    continue
+                sid, data = self._session.listen(flt)
+                ack: asyncio.Future = loop.create_future()
+                done: asyncio.Future = loop.create_future()
+                self._acks[sid] = ack
+                self._pending[sid] = done
+                stream = self._spawn(self._listen_stream(sid, data, done, ack), "listen.stream")
+                if stream is None:  # closing
+                    return
+                try:
+                    async with asyncio.timeout(self.init_timeout):
+                        honoured: m26.SubscriptionFilter = await ack
+                except (TimeoutError, TransportError, HTTPStatusError, SessionExpired,
+                        RPCError) as exc:
+                    stream.cancel()
+                    self._listen_ends.pop(sid, None)
+                    attempt += 1
+                    self.log.warning("mcp.listen.failed", attempt=attempt,
+                                     error=f"{type(exc).__name__}: {exc}"[:300])
+                    if isinstance(exc, TransportError) and not exc.sent:
+                        self._trigger_recover(expired=True, reason=f"listen: {exc}")
+                        return
+                    if (isinstance(exc, RPCError) and exc.code == METHOD_NOT_FOUND) or (
+                            isinstance(exc, HTTPStatusError) and exc.status in (404, 405)):
+                        # a server without subscriptions/listen: nothing will ever be
+                        # pushed; subscribe() degrades (False) as for a 2025 server
+                        # without resources.subscribe
+                        self.listen_unsupported = True
+                        self.log.warning("mcp.listen.unsupported",
+                                         error=f"{type(exc).__name__}: {exc}"[:300])
+                        self._listening = frozenset()
+                        self._acked_epoch = self._filter_epoch
+                        acked, self._listen_acked = self._listen_acked, asyncio.Event()
+                        acked.set()
+                        return
+                    await asyncio.sleep(self.policy.reconnect_backoff(attempt))
+                    continue
+                finally:
+                    self._acks.pop(sid, None)
+                if current is not None:
+                    if current.done():  # it ended by itself while this one opened
+                        ended_by_server, _ = self._listen_ends.pop(current_sid, (True, None))
+                        resync = resync or not ended_by_server
+                    current.cancel()  # closing the old stream is its cancellation
+                current, current_sid = stream, sid
+                got = honoured.resourceSubscriptions
+                self._listening = frozenset(got if isinstance(got, list) else ())
+                self._listen_asked = frozenset(flt.resourceSubscriptions or ())
+                if reopened:  # asked again after a close, and no longer honoured: it has
+                    ended = self._listen_asked - self._listening  # nothing left to fire
+                    if ended:
+                        self._ended |= ended
+                        self.log.info("mcp.listen.ended", uris=sorted(ended)[:20])
+                self._acked_epoch = epoch
+                self.listen_opens += 1
+                self.log.info("mcp.listen.open", subscription=sid,
+                              uris=len(self._listening), reopen=resync,
+                              tools_list_changed=bool(honoured.toolsListChanged),
+                              resources_list_changed=bool(honoured.resourcesListChanged))
+                acked, self._listen_acked = self._listen_acked, asyncio.Event()
+                acked.set()
+                if resync:  # edge -> level: whatever changed while we were not listening
+                    resync = False
+                    for uri in sorted(self.subscriptions - self._ended):
+                        self.updates.put_nowait((self.name, uri))
+                    # a list change missed meanwhile: re-read where the ttl allows it
+                    if honoured.toolsListChanged and self._stale_part("tools"):
+                        self._schedule_relist("tools", self.list_tools)
+                    if honoured.resourcesListChanged and self._stale_part("resources"):
+                        self._schedule_relist("resources", self._refresh_resources)
+                if not graceful:  # a server that keeps closing gracefully is not hammered
+                    attempt = 0
+                changed = loop.create_task(self._listen_changed.wait())
+                try:
+                    assert current is not None
+                    await asyncio.wait((current, changed), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                reopened = graceful = False
+                if current.done():  # the stream broke, or the server closed it
+                    graceful, why = self._listen_ends.pop(current_sid, (False, None))
+                    current = None
+                    self._listening = frozenset()
+                    attempt += 1
+                    reopened = True
+                    if graceful:
+                        # a graceful close loses nothing: re-open for what may still
+                        # fire (the new acknowledgement says what that is), no resync
+                        self.log.info("mcp.listen.closed")
+                    else:
+                        resync = True
+                        self.log.warning("mcp.listen.lost", error=str(why)[:300])
+                    await asyncio.sleep(self.policy.backoff(attempt))
+        finally:
+            if current is not None:
+                current.cancel()
+
+    async def _subscribe_listen(self, uri: str) -> bool:
+        """Add ``uri`` to the listen filter; True once a stream honours it."""
+        self._ended.discard(uri)
+        if self.listen_unsupported:
+            self.log.warning("mcp.subscribe.unsupported", uri=uri,
+                             detail="the server does not serve subscriptions/listen")
+            return False
+        if uri in self.subscriptions and uri in self._listening:
+            return True
+        self.subscriptions.add(uri)
+        self._filter_epoch += 1
+        want = self._filter_epoch
+        self._listen_changed.set()
+        try:
+            async with asyncio.timeout(self.init_timeout):
+                while self._acked_epoch < want:  # a stream opened with this filter (or later)
+                    if self._closing:
+                        raise ToolFault(self.name, "client closed", retryable=False,
+                                        cause="closed")
+                    await self._listen_acked.wait()
+            if uri not in self._listening:  # acknowledged, but not honoured
+                self.subscriptions.discard(uri)
+                self._listen_changed.set()
+                self.log.warning("mcp.subscribe.refused", uri=uri)
+                return False
+        except TimeoutError:
+            self.subscriptions.discard(uri)
+            self._listen_changed.set()
+            raise ToolFault(self.name, f"subscriptions/listen for {uri} was not acknowledged "
+                            f"within {self.init_timeout:g}s", retryable=True,
+                            method=m26.SUBSCRIPTIONS_LISTEN) from None
+        return True
 
     # ------------------------------------------------------------ inbound
 
@@ -430,13 +831,21 @@ class MCPClient:
 
     def _on_notification(self, ev: Notified) -> None:
         m = ev.method
+        if m == m26.NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED:
+            got = ClientSession.acknowledged(ev.params)
+            fut = self._acks.get(got[0]) if got is not None else None
+            if fut is not None and not fut.done():
+                fut.set_result(got[1])
+            return
         if m == mt.NOTIFICATION_RESOURCES_UPDATED:
             uri = ClientSession.updated_uri(ev.params)
             if uri is not None and uri in self.subscriptions:
                 self.updates.put_nowait((self.name, uri))
         elif m == mt.NOTIFICATION_TOOLS_LIST_CHANGED:
+            self._dirty.add("tools")
             self._schedule_relist("tools", self.list_tools)
         elif m == mt.NOTIFICATION_RESOURCES_LIST_CHANGED:
+            self._dirty.add("resources")
             self._schedule_relist("resources", self._refresh_resources)
         elif m == mt.NOTIFICATION_MESSAGE and self.log.enabled("debug"):
             self.log.debug("mcp.server_log", data=bytes(ev.params)[:_MAX_AUDIT_TEXT].decode(
@@ -462,18 +871,26 @@ class MCPClient:
     async def _wait_connected(self) -> None:
         if self._connected.is_set():
             return
+        if self.gone is not None:
+            raise ToolFault(self.name, f"server gone: {self.gone}", retryable=False,
+                            cause="stale" if self.stale else "gone")
         if self._closing:
-            raise ToolFault(self.name, "client closed", retryable=False)
+            raise ToolFault(self.name, "client closed", retryable=False, cause="closed")
         try:
             async with asyncio.timeout(self.policy.reconnect_wait):
                 await self._connected.wait()
         except TimeoutError:
-            raise ToolFault(self.name, "server unavailable (reconnecting)",
+            last = f": {self.last_error}" if self.last_error else ""
+            raise ToolFault(self.name, "server unavailable (reconnecting)" + last,
                             retryable=True) from None
+        if self.gone is not None:
+            raise ToolFault(self.name, f"server gone: {self.gone}", retryable=False,
+                            cause="stale" if self.stale else "gone")
         if self._closing:
             raise ToolFault(self.name, "client closed", retryable=False)
 
-    async def _send(self, rid: int | str, data: bytes, method: str, time_limit: float | None
+    async def _send(self, rid: int | str, data: bytes, method: str, time_limit: float | None,
+                    headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()
                     ) -> msgspec.Raw:
         """One send of a request and the wait for its answer."""
         fut = asyncio.get_running_loop().create_future()
@@ -482,14 +899,14 @@ class MCPClient:
         assert t is not None
         try:
             if time_limit is None:
-                await t.post(data, fut)
+                await t.post(data, fut, headers=headers)
                 if fut.done():
                     return fut.result()
                 if not t.get_offered:  # nowhere else it could come from
                     raise TransportError(f"{method}: the answer held no response", sent=True)
                 return await fut
             async with asyncio.timeout(time_limit):
-                await t.post(data, fut)
+                await t.post(data, fut, headers=headers)
                 if not fut.done() and not t.get_offered:
                     raise TransportError(f"{method}: the answer held no response", sent=True)
                 return await fut
@@ -512,8 +929,12 @@ class MCPClient:
             self._spawn(self._send_quiet(note), "cancelled")
 
     async def _request(self, method: str, params: Any = UNSET, *,
-                       time_limit: float | None = None) -> msgspec.Raw:
-        """A request under the retry policy; returns the raw result."""
+                       time_limit: float | None = None, name: str | None = None
+                       ) -> msgspec.Raw:
+        """A request under the retry policy; returns the raw result.
+
+        ``name`` is what ``Mcp-Name`` mirrors at 2026-07-28 (a URI, a prompt name).
+        Every send mints a fresh JSON-RPC id."""
         idempotent = method in IDEMPOTENT_METHODS
         attempt = 0
         while True:
@@ -522,10 +943,11 @@ class MCPClient:
             rid, data = self._session.request(method, params)
             gen = self.generation
             try:
-                return await self._send(rid, data, method, time_limit)
+                return await self._send(rid, data, method, time_limit,
+                                        self._session.headers(method, name))
             except TimeoutError:
                 raise ToolFault(self.name, f"{method} timed out after {time_limit:g}s",
-                                retryable=True, method=method) from None
+                                retryable=True, method=method, cause="timeout") from None
             except (TransportError, SessionExpired, HTTPStatusError, RPCError) as exc:
                 d = classify(exc, idempotent=idempotent)
                 if d.reconnect and gen == self.generation:  # not already reconnected
@@ -534,7 +956,7 @@ class MCPClient:
                 if d.resend and attempt < self.policy.max_attempts:
                     self.log.info("mcp.retry", method=method, attempt=attempt, reason=d.reason)
                     if not d.reconnect:
-                        await asyncio.sleep(self.policy.backoff(attempt))
+                        await asyncio.sleep(_delay(exc, self.policy.backoff(attempt)))
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)
@@ -555,15 +977,32 @@ class MCPClient:
         tools: dict[str, ToolInfo] = {}
         dupes = 0
         cursor: str | None = None
+        stateless = self._session.stateless
+        rejected: dict[str, str] = {}
+        self._dirty.discard("tools")
+        ttl: int | None = None
         for _ in range(MAX_LIST_PAGES):
             params = mt.PaginatedParams(cursor=cursor) if cursor is not None else UNSET
-            page = self._decode(await self._request(mt.TOOLS_LIST, params),
-                                mt.ListToolsResult, mt.TOOLS_LIST)
+            raw = await self._request(mt.TOOLS_LIST, params)
+            page = self._decode(raw, mt.ListToolsResult, mt.TOOLS_LIST)
+            if stateless:
+                ttl = _ttl_ms(raw) if ttl is None else min(ttl, _ttl_ms(raw))
             for t in page.tools:
                 if t.name in tools:
                     dupes += 1
                     continue
+                decls: tuple[ParamHeader, ...] = ()
+                if stateless:  # SEP-2243: an invalid declaration excludes the tool
+                    try:
+                        decls = tool_header_declarations(t.inputSchema or {})
+                    except HeaderDeclarationError as exc:
+                        rejected[t.name] = str(exc)
+                        self.log.warning("mcp.tool.rejected", tool=t.name[:200],
+                                         reason=str(exc)[:300])
+                        continue
                 tools[t.name] = ToolInfo(
+                    name_header=encode_value(t.name) if stateless else "",
+                    param_headers=decls,
                     name=t.name, input_schema=t.inputSchema or {},
                     description=_s(t.description), title=_s(t.title),
                     output_schema=t.outputSchema if isinstance(t.outputSchema, dict) else None,
@@ -576,6 +1015,8 @@ class MCPClient:
             raise ToolFault(self.name, f"tools/list of server {self.name!r} did not end after "
                             f"{MAX_LIST_PAGES} pages", retryable=False, method=mt.TOOLS_LIST)
         self.tools = tools
+        self.rejected_tools = rejected
+        self._expires["tools"] = time.monotonic() + (ttl or 0) / 1000
         self.tools_version += 1
         self.log.info("mcp.tools.audit", count=len(tools), duplicates=dupes, tools=[
             {"name": t.name, "title": t.title, "description": t.description[:_MAX_AUDIT_TEXT],
@@ -618,10 +1059,71 @@ class MCPClient:
             name_json = tool.name_json
         else:
             name_json = orjson.dumps(name)
-        raw = await self._call(name_json, args_json, time_limit)
-        return self._tool_observation(name, tool, raw)
+        with McpCall(self.name, name, listed=tool is not None,
+                     revision=self.protocol_version) as rec:  # span, count, latency
+            if not self._session.stateless:
+                raw = await self._call(name_json, args_json, time_limit)
+                return rec.done(self._tool_observation(name, tool, raw))
+            raw = await self._call_stateless(name, args, name_json, args_json, time_limit)
+            return rec.done(self._tool_observation(name, self.tools.get(name), raw))
 
-    async def _call(self, name_json: bytes, args_json: bytes, time_limit: float | None
+    def _call_headers(self, name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
+        tool = self.tools.get(name)
+        headers = [("Mcp-Method", mt.TOOLS_CALL),
+                   ("Mcp-Name", tool.name_header if tool is not None else encode_value(name))]
+        if tool is not None and tool.param_headers:
+            headers.extend(param_headers(tool.param_headers, args))
+        return headers
+
+    async def _call_stateless(self, name: str, args: Mapping[str, Any], name_json: bytes,
+                              args_json: bytes, time_limit: float | None) -> msgspec.Raw:
+        """``tools/call`` at 2026-07-28: the standard and ``x-mcp-header`` headers,
+        MRTR answered, and one re-list + retry on a header mismatch (-32020), as
+        the revision advises (the tool's schema may have changed)."""
+        relisted = False
+        extra = b""
+        rounds = 0
+        while True:
+            try:
+                raw = await self._call(name_json, args_json, time_limit,
+                                       self._call_headers(name, args), extra)
+            except ToolFault as exc:
+                if exc.code != m26.HEADER_MISMATCH or relisted:
+                    raise
+                relisted = True
+                self.log.info("mcp.header_mismatch", tool=name[:200], error=exc.message[:300])
+                await self.list_tools()
+                if name not in self.tools:
+                    raise
+                continue
+            ir = ClientSession.input_required(raw)
+            if ir is None:
+                return raw
+            rounds += 1
+            extra = await self._answer_input(ir, rounds, mt.TOOLS_CALL)
+
+    async def _answer_input(self, ir: InputRequired, rounds: int, method: str) -> bytes:
+        """The params to add to the retry of an ``input_required`` request (MRTR)."""
+        if ir.refused:
+            raise ToolFault(self.name, f"{method}: the server asked for input agentd does not "
+                            "provide (declared client capabilities: none): "
+                            + ", ".join(ir.refused)[:300], retryable=False, method=method)
+        if rounds > MAX_INPUT_ROUNDS:
+            raise ToolFault(self.name, f"{method}: still input_required after "
+                            f"{MAX_INPUT_ROUNDS} rounds", retryable=False, method=method)
+        self.log.info("mcp.input_required", method=method, round=rounds,
+                      answered=bool(ir.responses), state=ir.state is not None)
+        if not ir.responses:  # state only: give the server a moment, bounded
+            await asyncio.sleep(min(0.05 * 2 ** (rounds - 1), 0.25))
+        extra = b""
+        if ir.responses:
+            extra += b',"inputResponses":' + ir.responses
+        if ir.state is not None:
+            extra += b',"requestState":' + orjson.dumps(ir.state)  # echoed unchanged
+        return extra
+
+    async def _call(self, name_json: bytes, args_json: bytes, time_limit: float | None,
+                    headers: list[tuple[str, str]] | tuple = (), extra: bytes = b""
                     ) -> msgspec.Raw:
         attempt = 0
         session = self._session
@@ -629,13 +1131,15 @@ class MCPClient:
             attempt += 1
             if not self._connected.is_set():
                 await self._wait_connected()
-            rid, data = session.call_tool(name_json, args_json, self._meta_json)
+            # the live span's traceparent, when tracing (SEP-414); else the run's
+            meta = trace.meta(session.meta_json if session.stateless else self._meta_json)
+            rid, data = session.call_tool(name_json, args_json, meta, extra)
             gen = self.generation
             try:
-                return await self._send(rid, data, mt.TOOLS_CALL, time_limit)
+                return await self._send(rid, data, mt.TOOLS_CALL, time_limit, headers)
             except TimeoutError:
                 raise ToolFault(self.name, f"tools/call timed out after {time_limit:g}s",
-                                retryable=True, method=mt.TOOLS_CALL) from None
+                                retryable=True, method=mt.TOOLS_CALL, cause="timeout") from None
             except (TransportError, SessionExpired, HTTPStatusError, RPCError) as exc:
                 d = classify(exc, idempotent=False)
                 if d.reconnect and gen == self.generation:  # not already reconnected
@@ -645,7 +1149,7 @@ class MCPClient:
                     self.log.info("mcp.retry", method=mt.TOOLS_CALL, attempt=attempt,
                                   reason=d.reason)
                     if not d.reconnect:
-                        await asyncio.sleep(self.policy.backoff(attempt))
+                        await asyncio.sleep(_delay(exc, self.policy.backoff(attempt)))
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)
@@ -680,12 +1184,17 @@ class MCPClient:
     async def _drain(self, method: str, type_: type, attr: str) -> list:
         items: list = []
         cursor: str | None = None
+        ttl: int | None = None
         for _ in range(MAX_LIST_PAGES):
             params = mt.PaginatedParams(cursor=cursor) if cursor is not None else UNSET
-            page = self._decode(await self._request(method, params), type_, method)
+            raw = await self._request(method, params)
+            page = self._decode(raw, type_, method)
+            ttl = _ttl_ms(raw) if ttl is None else min(ttl, _ttl_ms(raw))
             items.extend(getattr(page, attr))
             cursor = page.nextCursor if page.nextCursor else None
             if cursor is None:
+                if self._session.stateless and method == mt.RESOURCES_LIST:
+                    self._expires["resources"] = time.monotonic() + (ttl or 0) / 1000
                 return items
         raise ToolFault(self.name, f"{method} of server {self.name!r} did not end after "
                         f"{MAX_LIST_PAGES} pages", retryable=False, method=method)
@@ -706,6 +1215,7 @@ class MCPClient:
         return self.resource_templates
 
     async def _refresh_resources(self) -> None:
+        self._dirty.discard("resources")
         await self.list_resources()
         try:
             await self.list_resource_templates()
@@ -717,13 +1227,28 @@ class MCPClient:
 
         A missing resource (-32002) is an ``is_error`` observation naming the URI.
         """
-        try:
-            raw = await self._request(mt.RESOURCES_READ, mt.ReadResourceParams(uri=uri),
-                                      time_limit=time_limit)
-        except ToolFault as exc:
-            if exc.code == RESOURCE_NOT_FOUND:
-                return Observation(f"resource not found: {uri}", is_error=True)
-            raise
+        params: Any = mt.ReadResourceParams(uri=uri)
+        rounds = 0
+        while True:
+            try:
+                raw = await self._request(mt.RESOURCES_READ, params, time_limit=time_limit,
+                                          name=uri)
+            except ToolFault as exc:
+                # 2026-07-28 answers a missing resource with -32602 (data.uri)
+                if exc.code == RESOURCE_NOT_FOUND or (
+                        exc.code == INVALID_PARAMS and self._session.stateless):
+                    return Observation(f"resource not found: {uri}", is_error=True)
+                raise
+            ir = ClientSession.input_required(raw) if self._session.stateless else None
+            if ir is None:
+                break
+            rounds += 1
+            await self._answer_input(ir, rounds, mt.RESOURCES_READ)
+            params = {"uri": uri}
+            if ir.responses:
+                params["inputResponses"] = msgspec.Raw(ir.responses)
+            if ir.state is not None:
+                params["requestState"] = ir.state
         r = self._decode(raw, mt.ReadResourceResult, mt.RESOURCES_READ)
         return Observation("\n".join(_render_item(c) for c in r.contents), False, None,
                            tuple(r.contents))
@@ -743,6 +1268,8 @@ class MCPClient:
         if not self.capabilities.resources_subscribe:
             self.log.warning("mcp.subscribe.unsupported", uri=uri)
             return False
+        if self._session.stateless:  # 2026-07-28: a URI of the subscriptions/listen filter
+            return await self._subscribe_listen(uri)
         await self._request(mt.RESOURCES_SUBSCRIBE, mt.SubscribeParams(uri=uri))
         self.subscriptions.add(uri)
         return True
@@ -751,11 +1278,21 @@ class MCPClient:
         if uri not in self.subscriptions:
             return
         self.subscriptions.discard(uri)
+        if self._session.stateless:
+            self._ended.discard(uri)
+            self._filter_epoch += 1
+            self._listen_changed.set()  # re-opened without it
+            return
         if self.capabilities.resources_subscribe and self._connected.is_set():
             with contextlib.suppress(ToolFault):
                 await self._request(mt.RESOURCES_UNSUBSCRIBE, mt.UnsubscribeParams(uri=uri))
 
     async def ping(self, time_limit: float | None = None) -> None:
+        """``ping`` (2025-11-25); at 2026-07-28, which has none, ``server/discover``
+        is the probe."""
+        if self._session.stateless:
+            await self._request(m26.SERVER_DISCOVER, time_limit=time_limit or self.ping_timeout)
+            return
         await self._request(mt.PING, time_limit=time_limit or self.ping_timeout)
 
     # ------------------------------------------------------------ liveness
@@ -766,8 +1303,8 @@ class MCPClient:
         misses = 0
         while not self._closing:
             await asyncio.sleep(interval)
-            if not self._connected.is_set():
-                misses = 0
+            if not self._connected.is_set() or self._session.stateless:
+                misses = 0  # 2026-07-28 has no ping: failed requests and listen streams tell
                 continue
             if time.monotonic() - self._last_inbound < interval:
                 misses = 0
@@ -788,8 +1325,33 @@ class MCPClient:
                 if misses >= STALE_AFTER_MISSES:
                     misses = 0
                     self.stale = True
-                    self.log.warning("mcp.stale", misses=STALE_AFTER_MISSES)
+                    self.log.warning("mcp.stale", misses=STALE_AFTER_MISSES,
+                                     reconnect=self.reconnect_stale)
+                    if not self.reconnect_stale:  # the fault policy decides (faults.py)
+                        await self._give_up(f"stale: {STALE_AFTER_MISSES} missed pings")
+                        return
                     self._trigger_recover(expired=True, reason="stale", drop=True)
+
+    async def _give_up(self, reason: str) -> None:
+        """The shutdown ladder for this connection: stop its streams, fail what
+        waits on it, close its connections; it stays gone (no reconnect)."""
+        self.gone = reason
+        self._connected.clear()
+        listener = self._listener
+        if listener is not None and listener is not asyncio.current_task():
+            listener.cancel()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ToolFault(self.name, f"server gone: {reason}",
+                                            retryable=False, cause="stale"))
+                fut.exception()
+        self._pending.clear()
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                await self._transport.close()
+        self.log.warning("mcp.gone", reason=reason)
+        if self.on_gone is not None:
+            self.on_gone(self, reason)
 
     async def _send_ping(self) -> None:
         rid, data = self._session.request(mt.PING)
@@ -817,7 +1379,7 @@ class MCPClient:
                 self._trigger_recover(expired=False, reason=f"stream lost: {exc}")
 
     def _trigger_recover(self, *, expired: bool, reason: str, drop: bool = False) -> None:
-        if self._closing:
+        if self._closing or self.gone is not None:
             return
         if self._recovering is not None and not self._recovering.done():
             return
@@ -848,6 +1410,12 @@ class MCPClient:
                         await self._send_ping()
                     except SessionExpired:
                         expired = True
+                    except HTTPStatusError as exc:
+                        if not 400 <= exc.status < 500:
+                            raise
+                        # some servers answer an unknown session 400, not 404
+                        # (server-everything after a restart): initialize again
+                        expired = True
                     except RPCError:
                         pass
                     else:
@@ -859,6 +1427,7 @@ class MCPClient:
                     self._spawn(self._finish_recover(), "restore")
                     return
             except (HandshakeError, TransportError, HTTPStatusError, TimeoutError) as exc:
+                self.last_error = str(exc)[:300]
                 self.log.info("mcp.reconnect.failed", attempt=attempt, error=str(exc)[:300])
                 expired = expired or isinstance(exc, HandshakeError)
 

@@ -15,7 +15,13 @@ spec §1 that does not need a clock or a socket lives here:
   cancelled);
 * answering the server's requests: ``ping`` -> ``{}``, ``roots/list`` ->
   ``{"roots": []}``, anything else (sampling, elicitation, ...) -> -32601;
-* routing notifications, dropping the ones whose capability was not advertised.
+* routing notifications, dropping the ones whose capability was not advertised;
+* revision 2026-07-28 (stateless): ``server/discover`` and the fallback rule
+  (anything that is not positive evidence of a 2026-07-28 server falls back to
+  ``initialize``), the per-request ``_meta`` every request then carries, the
+  ``Mcp-Method``/``Mcp-Name``/``Mcp-Param-*`` headers, ``subscriptions/listen``
+  and its acknowledgement, and the answers to an ``input_required`` result
+  (MRTR: roots -> an empty list, elicitation -> declined, sampling -> refused).
 
 Revision-specific rules (what a negotiated version allows) live here and
 nowhere else, so the transport and the client API stay version-blind.
@@ -23,6 +29,9 @@ nowhere else, so the transport and the client API stay version-blind.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -30,6 +39,8 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
+from agentd.mcp.param_headers import encode_value
+from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
 from agentd.wire.jsonrpc import (
     INVALID_REQUEST,
@@ -47,8 +58,10 @@ __all__ = [
     "Capabilities",
     "CapabilityError",
     "ClientSession",
+    "DiscoverDeclined",
     "Failed",
     "HandshakeError",
+    "InputRequired",
     "Notified",
     "Reply",
     "Resolved",
@@ -75,6 +88,11 @@ _REQUIRES: Final[dict[str, str]] = {
 
 class HandshakeError(Exception):
     """The server could not be initialized: a connect failure (exit 6 if required)."""
+
+
+class DiscoverDeclined(Exception):
+    """``server/discover`` gave no positive evidence of a 2026-07-28 server:
+    fall back to ``initialize`` (not a failure)."""
 
 
 class CapabilityError(Exception):
@@ -175,6 +193,39 @@ _dec_init = msgspec.json.Decoder(mt.InitializeResult)
 _dec_uri = msgspec.json.Decoder(mt.ResourceUpdatedParams)
 _enc = msgspec.json.Encoder()
 
+_dec_discover = msgspec.json.Decoder(m26.DiscoverResult)
+_dec_ack = msgspec.json.Decoder(m26.AcknowledgedParams)
+
+
+class _InputRequest(msgspec.Struct, gc=False):
+    method: str = ""
+    params: Raw = Raw()
+
+
+class _InputRequiredIn(msgspec.Struct, gc=False):
+    resultType: str = m26.RESULT_COMPLETE
+    inputRequests: dict[str, _InputRequest] | None = None
+    requestState: str | None = None
+
+
+_dec_input_required = msgspec.json.Decoder(_InputRequiredIn)
+
+
+class InputRequired(msgspec.Struct, gc=False):
+    """How agentd answers an ``input_required`` result (MRTR, 2026-07-28).
+
+    ``responses`` is the ``inputResponses`` object to send back (JSON bytes;
+    empty when the server asked for nothing), ``state`` the ``requestState``
+    to echo byte for byte (None: send none), ``refused`` the input requests
+    agentd cannot answer at all (sampling, unknown kinds): the call is then
+    abandoned instead of retried.
+    """
+
+    responses: bytes
+    state: str | None
+    refused: list[str]
+
+
 _EMPTY_RESULT: Final = Raw(b"{}")
 _ROOTS_RESULT: Final = Raw(b'{"roots":[]}')
 _NOTIFIED: Final = frozenset({
@@ -184,7 +235,9 @@ _NOTIFIED: Final = frozenset({
     mt.NOTIFICATION_MESSAGE,
     mt.NOTIFICATION_PROGRESS,
     mt.NOTIFICATION_CANCELLED,
+    m26.NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED,
 })
+_MODERN_REMOVED: Final = m26.REMOVED_METHODS
 
 
 class ClientSession:
@@ -192,8 +245,9 @@ class ClientSession:
 
     __slots__ = (
         "_ids", "_init_id", "_next_id", "_pending", "capabilities", "client_version",
-        "garbage", "instructions", "offered_version", "protocol_version",
-        "server_info", "state", "structured_output",
+        "garbage", "instructions", "meta", "meta_json", "offered_version",
+        "protocol_version", "server_info", "state", "stateless", "structured_output",
+        "supported_versions",
     )
 
     def __init__(self, *, client_version: str, offered_version: str = mt.LATEST_PROTOCOL_VERSION
@@ -210,6 +264,10 @@ class ClientSession:
         self._next_id = 1
         self._pending: dict[int | str, str] = {}  # id -> method
         self._init_id: int | None = None
+        self.stateless = False  # True once a 2026-07-28 server was adopted
+        self.supported_versions: tuple[str, ...] = ()
+        self.meta: dict[str, Any] = {}  # the _meta of every 2026-07-28 request
+        self.meta_json = b"{}"
 
     # ------------------------------------------------------------ handshake
 
@@ -254,6 +312,139 @@ class ClientSession:
         self.state = "ready"
         return _enc.encode(Notification(mt.NOTIFICATION_INITIALIZED))
 
+    # ------------------------------------------------------------ 2026-07-28
+
+    def set_meta(self, extra: Mapping[str, Any]) -> None:
+        """The ``_meta`` of every stateless request: the revision's reserved keys
+        (version, ``clientInfo``, ``clientCapabilities: {}``) plus ``extra``
+        (agentd's run id, the run's ``traceparent``)."""
+        meta = {
+            m26.PROTOCOL_VERSION_META: m26.LATEST_MODERN_VERSION,
+            m26.CLIENT_INFO_META: {"name": CLIENT_NAME, "version": self.client_version},
+            m26.CLIENT_CAPABILITIES_META: {},  # agentd services none, in both revisions
+        }
+        meta.update(extra)
+        self.meta = meta
+        self.meta_json = _enc.encode(meta)
+
+    def start_discover(self) -> tuple[int, bytes]:
+        """The ``server/discover`` probe (sent at the newest revision agentd speaks)."""
+        if self.state not in ("new", "closed"):
+            raise RuntimeError(f"server/discover in state {self.state}")
+        if not self.meta:
+            self.set_meta({})
+        self.state = "discovering"
+        rid = self._take_id()
+        self._pending[rid] = m26.SERVER_DISCOVER
+        return rid, b"".join((b'{"jsonrpc":"2.0","id":', str(rid).encode(),
+                              b',"method":"server/discover","params":{"_meta":',
+                              self.meta_json, b"}}"))
+
+    def finish_discover(self, result: Raw) -> None:
+        """Adopt a ``server/discover`` result, or raise :class:`DiscoverDeclined`
+        when it is not positive evidence of a 2026-07-28 server."""
+        try:
+            d = _dec_discover.decode(result)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.state = "new"
+            raise DiscoverDeclined(f"undecodable server/discover result: {exc}") from None
+        if not any(v in m26.MODERN_PROTOCOL_VERSIONS for v in d.supportedVersions):
+            self.state = "new"
+            raise DiscoverDeclined("server/discover lists no 2026-07-28 version: "
+                                   + ", ".join(map(str, d.supportedVersions[:8])))
+        info = None
+        if d._meta and isinstance(d._meta.get(m26.SERVER_INFO_META), dict):
+            with contextlib.suppress(msgspec.ValidationError, TypeError):
+                info = msgspec.convert(d._meta[m26.SERVER_INFO_META], mt.Implementation)
+        self.supported_versions = tuple(d.supportedVersions)
+        self.protocol_version = m26.LATEST_MODERN_VERSION
+        caps = Capabilities.from_wire(d.capabilities)
+        if caps.resources and not caps.resources_subscribe:
+            # subscriptions/listen is core at 2026-07-28: a server with resources may be
+            # asked for any URI, and its acknowledgement says which ones it honours
+            # (some servers still advertise resources.subscribe, some do not)
+            caps = dataclasses.replace(caps, resources_subscribe=True)
+        self.capabilities = caps
+        self.server_info = info
+        self.instructions = d.instructions or None
+        self.structured_output = True
+        self.stateless = True
+        self.state = "ready"
+
+    def discover_failed(self, code: int | None, data: Any = None) -> None:
+        """The probe was refused.  Returns (fall back to ``initialize``) unless it
+        is the one verdict that proves incompatibility: -32022 naming only
+        2026-era versions, none of which agentd speaks (:class:`HandshakeError`)."""
+        self.state = "new"
+        if code == m26.UNSUPPORTED_PROTOCOL_VERSION and isinstance(data, dict):
+            supported = data.get("supported")
+            if isinstance(supported, list) and supported and not any(
+                    v in mt.SUPPORTED_PROTOCOL_VERSIONS or v in m26.MODERN_PROTOCOL_VERSIONS
+                    for v in supported):
+                self.state = "closed"
+                raise HandshakeError("server speaks only protocol versions "
+                                     + ", ".join(map(str, supported[:8]))
+                                     + "; agentd speaks 2026-07-28 and "
+                                     + ", ".join(mt.SUPPORTED_PROTOCOL_VERSIONS))
+
+    def headers(self, method: str, name: str | None = None) -> tuple[tuple[str, str], ...]:
+        """The standard request headers of one stateless request (``Mcp-Method``,
+        and ``Mcp-Name`` for the name-bearing methods); empty before 2026-07-28."""
+        if not self.stateless:
+            return ()
+        if name is not None and method in m26.NAME_BEARING_METHODS:
+            return (("Mcp-Method", method), ("Mcp-Name", encode_value(name)))
+        return (("Mcp-Method", method),)
+
+    def listen(self, notifications: m26.SubscriptionFilter) -> tuple[int, bytes]:
+        """A ``subscriptions/listen`` request; its id is the subscription id."""
+        if not self.stateless or self.state != "ready":
+            raise RuntimeError("subscriptions/listen needs an adopted 2026-07-28 server")
+        rid = self._take_id()
+        self._pending[rid] = m26.SUBSCRIPTIONS_LISTEN
+        return rid, _enc.encode(Request(rid, m26.SUBSCRIPTIONS_LISTEN, {
+            "notifications": notifications, "_meta": self.meta}))
+
+    @staticmethod
+    def acknowledged(params: Raw) -> tuple[Any, m26.SubscriptionFilter] | None:
+        """(subscription id, honoured filter) of an acknowledgement, or None."""
+        try:
+            ack = _dec_ack.decode(params)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        sid = ack._meta.get(m26.SUBSCRIPTION_ID_META) if ack._meta else None
+        return sid, ack.notifications
+
+    @staticmethod
+    def input_required(result: Raw) -> InputRequired | None:
+        """None for a final result; else how to answer the server's input requests.
+
+        agentd declares no client capabilities, so a conforming server never
+        asks; if one does anyway: ``roots/list`` gets an empty list (agentd
+        exposes no filesystem scope), ``elicitation/create`` is declined
+        (``{"action": "decline"}``), and ``sampling/createMessage`` (which has
+        no "declined" answer) or anything unknown is refused, so the caller
+        abandons the request instead of retrying it.
+        """
+        if b'"input_required"' not in bytes(memoryview(result)):
+            return None
+        try:
+            r = _dec_input_required.decode(result)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        if r.resultType != m26.RESULT_INPUT_REQUIRED:
+            return None
+        answers: dict[str, Any] = {}
+        refused: list[str] = []
+        for key, req in (r.inputRequests or {}).items():
+            if req.method == mt.ROOTS_LIST:
+                answers[key] = {"roots": []}
+            elif req.method == "elicitation/create":
+                answers[key] = {"action": "decline"}
+            else:
+                refused.append(f"{key}: {req.method[:100]}")
+        return InputRequired(_enc.encode(answers) if answers else b"", r.requestState, refused)
+
     def handshake_failed(self) -> None:
         """The initialize exchange failed or timed out: forget it (it is never cancelled)."""
         if self._init_id is not None:
@@ -264,6 +455,7 @@ class ClientSession:
         """Drop everything for a fresh ``initialize`` (reconnect, session expiry)."""
         self._pending.clear()
         self._init_id = None
+        self.stateless = False
         self.state = "new"
 
     # ------------------------------------------------------------ requests out
@@ -275,11 +467,15 @@ class ClientSession:
 
     def check(self, method: str) -> None:
         """Raise :class:`CapabilityError` unless the frozen capabilities allow ``method``."""
+        if self.stateless and method in _MODERN_REMOVED:
+            raise CapabilityError(method, "a revision before 2026-07-28")
         need = _REQUIRES.get(method)
         if need is not None and not getattr(self.capabilities, need):
             raise CapabilityError(method, need.replace("_", "."))
 
     def allows(self, method: str) -> bool:
+        if self.stateless and method in _MODERN_REMOVED:
+            return False
         need = _REQUIRES.get(method)
         return need is None or bool(getattr(self.capabilities, need))
 
@@ -290,18 +486,40 @@ class ClientSession:
         need = _REQUIRES.get(method)
         if need is not None and not getattr(self.capabilities, need):
             raise CapabilityError(method, need.replace("_", "."))
+        if self.stateless:
+            if method in _MODERN_REMOVED:
+                raise CapabilityError(method, "a revision before 2026-07-28")
+            if params is UNSET or (type(params) is not dict
+                                   and getattr(params, "_meta", UNSET) is UNSET):
+                # the common case, spliced: the params object plus the one _meta
+                body = b"{}" if params is UNSET else _enc.encode(params)
+                rid = self._next_id
+                self._next_id = rid + 1
+                self._pending[rid] = method
+                return rid, b"".join((
+                    b'{"jsonrpc":"2.0","id":', str(rid).encode(), b',"method":',
+                    _enc.encode(method), b',"params":',
+                    body[:-1], b',"_meta":' if len(body) > 2 else b'"_meta":',
+                    self.meta_json, b"}}"))
+            p = {} if params is UNSET else (
+                dict(params) if isinstance(params, dict) else msgspec.to_builtins(params))
+            p["_meta"] = {**self.meta, **p["_meta"]} if isinstance(p.get("_meta"), dict) \
+                else self.meta
+            params = p
         rid = self._next_id
         self._next_id = rid + 1
         self._pending[rid] = method
         return rid, _enc.encode(Request(rid, method, params))
 
-    def call_tool(self, name_json: bytes, arguments_json: bytes, meta_json: bytes
-                  ) -> tuple[int, bytes]:
+    def call_tool(self, name_json: bytes, arguments_json: bytes, meta_json: bytes,
+                  extra: bytes = b"") -> tuple[int, bytes]:
         """The hot path: a ``tools/call`` from pre-encoded pieces.
 
         ``name_json`` is the tool name as a JSON string, ``arguments_json`` a
         JSON object, ``meta_json`` the ``_meta`` object; the result is the same
         bytes ``request("tools/call", CallToolParams(...))`` would produce.
+        ``extra`` (``,"inputResponses":...``) is appended to the params of an MRTR
+        retry.
         """
         if self.state != "ready":
             raise RuntimeError(f"tools/call before the session is ready (state {self.state})")
@@ -312,7 +530,7 @@ class ClientSession:
         self._pending[rid] = mt.TOOLS_CALL
         return rid, b"".join((
             b'{"jsonrpc":"2.0","id":', str(rid).encode(), b',"method":"tools/call","params":{"name":',
-            name_json, b',"arguments":', arguments_json, b',"_meta":', meta_json, b"}}",
+            name_json, b',"arguments":', arguments_json, b',"_meta":', meta_json, extra, b"}}",
         ))
 
     def notification(self, method: str, params: Any = UNSET) -> bytes:
@@ -326,6 +544,8 @@ class ClientSession:
         """
         method = self._pending.pop(request_id, None)
         if method is None or method == mt.INITIALIZE:
+            return None
+        if self.stateless:  # 2026-07-28 over HTTP: closing the answer stream IS the cancel
             return None
         return _enc.encode(Notification(
             mt.NOTIFICATION_CANCELLED, mt.CancelledParams(requestId=request_id, reason=reason)))

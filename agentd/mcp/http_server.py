@@ -17,16 +17,30 @@ One endpoint path (``/mcp``) serves a :class:`~agentd.mcp.server_session.Handler
   supersedes the previous stream of the session.
 * ``DELETE`` ends the session (``200``); it then answers ``404``.
 * ``MCP-Protocol-Version`` (when sent) must be one we speak: else ``400``.
+* MCP 2026-07-28 on the same path: a POST whose ``MCP-Protocol-Version`` is
+  not an initialize-era version, or a sessionless one whose ``params._meta``
+  carries ``io.modelcontextprotocol/protocolVersion``, is one stateless
+  exchange (``agentd.mcp.stateless`` holds the rules: envelope, headers,
+  versions, ``server/discover``, result fields, error statuses); no session is
+  minted or read.  ``subscriptions/listen`` answers with an SSE stream that
+  stays open (acknowledgement first), bounded per principal -> ``429``, in
+  total -> ``503``; a GET or
+  DELETE at 2026-07-28 is ``405``.
 * ``Host`` and ``Origin`` are checked on every request (DNS rebinding): a
   loopback listener only accepts loopback names; an ``Origin`` must be a
   loopback origin there, and elsewhere the request's own host or an allowed
   origin.  Otherwise ``403``.
 * Auth (``agentd.mcp.auth``): mTLS happens in the TLS handshake; a bearer
   mismatch is ``401`` + ``WWW-Authenticate: Bearer`` and nothing else.
-* Limits (:class:`Limits`, defaults in docs/server.md): body size (``413``),
-  header line/field size and count (``400``), sessions per client (``429``),
-  sessions in total (``503``), idle session timeout, SSE buffer and stalled
-  stream write timeout.
+* Limits (:class:`Limits`, defaults in docs/server.md and docs/security.md):
+  body size (``413``) and read time (``408``), header line/field size and
+  count (``400``), the first head of a connection (``431``), header-read and
+  keep-alive timeouts, connections (``agentd.mcp.http_limits``), sessions and
+  GET streams per principal (``429``), sessions in total (``503``), idle
+  session timeout, SSE buffer, stream age and stalled stream write timeout.
+  Media types, the request target and duplicate ``Host``/``Origin`` are
+  checked by ``agentd.mcp.http_checks``.  401s and limit hits are logged
+  throttled (``agentd.log_bridge``).
 
 Everything is owned by aiohttp's runner: request handlers (including SSE
 streams) are its tasks, and the idle-session reaper lives in the app's
@@ -37,11 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -50,16 +65,35 @@ from aiohttp import web
 
 from agentd.config import is_loopback_host
 from agentd.log import log, register_secret
-from agentd.mcp.auth import UNAUTHORIZED_HEADERS, BearerAuth, auth_label
+from agentd.log_bridge import route_stdlib, throttled
+from agentd.mcp import http_checks, stateless
+from agentd.mcp.auth import (
+    UNAUTHORIZED_HEADERS,
+    BearerAuth,
+    NamedBearers,
+    auth_label,
+    cert_subject,
+    principal,
+)
+from agentd.mcp.http_limits import Gate, GatedSite, gate_middleware
 from agentd.mcp.server_session import (
     ORIGIN_MANAGEMENT,
     SERVED_METHODS,
     Handler,
     ServerSession,
+    current_principal,
 )
 from agentd.wire import codec
+from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
-from agentd.wire.jsonrpc import METHOD_NOT_FOUND, ProtocolError, Request
+from agentd.wire.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    Notification,
+    ProtocolError,
+    Request,
+)
 
 __all__ = ["HttpServer", "Limits", "Runner", "serve"]
 
@@ -75,13 +109,44 @@ class Limits(msgspec.Struct, frozen=True):
     max_line: int = 8190  # bytes of the request line / one header line -> 400 beyond
     max_field: int = 8190  # bytes of one header field
     max_headers: int = 64  # number of header fields
-    sessions_per_client: int = 1024  # live sessions per client address -> 429 beyond
+    sessions_per_client: int = 1024  # live sessions per principal (not address) -> 429 beyond
     max_sessions: int = 8192  # live sessions in total -> 503 beyond
     idle_timeout: float = 900.0  # s without a request or an open stream -> session ended
     event_buffer: int = 512  # SSE events kept per session for Last-Event-ID replay
     keepalive: float = 15.0  # s between SSE comment pings on an idle stream
     write_timeout: float = 30.0  # s a stalled SSE write may block before the stream is dropped
     shutdown_timeout: float = 2.0  # s open streams get on stop()
+    listen_per_client: int = 32  # open 2026-07-28 listen streams per principal -> 429
+    max_listens: int = 4096  # open listen streams in total -> 503 beyond
+    listen_buffer: int = 256  # undelivered frames one listen stream may queue before it is ended
+    # connections (agentd.mcp.http_limits): enforced before any request reaches auth
+    max_head: int = 32 * 1024  # bytes of a connection's first request head -> 431 and closed
+    header_timeout: float = 10.0  # s to receive a new connection's first request head (and TLS)
+    keepalive_timeout: float = 15.0  # s an idle keep-alive connection (or half-sent head) lives
+    body_timeout: float = 30.0  # s to read one request body -> 408 and closed
+    max_connections: int = 0  # open connections; 0: half the fd soft limit, at most 4096
+    max_unauth_connections: int = 256  # connections before their first authenticated request
+    streams_per_principal: int = 64  # open GET SSE streams per principal -> 429 beyond
+    stream_max_age: float = 300.0  # s a GET stream stays open; the client resumes (Last-Event-ID)
+
+
+LIMITS_ENV: Final = "AGENTD_SERVE_LIMITS"
+
+
+def env_limits() -> Limits:
+    """The defaults, with any fields the operator set in ``AGENTD_SERVE_LIMITS``
+    (a JSON object, e.g. ``{"body_timeout": 10}``); a bad value is a ValueError."""
+    raw = os.environ.get(LIMITS_ENV)
+    if not raw:
+        return Limits()
+    try:
+        fields = msgspec.json.decode(raw, type=dict[str, Any])
+        unknown = sorted(set(fields) - set(Limits.__struct_fields__))
+        if unknown:
+            raise ValueError(f"{LIMITS_ENV}: unknown field(s) {', '.join(unknown)}")
+        return msgspec.convert(fields, Limits)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"{LIMITS_ENV}: {exc}") from None
 
 
 _JSON: Final = {"Content-Type": "application/json"}
@@ -93,6 +158,23 @@ _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 
 def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, text=text, headers=headers)
+
+
+def _closing(status: int, text: str) -> web.Response:
+    """An answer after which the connection is closed (its input is not trusted)."""
+    resp = _plain(status, text)
+    resp.force_close()
+    return resp
+
+
+def _refused(request: web.Request, reason: str) -> web.Response:
+    """403 (401 for auth), logged throttled; the connection is closed after it."""
+    throttled(_log, "warning", "mcp.serve.refused", key=reason, reason=reason,
+              method=request.method)
+    resp = web.Response(status=401, headers=UNAUTHORIZED_HEADERS) if reason == "auth" \
+        else _plain(403, "Forbidden")
+    resp.force_close()
+    return resp
 
 
 def _rpc_error(status: int, exc: ProtocolError) -> web.Response:
@@ -168,6 +250,7 @@ class HttpServer:
 
     def __init__(self, handler: Handler, *, limits: Limits | None = None,
                  bearer: str | None = None, mtls: bool = False, loopback: bool = True,
+                 bearers: dict[str, str] | None = None, extra_paths: tuple[str, ...] = (),
                  allowed_hosts: set[str] | frozenset[str] | None = None,
                  allowed_origins: set[str] | frozenset[str] | None = None,
                  path: str = "/mcp") -> None:
@@ -176,8 +259,11 @@ class HttpServer:
         self.limits = limits or Limits()
         self.path = path
         self.loopback = loopback
-        self._bearer = BearerAuth(bearer) if bearer else None
-        self.auth = auth_label(mtls=mtls, bearer=bool(bearer))
+        # one bearer (``--serve-bearer``, principal ``bearer:default``) and/or named ones
+        named = {**({"default": bearer} if bearer else {}), **(bearers or {})}
+        self._bearer: BearerAuth | NamedBearers | None = NamedBearers(named) if named else None
+        self._mtls = mtls
+        self.auth = auth_label(mtls=mtls, bearer=bool(named))
         hosts = {h.lower().strip("[]") for h in (allowed_hosts or ())}
         if loopback:
             hosts |= _LOOPBACK_NAMES
@@ -185,11 +271,20 @@ class HttpServer:
         self._allowed_origins = frozenset(o.lower().rstrip("/") for o in (allowed_origins or ()))
         self._host_ok: dict[str, bool] = {}
         self.channels: dict[str, _Channel] = {}
-        self._per_client: dict[str, int] = {}
-        self.app = web.Application(client_max_size=self.limits.max_body)
-        self.app.router.add_route("POST", path, self._post)
-        self.app.router.add_route("GET", path, self._get)
-        self.app.router.add_route("DELETE", path, self._delete)
+        self._per_client: dict[str, int] = {}  # live sessions per principal
+        self._streams: dict[str, int] = {}  # open GET streams per principal
+        self.gate: Gate | None = None  # set when the listener starts (serve())
+        self.listeners: set[stateless.Listener] = set()  # open 2026-07-28 listen streams
+        self._listens_per_client: dict[str, int] = {}
+        self._listen_seq = 0
+        self._stopping = False
+        self._listen_wake: dict[stateless.Listener, asyncio.Event] = {}
+        self.app = web.Application(client_max_size=self.limits.max_body,
+                                   middlewares=[gate_middleware(lambda: self.gate)])
+        for route in (path, *extra_paths):  # the self-MCP answers at / as well as /mcp
+            self.app.router.add_route("POST", route, self._post)
+            self.app.router.add_route("GET", route, self._get)
+            self.app.router.add_route("DELETE", route, self._delete)
         self.app.cleanup_ctx.append(self._reaper_ctx)
 
     # ------------------------------------------------------------ guards
@@ -197,6 +292,12 @@ class HttpServer:
         """Host/Origin (403) and bearer (401) checks, for every method."""
         headers = request.headers
         host = headers.get("Host")
+        dup = http_checks.duplicate_identity_header(headers)
+        if dup is not None:
+            return _refused(request, f"duplicate_{dup.lower()}")
+        target = http_checks.target_host(request.raw_path)
+        if target is not None and (host is None or _hostname(target) != _hostname(host)):
+            return _refused(request, "target_host")  # absolute form naming another host
         if self._allowed_hosts is not None:
             ok = self._host_ok.get(host) if host is not None else False
             if ok is None:
@@ -205,16 +306,26 @@ class HttpServer:
                     self._host_ok.clear()
                 self._host_ok[host] = ok  # type: ignore[index]
             if not ok:
-                _log.warning("mcp.serve.refused", reason="host", method=request.method)
-                return _plain(403, "Forbidden")
+                return _refused(request, "host")
         origin = headers.get("Origin")
         if origin is not None and not self._origin_ok(origin, host):
-            _log.warning("mcp.serve.refused", reason="origin", method=request.method)
-            return _plain(403, "Forbidden")
-        if self._bearer is not None and not self._bearer.check(headers.get("Authorization")):
-            _log.warning("mcp.serve.refused", reason="auth", method=request.method)
-            return web.Response(status=401, headers=UNAUTHORIZED_HEADERS)
+            return _refused(request, "origin")
+        name = None
+        if self._bearer is not None:
+            name = self._bearer.match(headers.get("Authorization"))  # type: ignore[union-attr]
+            if name is None:
+                return _refused(request, "auth")
+        if self.gate is not None:
+            self.gate.authenticated(request)
+        subject = None
+        if self._mtls and request.transport is not None:
+            subject = cert_subject(request.transport.get_extra_info("peercert"))
+        # the principal served runs belong to; this request's task only
+        current_principal.set(principal(subject=subject, bearer_name=name))
         version = headers.get("MCP-Protocol-Version")
+        if version in m.MODERN_PROTOCOL_VERSIONS and request.method != "POST":
+            return _plain(405, "Method Not Allowed: 2026-07-28 has no GET stream or session",
+                          {"Allow": "POST"})
         if version is not None and version not in _SUPPORTED and request.method != "POST":
             return _plain(400, "Bad Request: unsupported MCP-Protocol-Version")
         return None
@@ -247,23 +358,27 @@ class HttpServer:
         denied = self._guard(request)
         if denied is not None:
             return denied
-        ctype = request.headers.get("Content-Type", "")
-        if not ctype.startswith("application/json"):
+        if not http_checks.is_json(request.headers.get("Content-Type")):
             return _plain(415, "Unsupported Media Type: expected application/json")
-        accept = request.headers.get("Accept", "")
-        accept_json = not accept or "application/json" in accept or "*/*" in accept
-        accept_sse = "text/event-stream" in accept
+        accept = request.headers.get("Accept")
+        accept_json = http_checks.accepts(accept, "application/json")
+        accept_sse = accept is not None and http_checks.accepts(accept, "text/event-stream")
         if not (accept_json or accept_sse):
             return _plain(406, "Not Acceptable: accept application/json or text/event-stream")
         length = request.content_length
         if length is not None and length > self.limits.max_body:
-            _log.warning("mcp.serve.refused", reason="body_size", size=length)
-            return _plain(413, "Payload Too Large")
+            throttled(_log, "warning", "mcp.serve.refused", key="body_size", reason="body_size",
+                      size=length)
+            return _closing(413, "Payload Too Large")
         try:
-            body = await request.read()
+            async with asyncio.timeout(self.limits.body_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            _log.warning("mcp.serve.refused", reason="body_size")
-            return _plain(413, "Payload Too Large")
+            throttled(_log, "warning", "mcp.serve.refused", key="body_size", reason="body_size")
+            return _closing(413, "Payload Too Large")
+        except TimeoutError:
+            throttled(_log, "warning", "mcp.serve.limit", key="body_timeout", reason="body_timeout")
+            return _closing(408, "Request Timeout: the body was not received in time")
         try:
             msg = codec.decode(body)
         except ProtocolError as exc:
@@ -271,6 +386,10 @@ class HttpServer:
 
         sid = request.headers.get("Mcp-Session-Id")
         is_request = type(msg) is Request
+        version = request.headers.get("MCP-Protocol-Version")
+        if (version is not None and version not in _SUPPORTED) or \
+                (sid is None and is_request and stateless.is_modern_request(msg)):
+            return await self._modern(request, msg, accept_json, accept_sse)
         if sid is None:
             if is_request and msg.method == t.INITIALIZE:
                 return await self._initialize(request, msg)
@@ -281,9 +400,6 @@ class HttpServer:
         ch = self.channels.get(sid)
         if ch is None:
             return _plain(404, "Not Found: unknown or ended session")
-        version = request.headers.get("MCP-Protocol-Version")
-        if version is not None and version not in _SUPPORTED:
-            return _plain(400, "Bad Request: unsupported MCP-Protocol-Version")
         session = ch.session
         assert session is not None
         if not is_request:
@@ -298,16 +414,19 @@ class HttpServer:
 
     async def _initialize(self, request: web.Request, msg: Request) -> web.StreamResponse:
         client = request.remote or "?"
+        owner = current_principal.get() or "anonymous"  # caps count per principal
         lim = self.limits
-        if self._per_client.get(client, 0) >= lim.sessions_per_client:
-            _log.warning("mcp.serve.refused", reason="sessions_per_client")
-            return _plain(429, "Too Many Requests: session limit for this client",
+        if self._per_client.get(owner, 0) >= lim.sessions_per_client:
+            throttled(_log, "warning", "mcp.serve.limit", key="sessions_per_principal",
+                      reason="sessions_per_principal")
+            return _plain(429, "Too Many Requests: session limit for this principal",
                           {"Retry-After": "60"})
         if len(self.channels) >= lim.max_sessions:
-            _log.warning("mcp.serve.refused", reason="max_sessions")
+            throttled(_log, "warning", "mcp.serve.limit", key="max_sessions",
+                      reason="max_sessions")
             return _plain(503, "Service Unavailable: session limit", {"Retry-After": "60"})
         sid = secrets.token_urlsafe(32)
-        ch = _Channel(client, lim.event_buffer)
+        ch = _Channel(owner, lim.event_buffer)
         session = ServerSession(self.handler, self.hub, sid, origin=ORIGIN_MANAGEMENT,
                                 auth=self.auth, client=client, outbox=ch.push)
         ch.session = session
@@ -316,9 +435,138 @@ class HttpServer:
             return web.Response(body=out, headers=_JSON)
         self.channels[sid] = ch
         self.hub.add(session)
-        self._per_client[client] = self._per_client.get(client, 0) + 1
+        self._per_client[owner] = self._per_client.get(owner, 0) + 1
         return web.Response(body=out, headers={"Content-Type": "application/json",
                                                "Mcp-Session-Id": sid})
+
+    # ------------------------------------------------- 2026-07-28 (stateless)
+    async def _modern(self, request: web.Request, msg: Any, accept_json: bool,
+                      accept_sse: bool) -> web.StreamResponse:
+        """One self-contained 2026-07-28 message: the rules are ``agentd.mcp.stateless``'s;
+        auth, Host/Origin and body limits were applied exactly as for a session."""
+        if type(msg) is Notification:  # no client notifications are defined: accept, drop
+            version = request.headers.get("MCP-Protocol-Version")
+            if version not in m.MODERN_PROTOCOL_VERSIONS:
+                return _rpc_error(400, ProtocolError(
+                    m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
+                    m.UnsupportedVersionData(supported=stateless.SUPPORTED_VERSIONS,
+                                             requested=version)))
+            return web.Response(status=202)
+        if type(msg) is not Request:
+            return _rpc_error(400, ProtocolError(INVALID_REQUEST,
+                                                 "Invalid Request: clients send no responses"))
+        try:
+            env = stateless.classify(msg, request.headers)
+        except ProtocolError as exc:
+            if _log.enabled("debug"):  # a peer's mistake, answered: never a log flood
+                _log.debug("mcp.serve.rejected", method=msg.method, code=exc.code)
+            return _rpc_error(stateless.http_status(exc.code), exc)
+        if msg.method == m.SUBSCRIPTIONS_LISTEN:
+            return await self._listen(request, msg, env, accept_sse)
+        session = ServerSession(self.handler, self.hub, "stateless", origin=ORIGIN_MANAGEMENT,
+                                auth=self.auth, client=request.remote or "?")
+        session.protocol_version = env.version
+        session.client_info = env.client_info
+        session.client_capabilities = env.capabilities
+        session.initialized = True
+        stream = _PostStream(request) if accept_sse else None
+        out, status = await stateless.serve_request(
+            session, msg, env, request.headers, stream.emit if stream is not None else None)
+        if stream is not None and (stream.resp is not None or not accept_json):
+            return await stream.finish(out)
+        return web.Response(status=status, body=out, headers=_JSON)
+
+    async def _listen(self, request: web.Request, msg: Request, env: stateless.Envelope,
+                      accept_sse: bool) -> web.StreamResponse:
+        """``subscriptions/listen``: the response is an SSE stream that stays open,
+        acknowledgement first; bounded per client and in total."""
+        if not accept_sse:
+            return _plain(406, "Not Acceptable: a listen stream is text/event-stream")
+        try:
+            params = stateless.listen_params(msg)
+        except ProtocolError as exc:
+            return _rpc_error(400, exc)
+        client = current_principal.get() or "anonymous"  # bounded per principal, as sessions
+        lim = self.limits
+        if self._listens_per_client.get(client, 0) >= lim.listen_per_client:
+            throttled(_log, "warning", "mcp.serve.limit", key="listens_per_principal",
+                      reason="listens_per_principal")
+            return _rpc_error(429, ProtocolError(
+                stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams for this "
+                f"principal (limit {lim.listen_per_client})", id=msg.id))
+        if len(self.listeners) >= lim.max_listens or self._stopping:
+            throttled(_log, "warning", "mcp.serve.limit", key="max_listens",
+                      reason="max_listens")
+            return _rpc_error(503, ProtocolError(
+                stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams", id=msg.id))
+        self._listen_seq += 1
+        listener = stateless.Listener(self.handler, msg.id, env,
+                                      listen_id=f"listen:{self._listen_seq}",
+                                      origin=ORIGIN_MANAGEMENT, auth=self.auth, client=client,
+                                      max_frames=lim.listen_buffer)
+        self.listeners.add(listener)
+        self._listens_per_client[client] = self._listens_per_client.get(client, 0) + 1
+        wake = asyncio.Event()
+        self._listen_wake[listener] = wake
+        resp: web.StreamResponse | None = None
+        try:
+            try:
+                ack = listener.open(params)
+            except Exception as exc:  # a handler bug never kills the server
+                _log.error("mcp.serve.internal_error", method=msg.method,
+                           error=type(exc).__name__, detail=str(exc)[:500])
+                return _rpc_error(200, ProtocolError(INTERNAL_ERROR, "Internal error",
+                                                     id=msg.id))
+            listener.outbox = lambda _data: wake.set()
+            _log.info("mcp.serve.listen", auth=self.auth, subscription=str(msg.id)[:32],
+                      uris=len(listener.subscriptions))
+            resp = web.StreamResponse(headers=_SSE_HEADERS)
+            await resp.prepare(request)
+            frames = listener.frames
+            async with asyncio.timeout(lim.write_timeout):
+                await resp.write(_sse_event(None, ack))
+            idle = 0.0
+            tick = min(lim.keepalive, 1.0)
+            while True:
+                if frames:
+                    data = b"".join(_sse_event(None, f) for f in frames)
+                    frames.clear()
+                    async with asyncio.timeout(lim.write_timeout):
+                        await resp.write(data)
+                    continue
+                if listener.overflowed:
+                    _log.warning("mcp.serve.listen.overflow", subscription=str(msg.id)[:32])
+                    break  # abrupt end: the client re-listens and re-reads
+                if listener.exhausted or self._stopping:
+                    async with asyncio.timeout(lim.write_timeout):
+                        await resp.write(_sse_event(None, listener.result()))
+                    break
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the client went away
+                wake.clear()
+                try:
+                    async with asyncio.timeout(tick):
+                        await wake.wait()
+                    idle = 0.0
+                except TimeoutError:
+                    idle += tick
+                    if idle >= lim.keepalive:
+                        idle = 0.0
+                        async with asyncio.timeout(lim.write_timeout):
+                            await resp.write(b": keepalive\n\n")
+        except (ConnectionError, TimeoutError, RuntimeError):
+            pass  # the client went away or stalled: nothing to resume at 2026-07-28
+        finally:
+            listener.close()
+            self.listeners.discard(listener)
+            self._listen_wake.pop(listener, None)
+            n = self._listens_per_client.get(client, 0) - 1
+            if n > 0:
+                self._listens_per_client[client] = n
+            else:
+                self._listens_per_client.pop(client, None)
+        return resp
 
     # --------------------------------------------------------------- GET
     async def _get(self, request: web.Request) -> web.StreamResponse:
@@ -331,6 +579,25 @@ class HttpServer:
         ch, err = self._session(request)
         if ch is None:
             return err  # type: ignore[return-value]
+        lim = self.limits
+        owner = current_principal.get() or "anonymous"
+        if self._streams.get(owner, 0) >= lim.streams_per_principal:
+            throttled(_log, "warning", "mcp.serve.limit", key="streams_per_principal",
+                      reason="streams_per_principal")
+            return _plain(429, "Too Many Requests: stream limit for this principal",
+                          {"Retry-After": "5"})
+        self._streams[owner] = self._streams.get(owner, 0) + 1
+        try:
+            return await self._stream(request, ch)
+        finally:
+            n = self._streams.pop(owner, 1) - 1
+            if n > 0:
+                self._streams[owner] = n
+
+    async def _stream(self, request: web.Request, ch: _Channel) -> web.StreamResponse:
+        """The session's GET stream, until superseded, ended, stalled or too old
+        (``stream_max_age``: an unread stream cannot live forever; a reading
+        client resumes with ``Last-Event-ID``)."""
         cursor = ch.delivered
         last = request.headers.get("Last-Event-ID")
         if last is not None:
@@ -344,10 +611,14 @@ class HttpServer:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
         lim = self.limits
+        ends = time.monotonic() + lim.stream_max_age
         ch.streams += 1
         try:
             await resp.write(b": stream open\n\n")
             while ch.session is not None and not ch.session.closed and gen == ch.gen:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    break
                 batch = ch.pending(cursor)
                 if batch:
                     data = b"".join(_sse_event(i, d) for i, d in batch)
@@ -359,7 +630,7 @@ class HttpServer:
                     continue
                 ch.wake.clear()
                 try:
-                    async with asyncio.timeout(lim.keepalive):
+                    async with asyncio.timeout(min(lim.keepalive, left)):
                         await ch.wake.wait()
                 except TimeoutError:
                     async with asyncio.timeout(lim.write_timeout):
@@ -401,6 +672,9 @@ class HttpServer:
     def close_all(self) -> None:
         for ch in list(self.channels.values()):
             self._end(ch, "shutdown")
+        self._stopping = True  # listen streams end with their result
+        for wake in self._listen_wake.values():
+            wake.set()
 
     def reap(self, now: float | None = None) -> int:
         """End sessions idle (no request, no open stream) beyond the timeout."""
@@ -468,38 +742,48 @@ class Runner:
 async def serve(handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
                 ssl_context: ssl.SSLContext | None = None, bearer: str | None = None,
                 limits: Limits | None = None, allowed_hosts: set[str] | None = None,
-                allowed_origins: set[str] | None = None, path: str = "/mcp") -> Runner:
+                allowed_origins: set[str] | None = None, path: str = "/mcp",
+                bearers: dict[str, str] | None = None,
+                extra_paths: tuple[str, ...] = (),
+                mount: Callable[[HttpServer], None] | None = None) -> Runner:
     """Serve ``handler`` over Streamable HTTP(S) at ``path``; returns a :class:`Runner`.
 
     ``port=0`` picks a free port (``runner.port``).  ``ssl_context`` from
     :func:`agentd.mcp.auth.server_ssl_context` (mTLS when it requires client
-    certificates); ``bearer`` enables the bearer check.
+    certificates); ``bearer`` enables the bearer check.  ``mount(server)`` adds
+    routes to ``server.app`` before it starts (the ``/metrics`` and probes of
+    ``agentd.obs.http``, guarded by ``server._guard``).
     """
-    limits = limits or Limits()
+    limits = limits or env_limits()
     register_secret(bearer)
+    for token in (bearers or {}).values():
+        register_secret(token)
     mtls = ssl_context is not None and ssl_context.verify_mode == ssl.CERT_REQUIRED
     loopback = is_loopback_host(host)
-    if not loopback and not mtls and not bearer:
+    if not loopback and not mtls and not bearer and not bearers:
         raise ValueError(f"refusing an unauthenticated non-loopback listener on {host}")
     server = HttpServer(handler, limits=limits, bearer=bearer, mtls=mtls, loopback=loopback,
-                        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, path=path)
+                        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, path=path,
+                        bearers=bearers, extra_paths=extra_paths)
+    if mount is not None:
+        mount(server)
+    route_stdlib(None)  # aiohttp's own records become agentd JSON lines
     app_runner = web.AppRunner(
         server.app, access_log=None, handle_signals=False,
-        shutdown_timeout=limits.shutdown_timeout,
+        shutdown_timeout=limits.shutdown_timeout, keepalive_timeout=limits.keepalive_timeout,
+        lingering_time=min(2.0, limits.body_timeout),  # reading an unread body after an answer
         max_line_size=limits.max_line, max_field_size=limits.max_field,
         max_headers=limits.max_headers)
     await app_runner.setup()
-    site = web.TCPSite(app_runner, host, port, ssl_context=ssl_context, backlog=1024,
-                       reuse_address=True)
+    site = GatedSite(app_runner, host, port, limits=limits, ssl_context=ssl_context,
+                     backlog=1024, reuse_address=True)
     try:
         await site.start()
     except BaseException:
         await app_runner.cleanup()
         raise
-    bound = port
-    srv = site._server  # the asyncio Server: its sockets tell the bound port
-    if srv is not None and getattr(srv, "sockets", None):
-        bound = srv.sockets[0].getsockname()[1]
+    server.gate = site.gate
+    bound = site.port
     scheme = "https" if ssl_context is not None else "http"
     runner = Runner(server, app_runner, host, bound, scheme)
     if server.auth == "none":

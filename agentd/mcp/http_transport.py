@@ -19,6 +19,13 @@ session layer decides what it is.
   it reconnects with ``Last-Event-ID`` honouring ``retry``.
 * HTTP 404 on a request carrying our session id raises :class:`SessionExpired`.
 * :meth:`close` DELETEs the session (best effort) and closes the connector.
+
+With ``stateless`` set (a 2026-07-28 server) the same POST path carries every
+request with its per-request headers (``Mcp-Method``, ``Mcp-Name``,
+``Mcp-Param-*``, handed in by the caller); an SSE answer is never resumed
+(the revision has no ``Last-Event-ID``: a cut stream is an error the caller
+re-issues), and a 4xx answer whose body is a JSON-RPC error is delivered as
+that error (the revision answers -32020/-32022/-32601... with 400/404).
 """
 
 from __future__ import annotations
@@ -27,20 +34,27 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
 from agentd import __version__
-from agentd.mcp.retry import HTTPStatusError, SessionExpired, TransportError
+from agentd.mcp.retry import (
+    HTTPStatusError,
+    SessionExpired,
+    TransportError,
+    parse_retry_after,
+)
+from agentd.obs import trace
 from agentd_native import SSEParser
 
 __all__ = ["DEFAULT_RETRY_MS", "MAX_RESUMES", "TAIL_WAIT", "StreamableHTTPTransport"]
 
 DEFAULT_RETRY_MS: Final = 1000  # SSE reconnection delay when the server gave none
 MAX_RESUMES: Final = 8
+MAX_AUTH_RETRIES: Final = 3  # sends of one request after a 401/403 got new credentials
 MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024  # one JSON body or one SSE line/event
 TAIL_WAIT: Final = 0.25  # how long the end of an answered SSE stream is awaited  # consecutive resumptions of one stream without a new event
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
@@ -77,13 +91,18 @@ class StreamableHTTPTransport:
     def __init__(self, url: str, headers: dict[str, str] | None = None, *,
                  on_message: OnMessage, ca_file: str | None = None,
                  client_cert: str | None = None, client_key: str | None = None,
-                 connect_timeout: float = 10.0, max_connections: int = 128) -> None:
+                 connect_timeout: float = 10.0, max_connections: int = 128,
+                 auth: Any = None) -> None:
         self.url = url
+        # OAuth (agentd.mcp.oauth): headers() for every request, on_unauthorized()
+        # on a 401/403 -- True means new credentials, send again (bounded)
+        self.auth = auth
         self._url = URL(url)
         self.on_message = on_message
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.get_offered: bool | None = None  # None until the GET stream was tried
+        self.stateless = False  # a 2026-07-28 server: no session, no GET, no resumption
         self._extra = dict(headers or {})
         self._ca_file = ca_file
         self._client_cert = client_cert
@@ -169,7 +188,8 @@ class StreamableHTTPTransport:
     # ------------------------------------------------------------ POST
 
     async def post(self, body: bytes, answer: asyncio.Future | None = None, *,
-                   initialize: bool = False) -> None:
+                   initialize: bool = False,
+                   headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> None:
         """POST one message and feed what comes back to ``on_message``.
 
         ``answer`` (for a request) is the future its response resolves; an SSE
@@ -180,12 +200,26 @@ class StreamableHTTPTransport:
         if http is None:
             raise TransportError("transport is closed", sent=False)
         had_session = self.session_id is not None
-        try:
-            resp = await http.post(self._url, data=body, headers=self._post_headers)
-        except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
-            raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+        hdrs = self._post_headers
+        if trace.enabled:  # W3C trace context of the live span (agentd.obs.trace)
+            headers = [*headers, *trace.headers()]
+        if headers:
+            hdrs = CIMultiDict(hdrs)
+            hdrs.extend(headers)
+        base = hdrs
+        for attempt in range(MAX_AUTH_RETRIES + 1):
+            hdrs = base
+            if self.auth is not None and (bearer := await self.auth.headers()):
+                hdrs = CIMultiDict(base)  # a copy only when there is a token to send
+                hdrs.update(bearer)
+            try:
+                resp = await http.post(self._url, data=body, headers=hdrs)
+            except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
+                raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+            if attempt == MAX_AUTH_RETRIES or not await self._reauthorized(resp):
+                break
         try:
             status = resp.status
             if initialize and status < 300:
@@ -213,6 +247,18 @@ class StreamableHTTPTransport:
                 return
             if status == 404 and had_session and not initialize:
                 raise SessionExpired(f"session {self.session_id} expired (HTTP 404)")
+            if (self.stateless and answer is not None and status >= 400
+                    and resp.headers.get("Content-Type", "").startswith("application/json")):
+                data = b""
+                if (resp.content_length or 0) <= MAX_MESSAGE_BYTES:
+                    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+                        async with asyncio.timeout(5):
+                            data = await resp.read()
+                if data:
+                    self.on_message(data)  # a JSON-RPC error for our request, or garbage
+                if answer.done():
+                    return
+                raise HTTPStatusError(status, data[:_MAX_ERROR_BODY].decode("utf-8", "replace"))
             text = ""
             try:
                 async with asyncio.timeout(2):
@@ -221,9 +267,23 @@ class StreamableHTTPTransport:
                 pass
             if 200 < status < 300:
                 return
-            raise HTTPStatusError(status, text)
+            raise HTTPStatusError(status, text,
+                                  retry_after=parse_retry_after(resp.headers.get("Retry-After")))
         finally:
             resp.release()
+
+    async def _reauthorized(self, resp: aiohttp.ClientResponse) -> bool:
+        """A 401/403 and an auth hook that got new credentials: send again."""
+        if self.auth is None or resp.status not in (401, 403):
+            return False
+        try:
+            again = await self.auth.on_unauthorized(resp.status, resp.headers)
+        except BaseException:
+            resp.release()
+            raise
+        if again:
+            resp.release()
+        return bool(again)
 
     async def _read_sse(self, resp: aiohttp.ClientResponse, answer: asyncio.Future) -> None:
         """Read a POST's SSE answer; resume it with GET + Last-Event-ID if cut short.
@@ -245,6 +305,8 @@ class StreamableHTTPTransport:
                 if done():
                     return
                 # The stream ended (or broke) before our response: resume it if we can.
+                if self.stateless:
+                    raise TransportError("SSE stream ended before the response", sent=True)
                 if not parser.last_event_id:
                     raise TransportError("SSE stream ended before the response", sent=True)
                 resumes = 0 if progressed else resumes + 1
@@ -320,16 +382,23 @@ class StreamableHTTPTransport:
         if http is None:
             raise TransportError("transport is closed", sent=False)
         headers = self._get_headers
-        if last_event_id:
+        if last_event_id or self.auth is not None:
             headers = CIMultiDict(headers)
-            headers["Last-Event-ID"] = last_event_id
+            if last_event_id:
+                headers["Last-Event-ID"] = last_event_id
         had_session = self.session_id is not None
-        try:
-            resp = await http.get(self._url, headers=headers)
-        except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
-            raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+        for attempt in range(MAX_AUTH_RETRIES + 1):
+            if self.auth is not None:  # a GET stream opens rarely: no copy to save
+                headers.popall("Authorization", None)
+                headers.update(await self.auth.headers())
+            try:
+                resp = await http.get(self._url, headers=headers)
+            except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
+                raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+            if attempt == MAX_AUTH_RETRIES or not await self._reauthorized(resp):
+                break
         if resp.status == 200 and _is_sse(resp.headers.get("Content-Type", "")):
             return resp
         status = resp.status
@@ -373,7 +442,11 @@ class StreamableHTTPTransport:
             return
         try:
             async with asyncio.timeout(limit):
-                resp = await http.delete(self._url, headers=self._get_headers)
+                headers = self._get_headers
+                if self.auth is not None:
+                    headers = CIMultiDict(headers)
+                    headers.update(await self.auth.headers())
+                resp = await http.delete(self._url, headers=headers)
                 resp.release()
         except (TimeoutError, aiohttp.ClientError, OSError):
             pass
@@ -386,3 +459,5 @@ class StreamableHTTPTransport:
     async def close(self) -> None:
         await self.delete()
         await self._close_http()
+        if self.auth is not None:
+            await self.auth.aclose()

@@ -91,10 +91,29 @@ class SessionExpired(Exception):
     """HTTP 404 on a request carrying our ``Mcp-Session-Id``: initialize again."""
 
 
+RETRY_AFTER_CAP: Final = 30.0  # seconds: a longer Retry-After is waited this long at most
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` of delta-seconds, capped; None when absent or an HTTP date."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
+
+
 class HTTPStatusError(Exception):
-    def __init__(self, status: int, body: str = "") -> None:
+    def __init__(self, status: int, body: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}" + (f": {body}" if body else ""))
         self.status = status
+        self.retry_after = retry_after  # seconds from Retry-After (429/503), when sent
+
+    def delay(self, backoff: float) -> float:
+        """How long to wait before re-sending: the server's Retry-After, else ``backoff``."""
+        return self.retry_after if self.retry_after is not None else backoff
 
 
 class RPCError(Exception):

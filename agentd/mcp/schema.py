@@ -8,6 +8,15 @@ mistake) disables validation for that tool with one warning instead of making
 the tool uncallable.  jsonschema-rs itself is imported by the first
 compilation: a subagent that calls no MCP tool (a forkserver's `lean`
 template) never maps it.
+
+A schema never opens a connection.  A server controls its tools' schemas, and
+a `"$ref": "http://<anywhere>/x.json"` would make a validator with a default
+retriever fetch that URL from inside the operator's network.  So only local
+references (`#…`, e.g. `#/$defs/x`) are kept; every other `$ref`,
+`$dynamicRef` or `$recursiveRef` is taken out before compiling (that part of
+the check is skipped, the call goes on) and `mcp.tools.audit` logs it once per
+schema; the retriever handed to jsonschema-rs refuses every URI as a second
+line of defence.
 """
 
 from __future__ import annotations
@@ -53,6 +62,36 @@ def describe_errors(errors: Any) -> list[str]:
     return out
 
 
+_REF_KEYS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
+_DATA_KEYS: Final = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise ValueError(f"agentd never fetches schema references ({uri[:200]})")
+
+
+def local_refs_only(schema: Any) -> tuple[Any, list[str]]:
+    """``schema`` without its non-local references, and the references dropped."""
+    dropped: list[str] = []
+
+    def walk(node: Any, depth: int) -> Any:
+        if depth > 256:  # a pathological nesting: nothing below is compiled either
+            return {}
+        if isinstance(node, dict):
+            out = {}
+            for key, value in node.items():
+                if key in _REF_KEYS and isinstance(value, str) and not value.startswith("#"):
+                    dropped.append(value[:300])
+                    continue
+                out[key] = value if key in _DATA_KEYS else walk(value, depth + 1)
+            return out
+        if isinstance(node, list):
+            return [walk(v, depth + 1) for v in node]
+        return node
+
+    return walk(schema, 0), dropped
+
+
 class SchemaCache:
     """Compiled validators by canonical schema JSON (bounded LRU)."""
 
@@ -74,8 +113,14 @@ class SchemaCache:
             return cache[key]
         import jsonschema_rs
 
+        local, dropped = local_refs_only(schema)
+        if dropped:
+            log.warning("mcp.tools.audit", what=what, unresolved_refs=dropped[:16],
+                        detail="non-local $ref never fetched; that part of the check "
+                               "is skipped")
         try:
-            v: Validator | None = Validator(jsonschema_rs.validator_for(schema))
+            v: Validator | None = Validator(jsonschema_rs.validator_for(
+                local, retriever=_refuse_retrieval))
         except Exception as exc:  # a server's broken schema: validate nothing, say so once
             log.warning("mcp.schema.invalid", what=what, error=str(exc)[:_MAX_ERROR_CHARS])
             v = None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, Final
 
 import jsonschema_rs
@@ -70,6 +71,13 @@ __all__ = [
 
 ORIGIN_STDIO: Final = "stdio"  # the in-process caller (the agent's own loop, tests)
 ORIGIN_MANAGEMENT: Final = "management"  # a request that arrived over HTTP(S)
+PRINCIPAL_LOCAL: Final = "local"  # the in-process caller's principal
+
+# Who is asking, set per request by the transport's auth guard (agentd.mcp.auth):
+# ``cert:<subject>``, ``bearer:<name>``, both joined by ``+``, or ``anonymous``.
+# A context variable, so it follows the request's own task and never leaks
+# into another peer's request (docs/security.md, "Peers kept apart").
+current_principal: ContextVar[str | None] = ContextVar("agentd_principal", default=None)
 
 _log = log.bind(component="mcp.server")
 _RESULT_EMPTY: Final = Raw(b"{}")
@@ -101,13 +109,16 @@ Emit = Callable[[bytes], Awaitable[None]]
 class CallContext:
     """What a handler function learns about the call it serves."""
 
-    __slots__ = ("_emit", "origin", "request_id", "session")
+    __slots__ = ("_emit", "origin", "principal", "request_id", "session")
 
     def __init__(self, session: ServerSession, request_id: Any, emit: Emit | None = None) -> None:
         self.session = session
         self.origin = session.origin
         self.request_id = request_id
         self._emit = emit
+        principal = current_principal.get()
+        self.principal = principal if principal is not None else (
+            PRINCIPAL_LOCAL if session.origin == ORIGIN_STDIO else "anonymous")
 
     async def notify(self, method: str, params: Any = UNSET) -> None:
         """Send a request-related notification ahead of the response (over HTTP
@@ -133,9 +144,9 @@ class ServerSession:
     never block.
     """
 
-    __slots__ = ("__weakref__", "auth", "client", "client_info", "closed", "handler", "hub",
-                 "id", "initialized", "last_active", "origin", "outbox", "protocol_version",
-                 "subscriptions")
+    __slots__ = ("__weakref__", "auth", "client", "client_capabilities", "client_info", "closed",
+                 "handler", "hub", "id", "initialized", "last_active", "origin", "outbox",
+                 "protocol_version", "subscriptions")
 
     def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
@@ -149,6 +160,7 @@ class ServerSession:
         self.outbox = outbox
         self.protocol_version: str | None = None
         self.client_info: t.Implementation | None = None
+        self.client_capabilities: dict[str, Any] | None = None  # 2026-07-28 envelopes only
         self.initialized = False
         self.closed = False
         self.subscriptions: set[str] = set()
@@ -162,6 +174,11 @@ class ServerSession:
     def notify_updated(self, uri: str) -> None:
         """Emit ``notifications/resources/updated {uri}`` to this session."""
         self.push(_updated(uri))
+
+    def updated(self, uri: str, data: bytes) -> None:
+        """The hub's delivery callback (``data`` is the shared encoded update);
+        a 2026-07-28 listen stream overrides it to tag the notification."""
+        self.push(data)
 
     # -- subscriptions (bookkeeping lives in the hub's index) ------------
     def subscribe(self, uri: str) -> None:
@@ -265,7 +282,7 @@ class SessionHub:
         for s in targets:
             if consume:
                 s.subscriptions.discard(uri)
-            s.push(data)
+            s.updated(uri, data)
         return len(targets)
 
     def close_all(self) -> None:
@@ -313,7 +330,7 @@ async def _tools_call(s: ServerSession, req: Request, emit: Emit | None) -> Any:
     raw = req.params
     try:
         p = _call_decoder.decode(raw) if raw is not UNSET else None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         p = None
     if p is None:
         p = _params(t.TOOLS_CALL, req)  # explains the problem (-32602)
@@ -381,11 +398,12 @@ ReadFn = Callable[[str], Awaitable[Any]]
 
 
 class _ToolEntry:
-    __slots__ = ("fn", "is_valid", "tool", "validator")
+    __slots__ = ("fn", "is_valid", "requires", "tool", "validator")
 
-    def __init__(self, tool: t.Tool, fn: ToolFn) -> None:
+    def __init__(self, tool: t.Tool, fn: ToolFn, requires: dict[str, Any] | None = None) -> None:
         self.tool = tool
         self.fn = fn
+        self.requires = requires
         self.validator = jsonschema_rs.Draft202012Validator(tool.inputSchema)
         self.is_valid = self.validator.is_valid
 
@@ -427,7 +445,10 @@ class Handler:
     def add_tool(self, name: str, fn: ToolFn, input_schema: dict[str, Any], *,
                  description: str | None = None, title: str | None = None,
                  output_schema: dict[str, Any] | None = None,
-                 annotations: t.ToolAnnotations | None = None) -> None:
+                 annotations: t.ToolAnnotations | None = None,
+                 requires: dict[str, Any] | None = None) -> None:
+        """``requires``: client capabilities the tool needs (2026-07-28 answers -32021
+        when the request's envelope lacks one; a 2025 session is not checked)."""
         if not jsonschema_rs.meta.is_valid(input_schema):
             raise ValueError(f"tool {name!r}: inputSchema is not a valid JSON Schema")
         tool = t.Tool(name=name, inputSchema=input_schema,
@@ -435,7 +456,7 @@ class Handler:
                       title=title if title else UNSET,
                       outputSchema=output_schema if output_schema is not None else UNSET,
                       annotations=annotations if annotations is not None else UNSET)
-        self._tools[name] = _ToolEntry(tool, fn)
+        self._tools[name] = _ToolEntry(tool, fn, requires)
         self._tools_raw = None
 
     def tool(self, name: str, input_schema: dict[str, Any], **kw: Any) -> Callable[[ToolFn], ToolFn]:
@@ -494,6 +515,27 @@ class Handler:
 
     def tool_names(self) -> list[str]:
         return list(self._tools)
+
+    def tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        entry = self._tools.get(name)
+        return entry.tool.inputSchema if entry is not None else None
+
+    def tool_requirements(self, name: str) -> dict[str, Any] | None:
+        entry = self._tools.get(name)
+        return entry.requires if entry is not None else None
+
+    def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]:
+        """``(ttlMs, cacheScope)`` of a 2026-07-28 list/read/discover result.
+
+        The generic engine promises nothing: ``(0, "private")`` (stale at once,
+        not shareable across authorization contexts).  A handler that knows its
+        catalogue is fixed overrides this (the self-MCP does; docs/server.md)."""
+        return 0, "private"
+
+    def subscription_is_persistent(self, uri: str) -> bool:
+        """Whether a subscription to ``uri`` stays after an update (the default),
+        or is consumed by its one update (the self-MCP's run URIs)."""
+        return True
 
     async def call_tool(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> Any:
         entry = self._tools.get(name)

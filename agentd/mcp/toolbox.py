@@ -37,12 +37,14 @@ from agentd.mcp.client import (
     ToolFault,
     ToolInfo,
 )
+from agentd.mcp.faults import RequiredServerLost, Verdict, call_with_policy
 from agentd.mcp.retry import RetryPolicy
 
 __all__ = [
     "MAX_TOOL_NAME",
     "Observation",
     "RequiredServerFailed",
+    "RequiredServerLost",
     "ToolEntry",
     "ToolFault",
     "Toolbox",
@@ -133,6 +135,10 @@ class Toolbox:
         self._stack: AsyncExitStack | None = None
         self._tools: dict[str, ToolEntry] = {}
         self._tools_key: tuple = ()
+        # set when a required server is lost after its handshake (agentd.mcp.faults):
+        # the run waits on it beside its loop and ends with exit 1
+        self.lost: asyncio.Future[RequiredServerLost] | None = None
+        self._gone_notices: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------ lifecycle
 
@@ -140,7 +146,9 @@ class Toolbox:
         stack = AsyncExitStack()
         await stack.__aenter__()
         self._stack = stack
-        clients = {s.name: MCPClient(s, updates=self.updates, **self._options)
+        self.lost = asyncio.get_running_loop().create_future()
+        clients = {s.name: MCPClient(s, updates=self.updates, on_gone=self._on_gone,
+                                     **self._options)
                    for s in self.specs}
         results: dict[str, BaseException | None] = {}
 
@@ -240,7 +248,74 @@ class Toolbox:
         if entry is None:
             return Observation(f"unknown tool {qualified_name!r}", is_error=True)
         client = self.clients[entry.server]
-        return await client.call_tool(entry.tool.name, arguments, time_limit=time_limit)
+        return await self._guarded(
+            client, lambda: client.call_tool(entry.tool.name, arguments, time_limit=time_limit),
+            what=f"tools/call {entry.tool.name}", listed=entry.tool.name in client.tools)
+
+    # ------------------------------------------------------------ fault policy
+
+    def _spec(self, server: str) -> ServerSpec | None:
+        return next((s for s in self.specs if s.name == server), None)
+
+    async def _guarded(self, client: MCPClient, op: Any, *, what: str, listed: bool = True
+                       ) -> Any:
+        """``op`` under the run-level fault policy (agentd.mcp.faults)."""
+        name = client.name
+
+        async def on_abort(verdict: Verdict, fault: BaseException) -> Any:
+            return await self._abort(name, verdict.reason)
+
+        return await call_with_policy(op, server=name, what=what, fault_type=ToolFault,
+                                      listed=listed, connected=lambda: client.connected,
+                                      on_abort=on_abort)
+
+    async def _abort(self, server: str, reason: str) -> Observation:
+        """An abort-class fault: a required server ends the run; an optional one
+        leaves the catalogue and the model is told once (fenced: the reason may
+        carry server text)."""
+        spec = self._spec(server)
+        if spec is None or spec.required:
+            exc = RequiredServerLost(server, reason)
+            log.error("mcp.server.lost", server=server, required=True, fault=reason[:500])
+            if self.lost is not None and not self.lost.done():
+                self.lost.set_result(exc)
+            raise exc
+        await self.drop(server, reason)
+        return Observation(f"MCP server {server!r} was left out of the catalogue after a "
+                           f"fault ({reason}); its tools and resources are no longer "
+                           "available.", is_error=True)
+
+    async def drop(self, server: str, reason: str) -> None:
+        """Take an optional server out of the catalogue and close its connection."""
+        client = self.clients.pop(server, None)
+        if client is None:
+            return
+        self.omitted[server] = reason
+        log.warning("mcp.server.dropped", server=server, fault=reason[:500])
+        try:
+            await client.aclose()
+        except Exception as exc:  # closing a broken connection must not end the run
+            log.info("mcp.server.close_failed", server=server, error=str(exc)[:300])
+
+    def _on_gone(self, client: MCPClient, reason: str) -> None:
+        """A client gave its connection up (stale): act on it now, not at the next call."""
+        spec = self._spec(client.name)
+        fault = f"server gone ({reason})"
+        if spec is None or spec.required:
+            log.error("mcp.server.lost", server=client.name, required=True, fault=fault)
+            if self.lost is not None and not self.lost.done():
+                self.lost.set_result(RequiredServerLost(client.name, fault))
+            return
+        if self.clients.get(client.name) is client:  # optional: out of the catalogue now
+            self.clients.pop(client.name, None)
+            self.omitted[client.name] = fault
+            self._gone_notices.append((client.name, fault))
+            log.warning("mcp.server.dropped", server=client.name, fault=fault)
+
+    def take_notices(self) -> list[tuple[str, str]]:
+        """Optional servers dropped since the last call, for the model (told once)."""
+        out, self._gone_notices = self._gone_notices, []
+        return out
 
     def owner(self, uri: str, server: str | None = None) -> MCPClient | None:
         """The client serving ``uri``: the named one, the one that lists it, else the
@@ -264,7 +339,8 @@ class Toolbox:
                 if not obs.is_error:
                     return obs
             return Observation(f"resource not found: {uri}", is_error=True)
-        return await client.read_resource(uri)
+        return await self._guarded(client, lambda: client.read_resource(uri),
+                                   what=f"resources/read {uri}")
 
     async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
         """Subscribe to a concrete URI on its server; False when not possible (degraded)."""
@@ -272,7 +348,9 @@ class Toolbox:
         if client is None:
             log.warning("mcp.subscribe.no_owner", uri=uri)
             return False
-        return await client.subscribe(uri)
+        result = await self._guarded(client, lambda: client.subscribe(uri),
+                                     what=f"resources/subscribe {uri}")
+        return result is True
 
     async def unsubscribe(self, uri: str, *, server: str | None = None) -> None:
         for c in ([self.clients[server]] if server in self.clients else self.clients.values()):
@@ -280,8 +358,13 @@ class Toolbox:
 
     async def next_update(self) -> tuple[str, str, Observation]:
         """Notify-then-read: wait for the next ``updated`` wake and read the resource now."""
-        server, uri = await self.updates.get()
-        return server, uri, await self.clients[server].read_resource(uri)
+        while True:
+            server, uri = await self.updates.get()
+            client = self.clients.get(server)
+            if client is not None:  # else: left out by the fault policy meanwhile
+                return server, uri, await self._guarded(
+                    client, lambda c=client, u=uri: c.read_resource(u),
+                    what=f"resources/read {uri}")
 
     def servers(self) -> Iterable[str]:
         return self.clients.keys()

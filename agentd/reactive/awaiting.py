@@ -100,6 +100,22 @@ async def _subscribe(toolbox: Any, uri: str) -> tuple[Any | None, bool, bool]:
     return owner, ok, ok
 
 
+_SUBAGENT_PREFIX = "agent://subagent/"
+
+
+def _terminal(obs: Any) -> bool:
+    """Whether an agent://subagent/… body read says the run is done."""
+    import orjson
+
+    if getattr(obs, "is_error", False):
+        return False
+    try:
+        body = orjson.loads(getattr(obs, "text", "") or "")
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(body, dict) and body.get("done") is True
+
+
 async def await_resource(toolbox: Any, waiters: Waiters, uri: str,
                          limit: float | None = DEFAULT_TIMEOUT) -> tuple[bool, Any]:
     """The `agentd__await_resource` self-tool: `(updated, observation)`.
@@ -127,6 +143,15 @@ async def await_resource(toolbox: Any, waiters: Waiters, uri: str,
         waiters.release(uri, fut)
         raise
     try:
+        if uri.startswith(_SUBAGENT_PREFIX):
+            # an agent's run URI fires once, at its terminal transition; one that
+            # ended before the subscribe sends nothing (spec §2.3): read it now
+            reader = owner if owner is not None else toolbox
+            now = await reader.read_resource(uri)
+            if _terminal(now):
+                log.info("reactive.await", uri=uri, updated=True, already_terminal=True,
+                         server=getattr(owner, "name", None))
+                return True, now
         updated = await waiters.until(uri, fut, limit)
         log.info("reactive.await", uri=uri, updated=updated,
                  server=getattr(owner, "name", None))

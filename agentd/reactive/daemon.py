@@ -33,6 +33,8 @@ import msgspec
 
 from agentd.exitcodes import ExitCode
 from agentd.log import log
+from agentd.mcp.faults import classify as classify_fault
+from agentd.obs import trace
 from agentd.output import RunResult, Usage
 from agentd.reactive.awaiting import Waiters
 from agentd.reactive.router import Router, RouterClosed, Wake
@@ -170,8 +172,10 @@ class ReactiveDaemon:
         try:
             ok = await owner.subscribe(uri)
         except Exception as exc:  # a server refusing the URI is not fatal
+            verdict = classify_fault(exc, connected=bool(getattr(owner, "connected", True)))
             _log.warning("reactive.subscribe.failed", uri=uri, origin=origin,
-                         server=owner.name, error=f"{type(exc).__name__}: {exc}"[:300])
+                         server=owner.name, kind=verdict.kind,
+                         error=f"{type(exc).__name__}: {exc}"[:300])
             return False
         if ok is False:
             return False
@@ -223,8 +227,11 @@ class ReactiveDaemon:
             except Exception as exc:
                 # Not handed to the model as state: the client re-subscribes and
                 # synthesizes an update on reconnect, so this URI wakes again.
+                # The one fault table (agentd.mcp.faults) names the kind; the
+                # daemon never ends on it: it reconnects with backoff instead.
+                verdict = classify_fault(exc, connected=bool(getattr(client, "connected", True)))
                 _log.warning("reactive.read.failed", uri=uri, server=server,
-                             error=f"{type(exc).__name__}: {exc}"[:300])
+                             kind=verdict.kind, error=f"{type(exc).__name__}: {exc}"[:300])
                 continue
             reads.append(Read(uri=uri, server=server, text=obs.text,
                               is_error=bool(obs.is_error), updates=wake.counts.get(uri, 0)))
@@ -255,6 +262,13 @@ class ReactiveDaemon:
         await self.apply_queued(outcome.subscribe, outcome.unsubscribe)
         return outcome
 
+    async def _traced(self, wake: Wake) -> WakeRun | None:
+        """`handle(wake)` in its own trace (a worker lives for days: one trace per wake)."""
+        with trace.span("agentd.reactive.wake", root=True, **{
+                "agentd.wake.seq": wake.seq, "agentd.wake.uris": len(wake.uris),
+                "agentd.wake.coalesced": wake.coalesced}) if trace.enabled else trace.NOSPAN:
+            return await self.handle(wake)
+
     async def start(self, uris: Iterable[str]) -> None:
         for uri in uris:
             await self.subscribe(uri, origin="flag")
@@ -279,7 +293,7 @@ class ReactiveDaemon:
                         wake = waiting.result()
                     except RouterClosed:
                         break
-                    run = tg.create_task(self.handle(wake))
+                    run = tg.create_task(self._traced(wake))
                     await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
                     if not run.done():  # signalled mid-run: bounded drain
                         _log.info("reactive.draining", seq=wake.seq,

@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from agentd.log import log
+from agentd.obs import metrics
 
 DEFAULT_CAPACITY = 1024
 MAX_DELAY_FACTOR = 10  # default max_delay = window * this
@@ -250,6 +251,9 @@ class Router:
                 "claimed": self.claimed}
 
     def _logwake(self, wake: Wake) -> None:
+        metrics.WAKES.inc()
+        if wake.coalesced > 1:
+            metrics.COALESCED.inc(n=wake.coalesced - 1)
         uris = list(wake.uris[:_LOGGED_URIS])
         self._log.info("reactive.wake", seq=wake.seq, uris=uris,
                        more_uris=max(0, len(wake.uris) - _LOGGED_URIS),

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.log import log
+from agentd.obs import trace
 from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.control import (
     BUSY,
@@ -32,6 +33,7 @@ from agentd.tree.control import (
     Progress,
     RunOutcome,
     SendParams,
+    SpanBatch,
     SpawnParams,
     TurnState,
 )
@@ -62,7 +64,8 @@ class RemoteBackend:
     async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
         params = SpawnParams(instruction=request.instruction,
                              output_contract=request.output_contract,
-                             tool_scope=request.tool_scope, mode=request.mode)
+                             tool_scope=request.tool_scope, mode=request.mode,
+                             traceparent=trace.current_traceparent())
         try:
             body = await self._channel.call("tree/spawn", params)
         except RemoteError as exc:
@@ -155,20 +158,35 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
         try:
             if fault == "hang":
                 await asyncio.Event().wait()
-            result = await run_child(cfg, handle=cfg.handle, instruction=ev.params.message,
-                                     output_contract=cfg.output_contract, backend=backend,
-                                     on_progress=progress, first=first)
+            with trace.span("agentd.child.run", parent=ev.params.traceparent, **{
+                    "agentd.handle": cfg.handle, "agentd.depth": cfg.depth,
+                    "agentd.turn": "run" if first else "send"}):
+                result = await run_child(cfg, handle=cfg.handle,
+                                         instruction=ev.params.message,
+                                         output_contract=cfg.output_contract,
+                                         backend=backend, first=first, io=io,
+                                         # brokered: the parent's ledger has each call
+                                         on_progress=progress if io is None else None)
             outcome = _outcome(result)
         except asyncio.CancelledError:
             outcome = RunOutcome(status="cancelled", partial=True, reason="cancelled")
         except Exception as exc:  # a bug in the loop must not leave the parent waiting
             logger.error("subagent.run_error", error=f"{type(exc).__name__}: {exc}")
             outcome = RunOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
-        finally:
-            turn.pop("run", None)
+        finish(ev, outcome)
+
+    def finish(ev: Incoming, outcome: RunOutcome) -> None:
+        turn.pop("run", None)
+        trace.flush()  # this turn's spans reach the parent before its answer
         channel.respond(ev.id, outcome)
         if cfg.mode != "warm" or outcome.status != "completed":
             stop.set()
+
+    def never_ran(task: asyncio.Task[None], ev: Incoming) -> None:
+        # A task cancelled before its first step never enters do_turn (nor its
+        # except CancelledError): child/run and child/cancel read in one chunk.
+        if task.cancelled():
+            finish(ev, RunOutcome(status="cancelled", partial=True, reason="cancelled"))
 
     def on_incoming(ev: Incoming) -> None:
         m = ev.method
@@ -176,7 +194,8 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
             if "run" in turn:
                 channel.error(ev.id, BUSY, "a turn is already running")
                 return
-            turn["run"] = tg.create_task(do_turn(ev))
+            turn["run"] = task = tg.create_task(do_turn(ev))
+            task.add_done_callback(lambda t, ev=ev: never_ran(t, ev))
         elif m == "child/cancel":
             task = turn.get("run")
             if task is not None:
@@ -189,12 +208,22 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
             stop.set()
         elif m == "child/terminal":
             backend.terminal(ev.params)
+        elif m == "io/updated" and io is not None:
+            io[1].updated(ev.params)
         elif m == "child/configure":
             channel.error(ev.id, -32600, "already configured")
 
     channel = Channel(ControlSession("child", max_frame=cfg.max_frame), wire_in, wire_out,
                       on_incoming)
     backend = RemoteBackend(cfg.handle, channel)
+    if cfg.tracing:  # the parent exports: spans go up the wire (agentd.obs.trace)
+        trace.setup("agentd", mode="relay",
+                    relay=lambda recs: channel.notify("child/spans", SpanBatch(recs)))
+    io = None
+    if cfg.brokered:  # intelligence and MCP through the parent (agentd.tree.broker)
+        from agentd.tree.brokered import BrokeredIntelligence, BrokeredToolbox
+
+        io = (BrokeredIntelligence(channel), BrokeredToolbox(channel, cfg.catalogue))
     async with asyncio.TaskGroup() as tg:
         await channel.start()
         ended = tg.create_task(channel.closed.wait())

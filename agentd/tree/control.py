@@ -21,10 +21,18 @@ parent -> child
                    (`HandleBody`)
 child -> parent
   child/progress   notification `{steps, tokens}`: for the tree token ceiling
+  child/spans      notification `SpanBatch`: finished spans for the root to export
+                   (only while tracing: `ChildConfig.tracing`)
   tree/spawn       request `SpawnParams` -> `HandleBody` | error -32010 (refused)
   tree/send        request `{handle, message}` -> `HandleBody`
   tree/status      request `{handle}` -> `HandleBody` | error -32011 (unknown)
   tree/cancel      request `{handle}` -> `HandleBody`
+  io/request       request `IoRequest` (a tagged union: complete | call | read |
+                   subscribe | unsubscribe) -> `IoResult`; the parent performs
+                   the child's I/O (agentd.tree.broker) | errors -32014..-32017
+parent -> child (brokered I/O)
+  io/updated       notification `{server, uri}`: a resource this child
+                   subscribed to changed
 
 A frame that is oversized, not JSON, not a single JSON-RPC message, a response
 to no pending request, or carries params of the wrong shape is a
@@ -40,6 +48,7 @@ import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from agentd.config import ServerSpec
+from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.tree.api import HandleState
 from agentd.wire import codec
 from agentd.wire.jsonrpc import (
@@ -55,15 +64,34 @@ from agentd_native import MAX_FRAME, FrameDecoder, FrameTooLarge, encode_frame
 
 __all__ = [
     "BUSY",
+    "IO_CEILING",
+    "IO_FAULT",
+    "IO_SCOPE",
+    "IO_UNAVAILABLE",
     "PROTOCOL",
     "SPAWN_REFUSED",
     "UNKNOWN_HANDLE",
+    "Catalogue",
+    "CatalogueResource",
+    "CatalogueTool",
     "ChildConfig",
     "ControlProtocolError",
     "ControlSession",
     "HandleBody",
     "HandleParams",
     "Incoming",
+    "IoCall",
+    "IoComplete",
+    "IoCompletion",
+    "IoDelegate",
+    "IoDone",
+    "IoObservation",
+    "IoRead",
+    "IoRequest",
+    "IoResult",
+    "IoSubscribe",
+    "IoUnsubscribe",
+    "IoUpdated",
     "MessageParams",
     "Progress",
     "Reply",
@@ -80,6 +108,39 @@ SPAWN_REFUSED: Final = -32010  # message is the refusal text, "spawn refused: ..
 UNKNOWN_HANDLE: Final = -32011
 BUSY: Final = -32012  # a warm session is already running a turn
 CHILD_ERROR: Final = -32013  # the child's run raised
+# Brokered I/O (io/request): what the parent's broker answers instead of a result.
+IO_UNAVAILABLE: Final = -32014  # the intelligence is unavailable (the child exits 5-style)
+IO_CEILING: Final = -32015  # the tree's token ledger refused the call (budget_exhausted)
+IO_FAULT: Final = -32016  # an MCP protocol/transport fault (never tool output)
+IO_SCOPE: Final = -32017  # the server/tool/resource is outside the child's tool_scope
+
+
+class CatalogueTool(Struct, kw_only=True, frozen=True):
+    """A tool in a child's catalogue: what the parent's Toolbox listed (untrusted text)."""
+
+    qualified: str
+    server: str
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class CatalogueResource(Struct, kw_only=True, frozen=True):
+    server: str
+    uri: str
+    name: str = ""
+    description: str = ""
+    mime_type: str = ""
+    size: int | None = None
+
+
+class Catalogue(Struct, kw_only=True, frozen=True):
+    """The MCP side of a brokered child: passed down, never re-listed by the child."""
+
+    tools: tuple[CatalogueTool, ...] = ()
+    resources: tuple[CatalogueResource, ...] = ()
+    instructions: dict[str, str] = msgspec.field(default_factory=dict)
+    a2a_peers: tuple[str, ...] = ()  # A2A peers in scope: a2a.delegate goes up as IoDelegate
 
 
 class ChildConfig(Struct, kw_only=True, frozen=True):
@@ -110,10 +171,16 @@ class ChildConfig(Struct, kw_only=True, frozen=True):
     run_id: str = ""
     secrets_dir: str = "/run/secrets/agentd"
     protocol: int = PROTOCOL
+    tracing: bool = False  # record spans and relay them up (`child/spans`, agentd.obs.trace)
+    # Brokered I/O: the child's intelligence and MCP calls go up io/request; it holds
+    # no server spec, no gateway URL and no secret, only this catalogue.
+    brokered: bool = False
+    catalogue: Catalogue | None = None
 
 
 class MessageParams(Struct, frozen=True):
     message: str
+    traceparent: str | None = None  # W3C trace context of the spawn (agentd.obs.trace)
 
 
 class RunOutcome(Struct, kw_only=True):
@@ -137,6 +204,7 @@ class SpawnParams(Struct, kw_only=True, frozen=True):
     output_contract: str | None = None
     tool_scope: tuple[str, ...] | None = None
     mode: str = "sync"
+    traceparent: str | None = None  # the asking child's span (agentd.obs.trace)
 
 
 class HandleParams(Struct, frozen=True):
@@ -170,6 +238,97 @@ class Empty(Struct, frozen=True):
     pass
 
 
+class SpanRecord(Struct, array_like=True, frozen=True):
+    """One finished span of a subagent, relayed for its parent to export."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    kind: str
+    start: int
+    end: int
+    attrs: dict[str, Any]
+    error: str | None = None
+
+
+class SpanBatch(Struct, frozen=True):
+    """`child/spans` notification: a subagent's finished spans (only while tracing)."""
+
+    spans: list[SpanRecord]
+
+
+# --- brokered I/O: a tagged union of what a child may ask its parent to do -------------
+
+class IoComplete(Struct, tag="complete", tag_field="kind", frozen=True):
+    """One intelligence call: the parent's provider answers (through the tree's ledger)."""
+
+    messages: list[Message]
+    tools: list[ToolDef] = []
+    traceparent: str | None = None  # the asking child's span (agentd.obs.trace)
+
+
+class IoCall(Struct, tag="call", tag_field="kind", frozen=True):
+    """tools/call of a catalogue tool by its qualified name."""
+
+    name: str
+    arguments: Any = None
+    time_limit: float | None = None
+    traceparent: str | None = None  # the asking child's span (agentd.obs.trace)
+
+
+class IoRead(Struct, tag="read", tag_field="kind", frozen=True):
+    uri: str
+    server: str | None = None
+
+
+class IoSubscribe(Struct, tag="subscribe", tag_field="kind", frozen=True):
+    uri: str
+    server: str | None = None
+
+
+class IoUnsubscribe(Struct, tag="unsubscribe", tag_field="kind", frozen=True):
+    uri: str
+    server: str | None = None
+
+
+class IoDelegate(Struct, tag="a2a", tag_field="kind", frozen=True):
+    """`a2a.delegate` of a subagent: performed by the root's A2A peers (docs/a2a.md)."""
+
+    peer: str
+    message: str
+    mode_async: bool = False
+    task_id: str | None = None
+    context_id: str | None = None
+
+
+IoRequest = IoComplete | IoCall | IoRead | IoSubscribe | IoUnsubscribe | IoDelegate
+
+
+class IoCompletion(Struct, tag="completion", tag_field="kind"):
+    completion: Completion
+
+
+class IoObservation(Struct, tag="observation", tag_field="kind"):
+    """A tool result or a resource read, as the loop reads an `Observation`."""
+
+    text: str = ""
+    is_error: bool = False
+    structured: Any = None
+
+
+class IoDone(Struct, tag="done", tag_field="kind"):
+    ok: bool = True
+
+
+IoResult = IoCompletion | IoObservation | IoDone
+
+
+class IoUpdated(Struct, frozen=True):
+    server: str
+    uri: str
+
+
 # Inbound requests/notifications each side accepts, with their params type.
 _TO_CHILD: Final[dict[str, type]] = {
     "child/configure": ChildConfig,
@@ -178,13 +337,16 @@ _TO_CHILD: Final[dict[str, type]] = {
     "child/cancel": Empty,
     "child/shutdown": Empty,
     "child/terminal": HandleBody,
+    "io/updated": IoUpdated,
 }
 _TO_PARENT: Final[dict[str, type]] = {
     "child/progress": Progress,
+    "child/spans": SpanBatch,
     "tree/spawn": SpawnParams,
     "tree/send": SendParams,
     "tree/status": HandleParams,
     "tree/cancel": HandleParams,
+    "io/request": IoRequest,
 }
 # Result type of each request a side sends (decoded when the answer arrives).
 _RESULTS: Final[dict[str, type]] = {
@@ -197,6 +359,7 @@ _RESULTS: Final[dict[str, type]] = {
     "tree/send": HandleBody,
     "tree/status": HandleBody,
     "tree/cancel": HandleBody,
+    "io/request": IoResult,
 }
 _decoders: dict[type, msgspec.json.Decoder] = {}
 

@@ -39,8 +39,8 @@ FORK_BATCH = 16  # queued fork requests served back to back
 LEAN, NET = "lean", "net"
 # What each template imports besides the child runtime (a missing optional one is skipped).
 _LEAN_IMPORTS = ("agentd.agent.run", "agentd.agent.loop", "agentd.intelligence",
-                 "agentd.intelligence.playback", "agentd.mcp.toolbox", "orjson",
-                 "agentd_native")
+                 "agentd.intelligence.playback", "agentd.mcp.toolbox", "agentd.tree.brokered",
+                 "orjson", "agentd_native")
 TEMPLATES = {
     LEAN: _LEAN_IMPORTS,
     NET: (*_LEAN_IMPORTS, "agentd.intelligence.openai", "agentd.mcp.client",
@@ -100,6 +100,8 @@ def _warm_up() -> None:
     from agentd import runtime
     from agentd.tree.child import first_answer
     from agentd.tree.control import (
+        Catalogue,
+        CatalogueTool,
         ChildConfig,
         ControlSession,
         HandleBody,
@@ -123,8 +125,12 @@ def _warm_up() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
         json.dump({"playback": 1, "turns": [{"content": "{}"}]}, fh)
         fh.flush()
+        # brokered, as every child is: its model call goes up the wire (io/request)
         cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
-                          intelligence=f"playback:{fh.name}")
+                          intelligence=f"playback:{fh.name}", brokered=True,
+                          catalogue=Catalogue(tools=(CatalogueTool(
+                              qualified="warm__up", server="warm", name="up",
+                              input_schema={"type": "object"}),)))
         configure = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "child/configure",
                                 "params": msgspec.to_builtins(cfg)}).encode()
         logmod.configure(level="error")
@@ -145,13 +151,19 @@ async def _warm_wire(cfg) -> None:
     """One child run end to end over pipes: the child runtime against a parent Channel."""
     import asyncio
 
+    from agentd.intelligence.base import Completion
     from agentd.tree.childrt import serve as child_serve
-    from agentd.tree.control import ControlSession, MessageParams
+    from agentd.tree.control import ControlSession, IoCompletion, MessageParams
     from agentd.tree.procs import Channel
 
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
-    parent = Channel(ControlSession("parent"), up_r, down_w, lambda ev: None)
+
+    def broker(ev) -> None:  # the parent's side of a brokered model call
+        if ev.method == "io/request":
+            parent.respond(ev.id, IoCompletion(Completion(content="{}")))
+
+    parent = Channel(ControlSession("parent"), up_r, down_w, broker)
     await parent.start()
     try:
         served = asyncio.ensure_future(child_serve(cfg, down_r, up_w))
@@ -404,6 +416,16 @@ def _reseed() -> None:
 
 
 # ------------------------------------------------------------------ parent side
+class ForkserverUnavailable(OSError):
+    """The forkserver could not be started: the Supervisor falls back to exec."""
+
+
+def available() -> bool:
+    """Can this platform run the forkserver (Linux: pidfds, SEQPACKET, SCM_RIGHTS)?"""
+    return (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+            and hasattr(socket, "SOCK_SEQPACKET") and hasattr(socket, "SCM_RIGHTS"))
+
+
 class ForkserverSpawner:
     """The supervisor's spawner for `--spawn forkserver` (same interface as ExecSpawner).
 
@@ -432,6 +454,19 @@ class ForkserverSpawner:
     async def aclose(self) -> None:
         for server in self._servers.values():
             await server.aclose()
+
+    def down(self) -> str | None:
+        """Readiness (agentd.obs.health): why no child can be forked now, or None.
+
+        A forkserver starts on first use and restarts at the next spawn after it
+        died, so only one whose last start failed makes the process unready.
+        """
+        for template, server in self._servers.items():
+            starting = server._starting
+            if starting is not None and starting.done() and not starting.cancelled() \
+                    and starting.exception() is not None:
+                return f"the {template} forkserver failed to start"
+        return None
 
 
 class Forkserver:
@@ -573,6 +608,9 @@ class Forkserver:
 
         if self._dead and not self._closed:  # it died (killed?): start a fresh one
             self.log.warning("subagent.forkserver_restart", pid=self._pid)
+            from agentd.obs import metrics
+
+            metrics.FORKSERVER_RESTARTS.inc()
             self._reset()
         if self._sock is None and not self._dead:
             if self._starting is None:
@@ -580,7 +618,7 @@ class Forkserver:
             try:
                 await asyncio.shield(self._starting)
             except Exception as exc:
-                raise OSError(f"the forkserver did not start: {exc!r}") from exc
+                raise ForkserverUnavailable(f"the forkserver did not start: {exc!r}") from exc
         if self._dead or self._sock is None:
             raise OSError("the forkserver is not running")
         r0, w0 = os.pipe()

@@ -24,6 +24,7 @@ from typing import Any
 
 from agentd.__main__ import CHILD_FLAG
 from agentd.log import Logger, log
+from agentd.obs import metrics
 from agentd.tree.control import ControlProtocolError, ControlSession, Incoming, Reply
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 STDERR_LINE_MAX = 64 * 1024
+_FRAMES = metrics.FRAMES  # control-wire frames by direction (agentd.obs)
 CHILD_ARGV = ("-m", "agentd", CHILD_FLAG)
 
 # Shares of the drain budget for each rung of the ladder (the rest is SIGKILL + reap).
@@ -60,14 +62,34 @@ def _agentd_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(agentd.__file__)))
 
 
+# What a child (and a forkserver, whose environment every forked child inherits)
+# may see of ours: its I/O is brokered, so it needs no key, bearer, secret, proxy
+# or gateway setting. An allowlist: a name nobody thought of stays out.
+_ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER",
+                       "LOGNAME", "LD_LIBRARY_PATH", "AGENTD_LOG_LEVEL"})
+_ENV_KEEP_PREFIX = ("LC_", "PYTHON", "AGENTD_TEST_", "COV_CORE_", "COVERAGE_")
+_ENV_SECRETISH = ("KEY", "TOKEN", "SECRET", "PASSW", "BEARER", "CREDENTIAL", "AUTH")
+
+
+def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a subagent process gets: the allowlist above, never a secret."""
+    out = {}
+    for k, v in env.items():
+        if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIX):
+            if not any(w in k.upper() for w in _ENV_SECRETISH):
+                out[k] = v
+    return out
+
+
 def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: ours, with the directory of *this* agentd on its path.
+    """The child's environment: ours scrubbed (`scrub_env`), with the directory of
+    *this* agentd on its path.
 
     Installed (site-packages) it is found anyway and nothing is added; from a
     source tree it is put first on PYTHONPATH, so the child runs exactly the
     code of its parent.
     """
-    out = dict(os.environ if env is None else env)
+    out = scrub_env(os.environ if env is None else env)
     root = _agentd_root()
     import site
 
@@ -161,6 +183,7 @@ class Channel:
         if self._wtransport is not None and not self._writer.lost \
                 and not self._wtransport.is_closing():
             self._wtransport.write(frame)
+            _FRAMES.inc("out")
 
     def request(self, method: str, params: Any = None) -> asyncio.Future[Any]:
         """Send a request now; its future gets the result (RemoteError / ChannelClosed).
@@ -242,6 +265,7 @@ class Channel:
             for frame in self.session.outbox:
                 self._send(frame)
             self.session.outbox.clear()
+        _FRAMES.inc("in", n=len(events))
         for ev in events:
             if isinstance(ev, Reply):
                 fut = self._waiters.pop(ev.id, None)

@@ -17,9 +17,20 @@ JSON-RPC errors (the engine's -32601/-32602).
 The emission rule: when a served run becomes terminal, every session
 subscribed to its URI gets one ``notifications/resources/updated {uri}`` and
 the subscriptions are consumed.  A subscribe that arrives after the run is
-already terminal gets its one ``updated`` at once; a subscribe to a URI the
+already terminal gets no ``updated`` (the terminal transition is past; a
+``resources/read`` returns the terminal state); a subscribe to a URI the
 self-MCP does not serve (or to ``agent://status``, which never changes state
 in a way that is announced) answers ``{}`` and never fires.
+
+At MCP 2026-07-28 (stateless requests, ``subscriptions/listen``) the same
+rule holds per listen stream, tagged with its subscription id, and
+``agent://status`` is subscribable too: a listener that asked for it gets one
+``updated`` each time the spawn counts change (a served spawn, any run's end).
+Cache hints (``ttlMs``/``cacheScope``, docs/server.md): the five tools, the
+one listed resource and the empty template list never change while the
+process lives (one hour, public); ``agent://status`` is stale at once (its
+uptime moves every millisecond; private); a run's body is stale at once while
+it runs and, once terminal, fresh until it is evicted (private).
 
 Terminal runs stay readable for ``terminal_ttl`` seconds (default 600) and at
 most ``keep_terminal`` of them (default 1024, oldest first) -- the same
@@ -38,7 +49,7 @@ from typing import Any, Final
 import orjson
 
 from agentd import __version__
-from agentd.config import Config, ServeSpec
+from agentd.config import DEFAULT_SECRETS_DIR, Config, ServeSpec, resolve_bearers
 from agentd.log import log
 from agentd.mcp.auth import server_ssl_context
 from agentd.mcp.http_server import Limits, Runner
@@ -52,6 +63,7 @@ from agentd.tree.api import (
     Unavailable,
     UnknownHandle,
 )
+from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 
 __all__ = [
@@ -72,6 +84,7 @@ SUBAGENT_PREFIX: Final = "agent://subagent/"
 DEFAULT_TERMINAL_TTL: Final = 600.0
 DEFAULT_KEEP_TERMINAL: Final = 1024
 _EVICTED_MEMORY: Final = 65536
+STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed per process
 
 _HANDLE: Final = {"type": "string"}
 
@@ -109,6 +122,11 @@ _DESCRIPTIONS: Final = {
 }
 
 
+def _top(handle: str) -> str:
+    """``served.N`` of any handle in a served run's subtree."""
+    return ".".join(handle.split(".")[:2])
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
@@ -137,8 +155,11 @@ class SelfMCP(Handler):
         self.keep_terminal = keep_terminal
         self.started = time.monotonic()
         self._terminal: OrderedDict[str, float] = OrderedDict()  # handle -> when it ended
+        # served.N -> the principal that spawned it; its whole subtree is theirs
+        self._owners: dict[str, str] = {}
         self._evicted: OrderedDict[str, None] = OrderedDict()
         self._log = log.bind(component="selfmcp")
+        self._announced_counts: dict[str, int] | None = None
         for name, fn in (("status", self._status), ("subagent.spawn", self._spawn),
                          ("subagent.send", self._send), ("subagent.status", self._sub_status),
                          ("subagent.cancel", self._cancel)):
@@ -159,11 +180,14 @@ class SelfMCP(Handler):
                         or now - next(iter(term.values())) > self.terminal_ttl):
             handle, _ = term.popitem(last=False)
             self._evicted[handle] = None
+            if handle == _top(handle):  # an evicted run's owner is forgotten with it
+                self._owners.pop(handle, None)
             if len(self._evicted) > _EVICTED_MEMORY:
                 self._evicted.popitem(last=False)
 
     def _on_terminal(self, state: HandleState) -> None:
         handle = state.handle
+        self._status_changed()
         if not handle.startswith(SERVED_CALLER + "."):
             return
         now = time.monotonic()
@@ -172,9 +196,26 @@ class SelfMCP(Handler):
         n = self.notify_updated(SUBAGENT_PREFIX + handle, consume=True)
         self._log.info("selfmcp.terminal", handle=handle, status=state.status, notified=n)
 
-    def lookup(self, handle: str) -> HandleState:
-        """The state of a served handle; raises UnknownHandle (never, evicted, not served)."""
+    def _status_changed(self) -> None:
+        """``updated agent://status`` to its (2026-07-28) listeners when the counts moved."""
+        if not self.hub.subscribers(STATUS_URI):
+            self._announced_counts = None
+            return
+        counts = self.backend.counts()
+        if counts != self._announced_counts:
+            self._announced_counts = counts
+            self.notify_updated(STATUS_URI)
+
+    def owner(self, handle: str) -> str | None:
+        """The principal owning a served handle (``served.N`` and everything under it)."""
+        return self._owners.get(_top(handle))
+
+    def lookup(self, handle: str, principal: str | None = None) -> HandleState:
+        """The state of a served handle; raises UnknownHandle (never, evicted, not
+        served, or — with ``principal`` — another principal's: the same answer)."""
         if not handle.startswith(SERVED_CALLER + ".") or handle in self._evicted:
+            raise UnknownHandle(handle)
+        if principal is not None and self.owner(handle) != principal:
             raise UnknownHandle(handle)
         state = self.backend.status(handle)
         if state.done:
@@ -198,8 +239,14 @@ class SelfMCP(Handler):
                                tool_scope=tuple(scope) if scope is not None else None, mode=mode)
         try:
             state = await self.backend.spawn(SERVED_CALLER, request)
+            # an async spawn returns with no await after minting the handle, so
+            # it is claimed before any other request runs; a sync spawn's handle
+            # belongs to nobody (unknown to all) until it returns
+            self._owners.setdefault(_top(state.handle), ctx.principal)
         except SpawnRefused as exc:
+            self._status_changed()
             return _refused(str(exc))
+        self._status_changed()
         if not state.done:
             return _state_result({"handle": state.handle, "status": state.status,
                                   "done": False})
@@ -209,7 +256,7 @@ class SelfMCP(Handler):
     async def _send(self, args: dict[str, Any], ctx: CallContext) -> Any:
         handle = args["handle"]
         try:
-            self.lookup(handle)
+            self.lookup(handle, ctx.principal)
             state = await self.backend.send(SERVED_CALLER, handle, args["message"])
         except UnknownHandle:
             return _refused(f"unknown handle: {handle}")
@@ -218,7 +265,7 @@ class SelfMCP(Handler):
     async def _sub_status(self, args: dict[str, Any], ctx: CallContext) -> Any:
         handle = args["handle"]
         try:
-            state = self.lookup(handle)
+            state = self.lookup(handle, ctx.principal)
         except UnknownHandle:
             return _refused(f"unknown handle: {handle}")
         return _state_result(state.body())
@@ -226,7 +273,7 @@ class SelfMCP(Handler):
     async def _cancel(self, args: dict[str, Any], ctx: CallContext) -> Any:
         handle = args["handle"]
         try:
-            self.lookup(handle)
+            self.lookup(handle, ctx.principal)
             state = await self.backend.cancel(handle)
         except UnknownHandle:
             return _refused(f"unknown handle: {handle}")
@@ -236,10 +283,24 @@ class SelfMCP(Handler):
     async def _read_status(self, uri: str) -> Any:
         return {**self.status_body(), "spawns": self.backend.counts()}
 
+    def tree(self, principal: str | None) -> list[dict[str, Any]]:
+        """The live view's rows (`agentd top`): the agent's own subagents, and the
+        served runs (with their subtrees) this principal owns; never another's."""
+        snapshot = getattr(self.backend, "snapshot", None)
+        rows = snapshot() if snapshot is not None else []
+        return [r for r in rows if not r["handle"].startswith(SERVED_CALLER + ".")
+                or principal is None or self.owner(r["handle"]) == principal]
+
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
+        if uri == STATUS_URI:  # with the tree this reader may see
+            body = {**self.status_body(), "spawns": self.backend.counts(),
+                    "tree": self.tree(ctx.principal)}
+            return t.ReadResourceResult(contents=[t.TextResourceContents(
+                uri=uri, text=orjson.dumps(body, default=str).decode(),
+                mimeType="application/json")])
         if uri.startswith(SUBAGENT_PREFIX):
             try:
-                state = self.lookup(uri[len(SUBAGENT_PREFIX):])
+                state = self.lookup(uri[len(SUBAGENT_PREFIX):], ctx.principal)
             except UnknownHandle:
                 raise ResourceNotFound(uri) from None
             text = orjson.dumps(state.body(), default=str).decode()
@@ -247,30 +308,71 @@ class SelfMCP(Handler):
                 uri=uri, text=text, mimeType="application/json")])
         return await super().read_resource(uri, ctx)
 
+    def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]:
+        if method == t.RESOURCES_READ:
+            if uri is not None and uri.startswith(SUBAGENT_PREFIX):
+                ended = self._terminal.get(uri[len(SUBAGENT_PREFIX):])
+                if ended is not None:  # final until evicted
+                    left = self.terminal_ttl - (time.monotonic() - ended)
+                    return max(0, int(left * 1000)), mcp2026.CACHE_PRIVATE
+            return 0, mcp2026.CACHE_PRIVATE
+        return STABLE_TTL_MS, mcp2026.CACHE_PUBLIC
+
+    def subscription_is_persistent(self, uri: str) -> bool:
+        return uri == STATUS_URI  # a run's subscription is consumed by its one update
+
     def subscribe(self, uri: str, ctx: CallContext) -> None:
+        if uri == STATUS_URI and mcp2026.is_modern_version(ctx.session.protocol_version):
+            ctx.session.subscribe(uri)  # 2026-07-28 listeners: announced on each change
+            if self._announced_counts is None:
+                self._announced_counts = self.backend.counts()
+            return
         if not uri.startswith(SUBAGENT_PREFIX):
             return  # agent://status or a URI we do not serve: {} and never fires
         try:
-            state = self.lookup(uri[len(SUBAGENT_PREFIX):])
+            state = self.lookup(uri[len(SUBAGENT_PREFIX):], ctx.principal)
         except UnknownHandle:
-            return
-        if state.done:  # became terminal before the subscribe: fire at once
-            ctx.session.notify_updated(uri)
+            return  # unknown, evicted or another principal's: {} and never fires
+        if state.done:
+            # Terminal before the subscribe: the terminal transition (the only
+            # emission, §2.3) is past, so nothing is sent; the subscriber's
+            # resources/read returns the terminal state.
             return
         ctx.session.subscribe(uri)
 
 
 async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None, *,
                          run_id: str = "", mode: str = "task",
-                         limits: Limits | None = None) -> Runner:
-    """Serve the self-MCP at ``/mcp`` of ``spec`` (``--serve-mcp``); returns the runner."""
+                         limits: Limits | None = None,
+                         secrets_dir: str = DEFAULT_SECRETS_DIR,
+                         a2a: bool = False) -> Runner:
+    """Serve the self-MCP at ``/`` and ``/mcp`` of ``spec`` (``--serve-mcp``; spec §3's
+    parent names the worker by host and port alone); returns the runner."""
     if not spec.loopback and not spec.authenticated:  # config validation already exits 2
         raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
     ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
         if spec.scheme == "https" and spec.cert and spec.key else None
     handler = SelfMCP(backend, run_id=run_id, mode=mode)
+    mount = _mount_obs
+    if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
+        from agentd.tree.a2a_served import A2AServed
+
+        served = A2AServed(handler.backend)
+
+        def mount(server: Any) -> None:
+            _mount_obs(server)
+            served.mount(server)
     return await _serve_http(handler, host=spec.host, port=spec.port, ssl_context=ssl_ctx,
-                             bearer=spec.bearer, limits=limits)
+                             bearer=spec.bearer, limits=limits, extra_paths=("/",),
+                             bearers=resolve_bearers(spec, secrets_dir) or None,
+                             mount=mount)
+
+
+def _mount_obs(server: Any) -> None:
+    """`/metrics` (behind the MCP endpoint's own guard), `/healthz` and `/readyz`."""
+    from agentd.obs import http as obs_http
+
+    obs_http.mount(server.app, server._guard)
 
 
 @contextlib.asynccontextmanager
@@ -278,7 +380,8 @@ async def serve(config: Config, *, run_id: str = "",
                 backend: SubagentBackend | None = None) -> AsyncIterator[Runner]:
     """``async with selfmcp.serve(config, run_id=..., backend=...)``: serve for the run."""
     assert config.serve is not None, "serve() needs --serve-mcp"
-    runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode)
+    runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
+                                  secrets_dir=config.secrets_dir, a2a=config.serve_a2a)
     try:
         yield runner
     finally:

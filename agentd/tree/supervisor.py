@@ -36,18 +36,21 @@ import asyncio
 import contextlib
 import itertools
 import os
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentd.config import Config
-from agentd.intelligence import speaks_http
 from agentd.log import log
+from agentd.obs import health, metrics, trace
 from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.child import FAULT_ENV
 from agentd.tree.control import (
     CHILD_ERROR,
+    IO_FAULT,
+    IO_SCOPE,
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
     ChildConfig,
@@ -81,6 +84,31 @@ def _raise_fd_limit(want: int) -> None:
         pass
 
 
+def _io_event(req: Any, steps: int) -> str:
+    """A brokered request as a live-view event: the tool's name, never arguments."""
+    config = getattr(type(req), "__struct_config__", None)
+    kind = config.tag if config is not None and config.tag else type(req).__name__
+    if kind == "complete":
+        return f"step {steps + 1}: thinking"
+    if kind == "call":
+        return f"tool {str(getattr(req, 'name', ''))[:80]}"
+    return {"read": "reading a resource", "subscribe": "subscribing",
+            "unsubscribe": "unsubscribing"}.get(kind, str(kind))
+
+
+def _cap_of(refusal: str) -> str:
+    """The cap named by a refusal text (a small fixed set: a metric label)."""
+    if "=" in refusal:
+        cap = refusal.split(":", 1)[-1].strip().split("=", 1)[0]
+        if cap.isidentifier():
+            return cap
+    for key, cap in (("tool_scope", "tool_scope"), ("not running", "not_running"),
+                     ("shutting down", "shutting_down"), ("mode", "mode")):
+        if key in refusal:
+            return cap
+    return "other"
+
+
 def depth_of(handle: str) -> int:
     return handle.count(".") + 1
 
@@ -100,6 +128,9 @@ class _Node:
         self.request = request
         self.state = HandleState(handle=handle)
         self.proc: ChildProcess | None = None
+        # set once `proc` is: a forked child may ask before its spawn call returned
+        self.started = asyncio.Event()
+        self.io: set[asyncio.Task[None]] = set()  # its brokered requests in flight
         self.seq = itertools.count(1)
         self.spawned_any = False  # a handle was ever minted under this one
         self.live_children: set[str] = set()
@@ -114,6 +145,9 @@ class _Node:
         self.finished_at: float | None = None
         self.reason: str | None = None
         self.fault = os.environ.get(FAULT_ENV)
+        self.span: Any = trace.NOSPAN  # agentd.spawn, from spawn to the end (agentd.obs)
+        self.steps = 0  # answers of the intelligence brokered for it
+        self.last = "spawned"  # its last event, for `agentd top` (names, never content)
 
     @property
     def live(self) -> bool:
@@ -138,7 +172,8 @@ class Supervisor:
                  spawn: str | None = None, run_id: str = "",
                  terminal_ttl: float = DEFAULT_TERMINAL_TTL,
                  keep_terminal: int = DEFAULT_KEEP_TERMINAL,
-                 max_frame: int | None = None) -> None:
+                 max_frame: int | None = None, broker: Any = None,
+                 ledger: Any = None) -> None:
         from agentd_native import MAX_FRAME
 
         self.config = config
@@ -146,7 +181,8 @@ class Supervisor:
         self.max_frame = max_frame or MAX_FRAME
         self.terminal_ttl = terminal_ttl
         self.keep_terminal = keep_terminal
-        root_scope = frozenset(scope if scope is not None else (s.name for s in config.mcp))
+        root_scope = frozenset(scope if scope is not None else (
+            s.name for s in (*config.mcp, *config.a2a_peers)))  # A2A peers: docs/a2a.md
         self._nodes: dict[str, _Node] = {
             ROOT: _Node(ROOT, "", root_scope, "root", None),
             SERVED: _Node(SERVED, "", root_scope, "root", None),
@@ -160,12 +196,25 @@ class Supervisor:
         self._root_tokens = 0
         self._spent = 0  # tokens of finished subagents
         mode = spawn or config.spawn
+        self._spawner: Any = ExecSpawner()
         if mode == "forkserver":
-            from agentd.tree.forkserver import ForkserverSpawner
+            from agentd.tree.forkserver import ForkserverSpawner, available
 
-            self._spawner: Any = ForkserverSpawner()
-        else:
-            self._spawner = ExecSpawner()
+            if available():
+                self._spawner = ForkserverSpawner()
+            else:
+                log.warning("subagent.forkserver_unavailable", fallback="exec",
+                            reason=f"not supported on {sys.platform}")
+        # Brokered I/O (agentd.tree.broker): children's intelligence and MCP calls are
+        # made here, on the run's pooled provider and Toolbox, charged to one ledger.
+        from agentd.agent.ledger import Ledger
+
+        self.ledger = ledger if ledger is not None else (
+            broker.intelligence.ledger if broker is not None else Ledger(config.token_ceiling))
+        self.broker = broker
+        self._own_toolbox: Any = None
+        self._owned = False
+        self.fallbacks = 0  # forkserver -> exec (at most once)
         # A started child answers its first frame before its heavy imports, but under
         # a burst of exec spawns it may wait for a CPU: be patient, yet bounded.
         self._configure_within = max(config.init_timeout, CONFIGURE_TIMEOUT)
@@ -179,20 +228,76 @@ class Supervisor:
         self._tg = asyncio.TaskGroup()
         await self._tg.__aenter__()
         try:
+            if self.broker is None:
+                await self._own_broker()
             await self._spawner.start()
         except BaseException:
+            await self._close_own_toolbox()
             await self._tg.__aexit__(None, None, None)
             raise
+        self.broker.notify = self._notify_update
+        self._model: str | None = None  # the metrics' model label, at the first brokered step
+        self._unobserve = [metrics.SUBAGENTS_LIVE.source(lambda: {(): self._live}),
+                           health.add_check("forkserver", self._spawner_down)]
         return self
+
+    def _spawner_down(self) -> str | None:
+        """Readiness: None while subagents can be spawned; else why not."""
+        down = getattr(self._spawner, "down", None)
+        return down() if down is not None else None
+
+    async def _own_broker(self) -> None:
+        """A Supervisor used on its own (tests, benchmarks, the worker) brokers with a
+        provider and a Toolbox of its own, built from its config."""
+        from agentd.agent.ledger import Metered
+        from agentd.intelligence import make_intelligence
+        from agentd.intelligence.flow import FlowGate
+        from agentd.tree.broker import Broker
+
+        cfg = self.config
+        ledger = self.ledger
+
+        def provider() -> Metered:
+            return Metered(make_intelligence(cfg.intelligence, model=cfg.model,
+                                             stream=cfg.intelligence_stream,
+                                             timeout=cfg.intelligence_timeout,
+                                             attempts=cfg.intelligence_attempts),
+                           ledger, "0", FlowGate(cfg.max_inflight_intelligence))
+
+        toolbox = None
+        if cfg.mcp:
+            from agentd.mcp.toolbox import Toolbox
+
+            toolbox = Toolbox(cfg.mcp, run_id=self.run_id, init_timeout=cfg.init_timeout,
+                              ping_interval=cfg.ping_interval, secrets_dir=cfg.secrets_dir)
+            await toolbox.__aenter__()
+            self._own_toolbox = toolbox
+        self.broker = Broker(intelligence=provider, toolbox=toolbox)
+        self._owned = True
+
+    async def _close_own_toolbox(self) -> None:
+        """Close what `_own_broker` opened (a broker handed in is its owner's to close)."""
+        owned, self._owned = self._owned, False
+        tb, self._own_toolbox = self._own_toolbox, None
+        if owned and self.broker is not None:
+            await self.broker.aclose()
+        if tb is not None:
+            await tb.__aexit__(None, None, None)
 
     async def __aexit__(self, *exc: Any) -> None:
         try:
             await self.aclose()
         finally:
+            for node in self._nodes.values():  # brokered calls nobody will read any more
+                for task in list(node.io):
+                    task.cancel()
+            for remove in getattr(self, "_unobserve", ()):
+                remove()
             tg, self._tg = self._tg, None
             if tg is not None:
                 await tg.__aexit__(*exc)
             await self._spawner.aclose()
+            await self._close_own_toolbox()
 
     async def aclose(self) -> None:
         """Drain: the kill ladder over every live subagent, within --drain-timeout."""
@@ -209,6 +314,10 @@ class Supervisor:
     async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
         node = self._admit(caller, request)
         assert self._tg is not None, "use the Supervisor as an async context manager"
+        # the spawn's span lives until the subagent ends; its child runs under it
+        node.span = trace.start("agentd.spawn", **{
+            "agentd.handle": node.handle, "agentd.depth": node.depth,
+            "agentd.mode": node.mode, "agentd.caller": caller})
         self._tg.create_task(self._drive(node), name=f"subagent {node.handle}")
         if request.mode != "sync":
             return node.state
@@ -232,7 +341,8 @@ class Supervisor:
             node.idle.clear()
             try:
                 outcome = await self._until_stopped(
-                    node, node.proc.channel.call("child/send", MessageParams(message)))
+                    node, node.proc.channel.call("child/send", MessageParams(
+                        message, trace.current_traceparent())))
             except (ChannelClosed, RemoteError) as exc:
                 outcome = RunOutcome(status="failed", reason=str(exc))
             finally:
@@ -276,13 +386,28 @@ class Supervisor:
 
     # ------------------------------------------------------------ extras
     def charge_root(self, tokens: int) -> None:
-        """The root loop reports its own total tokens (for the tree ceiling)."""
-        self._root_tokens = max(self._root_tokens, tokens)
+        """The root loop reports its own total tokens (when its calls are not metered)."""
+        self.ledger.report(ROOT, tokens)
 
     @property
     def tree_tokens(self) -> int:
-        live = sum(n.tokens for n in self._nodes.values() if n.live and n.request is not None)
-        return self._root_tokens + self._spent + live
+        """The tree's tokens: the ledger's, charged as each intelligence call is made."""
+        return self.ledger.total
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every known handle (live, or terminal and not yet evicted), for the live
+        view (`agent://status` `tree`, `agentd top`): names and numbers only."""
+        now = time.monotonic()
+        out = []
+        for h, n in self._nodes.items():
+            if n.request is None:
+                continue
+            end = n.finished_at if n.finished_at is not None else now
+            out.append({"handle": h, "parent": n.parent, "status": n.state.status,
+                        "depth": n.depth, "mode": n.mode, "steps": n.steps,
+                        "tokens": n.tokens, "age_ms": int((end - n.spawned_at) * 1000),
+                        "last": n.last})
+        return out
 
     def live_pids(self) -> list[int]:
         return [n.proc.pid for n in self._nodes.values()
@@ -301,6 +426,7 @@ class Supervisor:
     # ----------------------------------------------------------- chokepoint
     def _refuse(self, caller: str, text: str) -> SpawnRefused:
         self._counts["refused"] += 1
+        metrics.REFUSALS.inc(_cap_of(text))
         self.log.warning("subagent.refused", caller=caller, reason=text)
         return SpawnRefused(text)
 
@@ -344,12 +470,13 @@ class Supervisor:
         parent.live_children.add(handle)
         self._live += 1
         self._counts["spawned"] += 1
+        metrics.SUBAGENTS.inc("spawned")
         return node
 
     def _talks_http(self, node: _Node) -> bool:
-        """Will this child speak HTTP (an MCP server in scope, or a model that is not playback)?"""
-        return speaks_http(self.config.intelligence) or any(
-            s.name in node.scope for s in self.config.mcp)
+        """Will this child speak HTTP?  Never: its I/O is brokered by this process, so
+        every child forks from the small template."""
+        return False
 
     def _child_config(self, node: _Node) -> ChildConfig:
         cfg = self.config
@@ -358,19 +485,21 @@ class Supervisor:
         budget = None
         if cfg.token_ceiling is not None:
             budget = max(cfg.token_ceiling - self.tree_tokens, 0)
+        # Brokered: no server spec, no gateway URL, no model name, no secret goes down;
+        # only the catalogue of the servers in scope (the parent enforces the scope).
         return ChildConfig(
             handle=node.handle, depth=node.depth, instruction=req.instruction,
             output_contract=req.output_contract, mode=node.mode,
-            tool_scope=tuple(sorted(node.scope)),
-            mcp=tuple(s for s in cfg.mcp if s.name in node.scope),
-            intelligence=cfg.intelligence, model=cfg.model, max_steps=cfg.max_steps,
+            tool_scope=tuple(sorted(node.scope)), mcp=(), intelligence=None, model=None,
+            brokered=True, catalogue=self.broker.catalogue(node.scope),
+            max_steps=cfg.max_steps,
             deadline=cfg.deadline, token_budget=budget, max_depth=cfg.max_depth,
             max_children=cfg.max_children, max_subagents=cfg.max_subagents,
             observation_bytes=cfg.observation_bytes, init_timeout=cfg.init_timeout,
             ping_interval=cfg.ping_interval, drain_timeout=cfg.drain_timeout,
             max_frame=self.max_frame, log_format=cfg.log_format,
             log_level=os.environ.get("AGENTD_LOG_LEVEL", "info").lower(),
-            run_id=self.run_id, secrets_dir=cfg.secrets_dir)
+            run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting)
 
     # ------------------------------------------------------------- one run
     async def _drive(self, node: _Node) -> None:
@@ -382,21 +511,20 @@ class Supervisor:
             """The first frames: child/run pipelined right behind child/configure."""
             assert node.request is not None
             first.append(channel.request("child/configure", self._child_config(node)))
-            first.append(channel.request("child/run", MessageParams(node.request.instruction)))
+            first.append(channel.request("child/run", MessageParams(
+                node.request.instruction, node.span.traceparent)))
 
         try:
             env = None
             if node.fault is not None:  # test-only fault injection, as set at spawn time
                 env = {**os.environ, FAULT_ENV: node.fault}
             try:
-                proc = await self._spawner.spawn(
-                    node.handle, lambda ev: self._incoming(node, ev),
-                    max_frame=self.max_frame, env=env, http=self._talks_http(node),
-                    hello=hello)
+                proc = await self._spawn(node, env, hello)
             except Exception as exc:  # fds exhausted, forkserver gone, ...: this run fails
                 self._finish(node, "failed", reason=f"spawn failed: {exc}")
                 return
             node.proc = proc
+            node.started.set()
             self.log.info("subagent.spawn", handle=node.handle, pid=proc.pid, depth=node.depth,
                           mode=node.mode, scope=sorted(node.scope), spawn=self._spawner.name)
             await self._run(node, proc, budget, *first)
@@ -414,6 +542,28 @@ class Supervisor:
                      returncode=proc.returncode, status=node.state.status, reason=node.reason)
             elif node.live:
                 self._finish(node, "cancelled", reason="cancelled before start")
+
+    async def _spawn(self, node: _Node, env: dict[str, str] | None,
+                     hello: Callable[[Channel], None]) -> ChildProcess:
+        """Start the child; a forkserver that cannot start means exec from then on."""
+        from agentd.tree.forkserver import ForkserverUnavailable
+
+        spawner = self._spawner
+        try:
+            return await spawner.spawn(node.handle, lambda ev: self._incoming(node, ev),
+                                       max_frame=self.max_frame, env=env,
+                                       http=self._talks_http(node), hello=hello)
+        except ForkserverUnavailable as exc:
+            if self._spawner is spawner:  # once, however many spawns were waiting on it
+                self.fallbacks += 1
+                self.log.warning("subagent.forkserver_unavailable", fallback="exec",
+                                 reason=str(exc)[:300])
+                self._spawner = ExecSpawner()
+                with contextlib.suppress(Exception):
+                    await spawner.aclose()
+        return await self._spawner.spawn(node.handle, lambda ev: self._incoming(node, ev),
+                                         max_frame=self.max_frame, env=env,
+                                         http=self._talks_http(node), hello=hello)
 
     @staticmethod
     def _why(proc: ChildProcess) -> str:
@@ -502,7 +652,10 @@ class Supervisor:
                      reason=outcome.reason)
 
     def _charge(self, node: _Node, tokens: int) -> None:
+        """A child's own count (progress, result): the ledger has it already when its
+        calls were brokered; `report` never counts the same tokens twice."""
         node.tokens = max(node.tokens, tokens)
+        self.ledger.report(node.handle, tokens)
 
     def _request_stop(self, node: _Node, reason: str) -> None:
         if node.live and not node.stop.is_set():
@@ -527,12 +680,20 @@ class Supervisor:
         self._live -= 1
         self._spent += node.tokens
         self._counts[status] = self._counts.get(status, 0) + 1
+        metrics.SUBAGENTS.inc(status)
+        node.last = status if not reason or status == "completed" else f"{status}: {reason}"[:120]
+        node.span.set(**{"agentd.status": status})
+        node.span.end()
         parent = self._nodes.get(node.parent)
         if parent is not None:
             parent.live_children.discard(node.handle)
             if parent.proc is not None and parent.live:
                 parent.proc.channel.notify("child/terminal", self._body(node.state))
         node.done.set()
+        for task in list(node.io):  # its model/tool calls in flight: nobody will read them
+            task.cancel()
+        if self.broker is not None and self.broker.holds(node.handle) and self._tg is not None:
+            self._tg.create_task(self.broker.drop(node.handle))
         # structured: nothing outlives its run (detached subagents excepted); a node
         # that never spawned has no descendants (spares a scan of every node per exit)
         if node.spawned_any:
@@ -567,22 +728,77 @@ class Supervisor:
         if ev.method == "child/progress":
             self._charge(node, ev.params.tokens)
             return
+        if ev.method == "child/spans":
+            trace.relay_in(ev.params.spans, **{"agentd.handle": node.handle})
+            return
+        if ev.method == "io/request":
+            if self._tg is not None and node.live:
+                task = self._tg.create_task(self._serve_io(node, ev))
+                node.io.add(task)
+                task.add_done_callback(node.io.discard)
+            elif node.proc is not None:
+                node.proc.channel.error(ev.id, IO_SCOPE, "the subagent is not running")
+            return
         if self._tg is None or not node.live:
             if node.proc is not None:
                 node.proc.channel.error(ev.id, SPAWN_REFUSED, "spawn refused: shutting down")
             return
         self._tg.create_task(self._serve_request(node, ev))
 
+    async def _serve_io(self, node: _Node, ev: Incoming) -> None:
+        """One brokered request of `node` (the pipe that asked), with its own scope."""
+        from agentd.tree.broker import BrokerError
+
+        if node.proc is None:  # it asked before its spawn call returned
+            await node.started.wait()
+        assert node.proc is not None
+        ch = node.proc.channel
+
+        p = ev.params
+        try:
+            with trace.span("agentd.io", parent=getattr(p, "traceparent", None), kind="server",
+                            **{"agentd.handle": node.handle,
+                               "agentd.io": type(p).__name__}) if trace.enabled \
+                    else trace.NOSPAN:
+                t0 = time.perf_counter()
+                node.last = _io_event(p, node.steps)
+                result = await self.broker.serve(node.handle, node.scope, p)
+            if type(result).__name__ == "IoCompletion":  # a subagent's loop step
+                node.steps += 1
+                calls = len(result.completion.tool_calls)
+                node.last = f"step {node.steps}: " + (f"{calls} tool call(s)" if calls
+                                                      else "answered")
+                if self._model is None:  # the provider exists now: it just answered
+                    from agentd.agent.loop import model_label
+
+                    self._model = model_label(self.broker.intelligence)
+                metrics.turn(self._model, result.completion.usage, time.perf_counter() - t0)
+        except BrokerError as exc:
+            ch.error(ev.id, exc.code, exc.message)
+        except Exception as exc:  # a fault of ours or of a peer: the child gets an error
+            self.log.error("subagent.io_error", handle=node.handle, error=repr(exc)[:300])
+            ch.error(ev.id, IO_FAULT, f"{type(exc).__name__}: {exc}")
+        else:
+            ch.respond(ev.id, result)
+
+    def _notify_update(self, handle: str, update: Any) -> None:
+        node = self._nodes.get(handle)
+        if node is not None and node.live and node.proc is not None:
+            node.proc.channel.notify("io/updated", update)
+
     async def _serve_request(self, node: _Node, ev: Incoming) -> None:
+        if node.proc is None:  # it asked before its spawn call returned
+            await node.started.wait()
         proc = node.proc
         assert proc is not None
         ch = proc.channel
         p = ev.params
         try:
             if ev.method == "tree/spawn":
-                state = await self.spawn(node.handle, SpawnRequest(
-                    instruction=p.instruction, output_contract=p.output_contract,
-                    tool_scope=p.tool_scope, mode=p.mode))  # type: ignore[arg-type]
+                with trace.span("agentd.tree.spawn", parent=p.traceparent, kind="server"):
+                    state = await self.spawn(node.handle, SpawnRequest(
+                        instruction=p.instruction, output_contract=p.output_contract,
+                        tool_scope=p.tool_scope, mode=p.mode))  # type: ignore[arg-type]
             else:
                 if not _within(p.handle, node.handle):
                     raise UnknownHandle(p.handle)

@@ -151,6 +151,8 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
             value = msgspec.json.decode(data)
         except msgspec.DecodeError as e:
             raise ProtocolError(PARSE_ERROR, f"Parse error: {e}") from None
+        except RecursionError:
+            raise ProtocolError(PARSE_ERROR, "Parse error: JSON nested too deeply") from None
         if type(value) is list:
             raise ProtocolError(
                 INVALID_REQUEST,
@@ -161,6 +163,8 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
         ) from None
     except msgspec.DecodeError as e:
         raise ProtocolError(PARSE_ERROR, f"Parse error: {e}") from None
+    except RecursionError:  # msgspec's own nesting guard: hostile input, not a bug
+        raise ProtocolError(PARSE_ERROR, "Parse error: JSON nested too deeply") from None
 
     id_ = m.id
     if m.jsonrpc != "2.0":
@@ -309,6 +313,12 @@ def decode_params(method: str, raw: Raw | UnsetType, id: RequestId | None = None
     except msgspec.ValidationError as e:
         raise ProtocolError(
             INVALID_PARAMS, f"Invalid params for {method}: {_where(e, 'params')}", id=id
+        ) from None
+    except msgspec.DecodeError as e:  # the envelope parsed; params hold e.g. invalid UTF-8
+        raise ProtocolError(INVALID_PARAMS, f"Invalid params for {method}: {e}", id=id) from None
+    except RecursionError:
+        raise ProtocolError(
+            INVALID_PARAMS, f"Invalid params for {method}: nested too deeply", id=id
         ) from None
 
 

@@ -1,0 +1,586 @@
+"""Traces: W3C trace context and OpenTelemetry spans, behind a no-op facade.
+
+Why a facade: most runs export nothing, so every call site here costs one
+global lookup and returns a shared do-nothing object unless tracing was
+switched on by `setup()`.
+
+Why our own span objects and exporter, not the OpenTelemetry SDK: a span here
+is a small slotted object whose context is one `ContextVar`; a finished
+(sampled) span becomes one tuple in a buffer, which a background thread
+encodes as OTLP protobuf and POSTs (`agentd.obs.otlp`). The SDK's span
+machinery and its Python-side OTLP encoder cost a large multiple of a whole
+loop step (`benchmarks/bench_obs.py`, docs/benchmarks.md), and a subagent
+needs none of it: it relays its tuples to its parent (below). So tracing needs
+no extra package at all; what is exported is standard OTLP/HTTP, decoded in
+the tests with the official `opentelemetry-proto` types.
+
+When it is on: when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` or
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and not `OTEL_SDK_DISABLED=true`
+or `OTEL_TRACES_EXPORTER=none`); `agentd.obs.otlp` lists the other variables it
+reads. Sampling: `OTEL_TRACES_SAMPLER`/`_ARG` (always_on, always_off,
+traceidratio and their parentbased_ forms; default parentbased_always_on).
+
+Propagation: `current_traceparent()` is what goes into an outbound MCP
+request's `_meta.traceparent` (SEP-414) or a control-wire frame; `headers()`
+the W3C `traceparent`/`tracestate` HTTP headers; `span(..., parent=tp)`
+continues a trace that arrived from elsewhere (a child's `child/run` frame, an
+inbound self-MCP request).
+
+Subagents: a child process never holds the collector's address or headers
+(they may carry a token, and its environment is scrubbed). Its parent tells it
+to trace (`ChildConfig.tracing`); it records spans the same way and relays
+them in batches up its control wire (`child/spans`); the parent exports them
+with its own (`relay_in`).
+
+Attributes carry names, counts and outcomes only (server, tool, model, handle,
+status, tokens), never arguments, results, URLs or headers; as a second line
+of defence every string attribute is scrubbed of the secrets registered with
+`agentd.log.register_secret`, in the child and again in the parent.
+
+A root run's span takes its trace id from the run id (the first 32 hex digits
+of its SHA-256), the same id the MCP client derives for its per-run
+`traceparent` when no span is live, so a trace can be found from a run id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "NOSPAN",
+    "current_traceparent",
+    "enabled",
+    "flush",
+    "headers",
+    "meta",
+    "parse_traceparent",
+    "relay_in",
+    "run_span",
+    "setup",
+    "shutdown",
+    "span",
+    "start",
+    "steps",
+    "trace_id_for_run",
+]
+
+enabled = False  # True once setup() switched tracing on: spans are made
+exporting = False  # ... and this process exports them over OTLP/HTTP
+
+RELAY_BATCH = 64  # spans a child buffers before it sends them up
+RELAY_MAX = 1024  # spans accepted from one child message (a bound, not a target)
+_KINDS = ("internal", "client", "server")
+
+_current: contextvars.ContextVar[Any] = contextvars.ContextVar("agentd_span", default=None)
+_sink: Callable[[tuple], None] | None = None  # where a finished sampled span goes
+_exporter: Any = None  # the _Exporter thread (export mode)
+_relay: Any = None  # the _Relay of a child (relay mode)
+_root_sampled: Callable[[int], bool] = lambda trace_id: True  # noqa: E731
+_parent_based = True
+_rand = random.Random()
+
+
+# ------------------------------------------------------------------ spans
+
+class _NoSpan:
+    """The do-nothing span: what every call returns while tracing is off."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NoSpan:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+    def set(self, **attrs: Any) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    @property
+    def traceparent(self) -> str | None:
+        return None
+
+
+NOSPAN = _NoSpan()
+
+
+class _Remote:
+    """A parent from elsewhere (a traceparent that arrived): context, no span."""
+
+    __slots__ = ("sampled", "span_id", "trace_id", "tracestate")
+
+    def __init__(self, trace_id: int, span_id: int, sampled: bool,
+                 tracestate: str | None) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.sampled = sampled
+        self.tracestate = tracestate
+
+
+class _Span:
+    """A live span; `with` makes it current for the block, its end records it."""
+
+    __slots__ = ("_token", "attrs", "end_ns", "error", "kind", "name", "parent_id",
+                 "sampled", "span_id", "start_ns", "trace_id", "tracestate")
+
+    def __init__(self, name: str, parent: Any, kind: str, attrs: dict[str, Any],
+                 trace_id: int = 0) -> None:
+        self.name = name
+        self.kind = kind
+        self.attrs = _clean(attrs) if attrs else {}
+        self.span_id = _rand.getrandbits(64) or 1
+        if parent is not None:
+            self.trace_id = parent.trace_id
+            self.parent_id = parent.span_id
+            self.sampled = parent.sampled if _parent_based else _root_sampled(self.trace_id)
+            self.tracestate = parent.tracestate
+        else:
+            self.trace_id = trace_id or (_rand.getrandbits(128) or 1)
+            self.parent_id = 0
+            self.sampled = _root_sampled(self.trace_id)
+            self.tracestate = None
+        self.error: str | None = None
+        self.end_ns = 0
+        self._token: Any = None
+        self.start_ns = time.time_ns()
+
+    def __enter__(self) -> _Span:
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is not None:
+            if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+                self.attrs["agentd.cancelled"] = True
+            else:
+                self.attrs["error.type"] = type(exc).__name__
+                self.error = type(exc).__name__
+        token, self._token = self._token, None
+        if token is not None:
+            try:
+                _current.reset(token)
+            except ValueError:  # left in another context (a cancelled task): harmless
+                pass
+        self.end()
+        return False
+
+    def set(self, **attrs: Any) -> None:
+        """Add attributes (None values are dropped, strings scrubbed of secrets)."""
+        self.attrs.update(_clean(attrs))
+
+    def end(self) -> None:
+        """End the span (a `start()`ed one; `with` ends its own). Idempotent."""
+        if self.end_ns:
+            return
+        self.end_ns = time.time_ns()
+        sink = _sink
+        if self.sampled and sink is not None:
+            sink((self.name, self.trace_id, self.span_id, self.parent_id, self.kind,
+                  self.start_ns, self.end_ns, self.attrs, self.error))
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{'01' if self.sampled else '00'}"
+
+
+class NoSteps:
+    """`steps()` while tracing is off."""
+
+    __slots__ = ()
+
+    def next(self, step: int) -> None:
+        pass
+
+    def close(self, exc: BaseException | None) -> None:
+        pass
+
+
+NOSTEPS = NoSteps()
+
+
+class Steps:
+    """Consecutive `agent.step` spans of one loop: `next(n)` ends the current step's
+    span and makes step n's current; `close(exc)` ends the last (idempotent).
+
+    Why not `with`: the step is the body of the loop's `while`, which returns from
+    several places; this keeps the span without re-shaping that code.
+    """
+
+    __slots__ = ("_cur",)
+
+    def __init__(self) -> None:
+        self._cur: _Span | None = None
+
+    def next(self, step: int) -> None:
+        self.close(None)
+        cur = self._cur = _Span("agent.step", _current.get(), "internal", {"agentd.step": step})
+        cur.__enter__()
+
+    def close(self, exc: BaseException | None) -> None:
+        cur, self._cur = self._cur, None
+        if cur is not None:
+            cur.__exit__(type(exc) if exc is not None else None, exc, None)
+
+
+def steps() -> Steps | NoSteps:
+    return Steps() if enabled else NOSTEPS
+
+
+# ------------------------------------------------------------------ the facade
+
+def span(name: str, *, parent: str | None = None, tracestate: str | None = None,
+         kind: str = "internal", root: bool = False, **attrs: Any) -> _Span | _NoSpan:
+    """A span to use as `with trace.span("agent.step", step=3):` (current inside).
+
+    `parent` (a W3C traceparent) continues a remote trace instead of the
+    current one (an invalid one is ignored); `root=True` (and no valid
+    `parent`) starts a new trace (a reactive wake, a request to a long-lived
+    worker: not one trace per process lifetime). Off: the shared no-op span.
+    """
+    if not enabled:
+        return NOSPAN
+    return _Span(name, _parent(parent, tracestate, root), kind, attrs)
+
+
+def start(name: str, *, parent: str | None = None, kind: str = "internal",
+          **attrs: Any) -> _Span | _NoSpan:
+    """A span that outlives the block that starts it (a subagent's spawn, ended at
+    its end): not made current; call `.end()`."""
+    if not enabled:
+        return NOSPAN
+    return _Span(name, _parent(parent, None, False), kind, attrs)
+
+
+def run_span(name: str, run_id: str, *, parent: str | None = None,
+             **attrs: Any) -> _Span | _NoSpan:
+    """The span of a whole run: a root run's trace id is derived from its run id."""
+    if not enabled:
+        return NOSPAN
+    p = _parent(parent, None, parent is None)
+    return _Span(name, p, "internal", {"agentd.run_id": run_id, **attrs},
+                 trace_id=trace_id_for_run(run_id) if p is None and run_id else 0)
+
+
+def current_traceparent() -> str | None:
+    """The W3C `traceparent` of the current span, or None (tracing off, no span).
+
+    This is the value for an outbound MCP request's `_meta.traceparent`
+    (SEP-414), a control-wire frame to a child, or any other hop that carries
+    trace context in a payload rather than in HTTP headers.
+    """
+    if not enabled:
+        return None
+    cur = _current.get()
+    if cur is None:
+        return None
+    return (f"00-{cur.trace_id:032x}-{cur.span_id:016x}-"
+            f"{'01' if cur.sampled else '00'}")
+
+
+def current_tracestate() -> str | None:
+    """The W3C `tracestate` carried by the current span's trace, or None."""
+    if not enabled:
+        return None
+    cur = _current.get()
+    return cur.tracestate if cur is not None else None
+
+
+def headers() -> list[tuple[str, str]]:
+    """The W3C trace-context HTTP headers of the current span ([] when off)."""
+    tp = current_traceparent()
+    if tp is None:
+        return []
+    ts = current_tracestate()
+    return [("traceparent", tp), ("tracestate", ts)] if ts else [("traceparent", tp)]
+
+
+def meta(meta_json: bytes) -> bytes:
+    """`meta_json` (a JSON object) with the current `traceparent`/`tracestate` set in it.
+
+    Returns the argument itself when tracing is off or no span is live.
+    """
+    tp = current_traceparent()
+    if tp is None:
+        return meta_json
+    import orjson
+
+    try:
+        obj = orjson.loads(meta_json) if meta_json else {}
+    except orjson.JSONDecodeError:
+        return meta_json
+    if not isinstance(obj, dict):
+        return meta_json
+    obj["traceparent"] = tp
+    ts = current_tracestate()
+    if ts:
+        obj["tracestate"] = ts
+    else:
+        obj.pop("tracestate", None)
+    return orjson.dumps(obj)
+
+
+def parent_from(headers: Any = None, meta: Any = None) -> tuple[str | None, str | None]:
+    """(traceparent, tracestate) of an inbound request: `_meta` first (SEP-414),
+    then the W3C HTTP headers. Values that are not strings are ignored."""
+    for source in (meta, headers):
+        if source is None:
+            continue
+        try:
+            tp = source.get("traceparent")
+        except AttributeError:
+            continue
+        if isinstance(tp, str):
+            ts = source.get("tracestate")
+            return tp, ts if isinstance(ts, str) else None
+    return None, None
+
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+
+
+def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
+    """(trace id, parent span id, sampled) of a W3C traceparent, or None if invalid."""
+    if not isinstance(value, str):
+        return None
+    m = _TRACEPARENT.fullmatch(value.strip())
+    if m is None:
+        return None
+    version, tid, sid, flags, rest = m.groups()
+    if version == "ff" or (version == "00" and rest is not None):
+        return None
+    trace_id, span_id = int(tid, 16), int(sid, 16)
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, bool(int(flags, 16) & 1)
+
+
+def trace_id_for_run(run_id: str) -> int:
+    """The trace id of a root run: the first 128 bits of SHA-256(run id)."""
+    import hashlib  # only a root run needs it: the lean subagent template never loads it
+
+    value = int(hashlib.sha256(run_id.encode()).hexdigest()[:32], 16)
+    return value or 1
+
+
+def flush(timeout_s: float = 5.0) -> None:
+    """Export (or, in a child, relay) what is buffered now."""
+    if _relay is not None:
+        _relay.flush()
+    if _exporter is not None:
+        _exporter.flush(timeout_s)
+
+
+def shutdown() -> None:
+    """Flush and stop the exporter; tracing is off afterwards."""
+    global enabled, exporting, _sink, _exporter, _relay
+    relay, exporter = _relay, _exporter
+    enabled = exporting = False
+    _sink = _exporter = _relay = None
+    if relay is not None:
+        relay.flush()
+    if exporter is not None:
+        exporter.stop()
+
+
+# ------------------------------------------------------------------- set-up
+
+def wanted() -> bool:
+    """Does the environment ask for exported traces?"""
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def setup(service: str = "agentd", *, mode: str | None = None,
+          relay: Callable[[list[tuple]], None] | None = None, **resource: Any) -> bool:
+    """Switch tracing on when the environment asks for it; True when on.
+
+    `mode`: None reads the environment; "export" exports over OTLP/HTTP (the
+    exporter reads its endpoint from the environment; a malformed one logs
+    `obs.otel.unavailable` and tracing stays off); "record"
+    makes spans and exports none (benchmarks: the cost of tracing itself);
+    "relay" (a subagent) hands finished spans in batches to `relay(records)`,
+    which sends them up the control wire; "off". Idempotent.
+    """
+    global enabled, exporting, _sink, _exporter, _relay
+    if enabled:
+        return True
+    if mode is None:
+        mode = "export" if wanted() else "off"
+    if mode == "off":
+        return False
+    from agentd.log import log
+
+    # A forked subagent inherits the template's generator state (the forkserver
+    # forks without CPython's at-fork hooks): reseed, or siblings share span ids.
+    _rand.seed(os.urandom(32))
+    _configure_sampler()
+    if mode == "export":
+        try:
+            exporter = _make_exporter(service, resource)
+        except (ValueError, OSError, ssl_error()) as exc:  # a bad endpoint or CA file
+            log.warning("obs.otel.unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
+            return False
+        _exporter, _sink, exporting = exporter, exporter.put, True
+    elif mode == "relay" and relay is not None:
+        _relay = _Relay(relay)
+        _sink = _relay.put
+    else:
+        _sink = None  # record: spans are made, and dropped at their end
+    enabled = True
+    log.info("obs.tracing", mode=mode, service=service)
+    return True
+
+
+def ssl_error() -> type[BaseException]:
+    import ssl
+
+    return ssl.SSLError
+
+
+def _configure_sampler() -> None:
+    global _root_sampled, _parent_based
+    name = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
+    arg = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0")
+    _parent_based = name.startswith("parentbased_")
+    base = name.removeprefix("parentbased_")
+    if base == "always_off":
+        _root_sampled = lambda trace_id: False  # noqa: E731
+    elif base == "traceidratio":
+        try:
+            ratio = min(max(float(arg), 0.0), 1.0)
+        except ValueError:
+            ratio = 1.0
+        bound = int(ratio * (1 << 64))
+        _root_sampled = lambda trace_id: (trace_id & 0xFFFFFFFFFFFFFFFF) < bound  # noqa: E731
+    else:
+        _root_sampled = lambda trace_id: True  # noqa: E731
+
+
+# ------------------------------------------------------------------ relaying
+
+class _Relay:
+    """A subagent's buffer: finished spans, batched, go to its parent."""
+
+    def __init__(self, send: Callable[[list[tuple]], None]) -> None:
+        self._send = send
+        self._buf: list[tuple] = []
+
+    def put(self, record: tuple) -> None:
+        self._buf.append(record)
+        if len(self._buf) >= RELAY_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        buf, self._buf = self._buf, []
+        if not buf:
+            return
+        wire = [(n, f"{t:032x}", f"{s:016x}", f"{p:016x}" if p else None, k, a, b, at, e)
+                for n, t, s, p, k, a, b, at, e in buf]
+        try:
+            self._send(wire)
+        except Exception:  # the wire is gone: the spans are lost, the run is not
+            pass
+
+
+def relay_in(records: list[Any], **attrs: Any) -> int:
+    """Export spans a subagent relayed (`agentd.tree.control.SpanRecord`s, or the
+    same 9-tuples); returns how many were taken. Dropped unless this process
+    exports. `attrs` (the child's handle) are added to each; every attribute is
+    scrubbed again here, and a malformed record is skipped."""
+    exporter = _exporter
+    if exporter is None:
+        return 0
+    extra = _clean(attrs)
+    taken = 0
+    for rec in records[:RELAY_MAX]:
+        try:
+            fields = getattr(rec, "__struct_fields__", None)
+            if fields is not None:
+                rec = tuple(getattr(rec, f) for f in fields)
+            name, tid, sid, pid, kind, start_ns, end_ns, rattrs, error = rec
+            trace_id, span_id = int(tid, 16), int(sid, 16)
+            parent_id = int(pid, 16) if pid else 0
+            if not trace_id or not span_id or trace_id >> 128 or span_id >> 64 \
+                    or parent_id >> 64:
+                continue
+            clean = _clean(rattrs) if isinstance(rattrs, dict) else {}
+            clean.update(extra)
+            exporter.put((str(name)[:256], trace_id, span_id, parent_id,
+                          kind if kind in _KINDS else "internal", int(start_ns),
+                          int(end_ns), clean, str(error)[:256] if error else None))
+        except (TypeError, ValueError):
+            continue
+        taken += 1
+    return taken
+
+
+# ------------------------------------------------------------------ exporting
+
+def _make_exporter(service: str, resource: dict[str, Any]) -> Any:
+    import agentd
+    from agentd.obs.otlp import Exporter, resource_attributes
+
+    return Exporter(resource_attributes(service, agentd.__version__, resource),
+                    ("agentd", agentd.__version__))
+
+
+# ------------------------------------------------------------------ internals
+
+def _parent(tp: str | None, tracestate: str | None, root: bool) -> Any:
+    if tp is not None:
+        parsed = parse_traceparent(tp)
+        if parsed is not None:
+            ts = tracestate if tracestate and len(tracestate) <= 512 \
+                and tracestate.isprintable() else None
+            return _Remote(parsed[0], parsed[1], parsed[2], ts)
+    return None if root else _current.get()
+
+
+_secret_set: set[str] | None = None
+
+
+def _secrets() -> set[str]:
+    """The live set of registered secrets (agentd.log's, shared: mutated in place)."""
+    global _secret_set
+    if _secret_set is None:
+        from agentd import log as logmod
+
+        sink = getattr(logmod, "_sink", None)
+        _secret_set = getattr(sink, "secrets", None) if sink is not None else None
+        if _secret_set is None:
+            return set()
+    return _secret_set
+
+
+def _clean(attrs: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    secrets = _secrets()
+    for k, v in attrs.items():
+        if v is None:
+            continue
+        if isinstance(v, str):
+            for s in secrets:
+                if s in v:
+                    v = v.replace(s, "***")
+        elif not isinstance(v, bool | int | float):
+            if isinstance(v, list | tuple):
+                v = [str(x) for x in v]
+            else:
+                v = str(v)
+        out[str(k)] = v
+    return out

@@ -1,0 +1,307 @@
+"""The parent's side of brokered I/O: a subagent's intelligence calls, MCP calls,
+reads and subscriptions, performed by the root on its pooled connections.
+
+A child holds no server spec, no gateway URL and no secret: its first frame
+carries a `Catalogue` (the tools, resources and server instructions of the
+servers in its `tool_scope`, taken from the root's already-connected
+`Toolbox`: never re-listed), and everything it does goes up its control wire
+as `io/request` (a tagged union, `agentd.tree.control.IoRequest`). The
+`Broker` answers each on behalf of the handle *of the pipe that asked*:
+
+* `complete` — through the tree's `Metered` provider: the one token ledger and
+  the one `FlowGate` (agentd.agent.ledger, agentd.intelligence.flow);
+* `call` — the qualified tool must belong to a server in the child's scope
+  (checked here, against the live Toolbox, whatever the child claims);
+* `read` / `subscribe` / `unsubscribe` — the owning server must be in scope;
+  an update for a subscribed resource goes to the children that subscribed
+  to it (`io/updated`), and to the root's own update queue only when the root
+  had subscribed to it itself.
+
+Processes are flat (every subagent is a child process of the root), so every
+level of a deep tree is served here in one hop, with the asking child's own
+(already narrowed) scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agentd.intelligence.base import CeilingReached, IntelligenceUnavailable
+from agentd.log import log
+from agentd.tree.control import (
+    IO_CEILING,
+    IO_FAULT,
+    IO_SCOPE,
+    IO_UNAVAILABLE,
+    Catalogue,
+    CatalogueResource,
+    CatalogueTool,
+    IoCall,
+    IoComplete,
+    IoCompletion,
+    IoDelegate,
+    IoDone,
+    IoObservation,
+    IoRead,
+    IoRequest,
+    IoResult,
+    IoSubscribe,
+    IoUnsubscribe,
+    IoUpdated,
+)
+
+__all__ = ["Broker", "BrokerError"]
+
+
+class BrokerError(Exception):
+    """Answered to the child as a JSON-RPC error (code from agentd.tree.control)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _tee(broker: Broker, queue: Any) -> None:
+    """Route the root Toolbox's update queue through the broker.
+
+    Every MCP client of the Toolbox (a reconnected one too) holds this same
+    queue and calls `put_nowait((server, uri))` on `notifications/resources/
+    updated`: the update goes to the children that subscribed to it, and into
+    the queue (the root's own wakes) unless only children did.
+    """
+    if getattr(queue, "_agentd_broker_tee", False):
+        return
+    put = queue.put_nowait
+
+    def put_nowait(item: tuple[str, str]) -> None:
+        if broker.route_update(item[0], item[1]):
+            put(item)
+
+    queue.put_nowait = put_nowait
+    queue._agentd_broker_tee = True
+
+
+class Broker:
+    """Serves `io/request` for every child of one Supervisor (see the module doc).
+
+    `intelligence` is the tree's `Metered` provider (or a factory of it, called at
+    the first `complete`: a Supervisor without a model never builds one);
+    `toolbox` the root's connected Toolbox, or None when no server is declared.
+    `notify(handle, IoUpdated)` delivers an update to a child (the Supervisor
+    sends it on that child's wire).
+    """
+
+    def __init__(self, *, intelligence: Any, toolbox: Any = None) -> None:
+        self._intelligence = intelligence
+        self.toolbox = toolbox
+        self.notify: Callable[[str, IoUpdated], None] | None = None
+        self._catalogues: dict[frozenset[str], tuple[tuple, Catalogue]] = {}
+        # (server, uri) -> handles subscribed; keys subscribed on the server only for children
+        self._subs: dict[tuple[str, str], set[str]] = {}
+        self._made: set[tuple[str, str]] = set()
+        self.delivered: list[tuple[str, str, str]] = []  # (handle, server, uri), bounded
+        self.calls = 0
+        if toolbox is not None and getattr(toolbox, "updates", None) is not None:
+            _tee(self, toolbox.updates)
+
+    async def aclose(self) -> None:
+        """Close the provider if it was ever built (the owner of a Broker calls this)."""
+        intel = self._intelligence
+        if hasattr(intel, "aclose") and hasattr(intel, "complete"):
+            await intel.aclose()
+
+    @property
+    def intelligence(self) -> Any:
+        if callable(self._intelligence) and not hasattr(self._intelligence, "complete"):
+            self._intelligence = self._intelligence()
+        return self._intelligence
+
+    # ------------------------------------------------------------- catalogue
+    def _clients(self, scope: frozenset[str]) -> dict[str, Any]:
+        tb = self.toolbox
+        if tb is None:
+            return {}
+        return {n: c for n, c in tb.clients.items() if n in scope}
+
+    def catalogue(self, scope: frozenset[str]) -> Catalogue | None:
+        """What a child with `scope` may see; cached until a server re-lists."""
+        tb = self.toolbox
+        if tb is None or not scope:
+            return None
+        tools = tb.tools  # rebuilt by the Toolbox when a server re-listed
+        key = (id(tools), tuple(id(c.resources) for c in self._clients(scope).values()))
+        hit = self._catalogues.get(scope)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        cat = Catalogue(
+            tools=tuple(CatalogueTool(qualified=q, server=e.server, name=e.tool.name,
+                                      description=e.tool.description or "",
+                                      input_schema=e.tool.input_schema or {})
+                        for q, e in tools.items() if e.server in scope),
+            resources=tuple(CatalogueResource(server=r.server, uri=r.uri, name=r.name,
+                                              description=r.description or "",
+                                              mime_type=r.mime_type or "", size=r.size)
+                            for r in tb.resources if r.server in scope),
+            instructions={n: t for n, t in tb.instructions.items() if n in scope},
+            a2a_peers=tuple(p for p in getattr(getattr(tb, "peers", None), "clients", ())
+                            if p in scope))
+        self._catalogues[scope] = (key, cat)
+        return cat
+
+    # ---------------------------------------------------------------- serving
+    async def serve(self, handle: str, scope: frozenset[str], req: IoRequest) -> IoResult:
+        """Perform one request of `handle` (whose scope is `scope`); BrokerError if refused."""
+        self.calls += 1
+        if isinstance(req, IoComplete):
+            try:
+                completion = await self.intelligence.complete_for(handle, req.messages,
+                                                                  req.tools)
+            except CeilingReached as exc:
+                raise BrokerError(IO_CEILING, str(exc)) from None
+            except IntelligenceUnavailable as exc:
+                raise BrokerError(IO_UNAVAILABLE, str(exc)) from None
+            return IoCompletion(completion)
+        fault = _fault_type()
+        try:
+            if isinstance(req, IoCall):
+                return await self._call(handle, scope, req)
+            if isinstance(req, IoRead):
+                obs = await self._read(scope, req.uri, req.server)
+                return IoObservation(obs.text, bool(obs.is_error), None)
+            if isinstance(req, IoSubscribe):
+                return IoDone(await self._subscribe(handle, scope, req.uri, req.server))
+            if isinstance(req, IoUnsubscribe):
+                await self._unsubscribe(handle, scope, req.uri, req.server)
+                return IoDone(True)
+            if isinstance(req, IoDelegate):
+                return await self._delegate(handle, scope, req)
+        except fault as exc:
+            raise BrokerError(IO_FAULT, str(exc)) from None
+        raise BrokerError(IO_SCOPE, "unknown io request")  # pragma: no cover
+
+    def _scope_error(self, what: str) -> BrokerError:
+        return BrokerError(IO_SCOPE, f"{what} is not in this subagent's tool_scope")
+
+    async def _call(self, handle: str, scope: frozenset[str], req: IoCall) -> IoObservation:
+        tb = self.toolbox
+        entry = tb.tools.get(req.name) if tb is not None else None
+        if entry is None or entry.server not in scope:
+            # the same answer whether the tool exists elsewhere or not at all
+            log.warning("subagent.io_refused", handle=handle, tool=req.name,
+                        reason="not in tool_scope")
+            raise self._scope_error(f"tool {req.name!r}")
+        obs = await tb.clients[entry.server].call_tool(entry.tool.name, req.arguments,
+                                                        time_limit=req.time_limit)
+        structured = getattr(obs, "structured", None)
+        return IoObservation(obs.text, bool(obs.is_error), structured)
+
+    async def _delegate(self, handle: str, scope: frozenset[str],
+                        req: IoDelegate) -> IoObservation:
+        """A subagent's a2a.delegate, on the root's peers, if the peer is in its scope."""
+        from agentd.agent.a2a_delegate import DelegateArgs, delegate
+
+        peers = getattr(self.toolbox, "peers", None)
+        if peers is None or req.peer not in scope or req.peer not in peers.clients:
+            log.warning("subagent.io_refused", handle=handle, peer=req.peer,
+                        reason="not in tool_scope")
+            raise self._scope_error(f"A2A peer {req.peer!r}")
+        obs = await delegate(peers, DelegateArgs({
+            "peer": req.peer, "message": req.message, "async": req.mode_async,
+            "task_id": req.task_id, "context_id": req.context_id}))
+        return IoObservation(obs.text, bool(obs.is_error), obs.structured)
+
+    def _owner(self, scope: frozenset[str], uri: str, server: str | None) -> Any:
+        clients = self._clients(scope)
+        if server is not None:
+            client = clients.get(server)
+            if client is None:
+                raise self._scope_error(f"server {server!r}")
+            return client
+        for c in clients.values():
+            if any(r.uri == uri for r in c.resources):
+                return c
+        with_res = [c for c in clients.values() if c.capabilities.resources]
+        return with_res[0] if len(with_res) == 1 else None
+
+    async def _read(self, scope: frozenset[str], uri: str, server: str | None) -> Any:
+        from agentd.mcp.client import Observation
+
+        owner = self._owner(scope, uri, server)
+        if owner is not None:
+            return await owner.read_resource(uri)
+        for c in self._clients(scope).values():  # unlisted URI: first in scope that has it
+            if c.capabilities.resources:
+                obs = await c.read_resource(uri)
+                if not obs.is_error:
+                    return obs
+        return Observation(f"resource not found: {uri}", is_error=True)
+
+    async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
+                         server: str | None) -> bool:
+        owner = self._owner(scope, uri, server)
+        if owner is None:
+            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle)
+            return False
+        key = (owner.name, uri)
+        if key not in self._subs:
+            already = uri in getattr(owner, "subscriptions", ())
+            if not already:
+                if not await owner.subscribe(uri):
+                    return False
+                self._made.add(key)
+            self._subs[key] = set()
+        self._subs[key].add(handle)
+        return True
+
+    async def _unsubscribe(self, handle: str, scope: frozenset[str], uri: str,
+                           server: str | None) -> None:
+        for key in [k for k in self._subs if k[1] == uri and (server is None or k[0] == server)
+                    and k[0] in scope]:
+            await self._release(key, handle)
+
+    async def _release(self, key: tuple[str, str], handle: str) -> None:
+        handles = self._subs.get(key)
+        if handles is None:
+            return
+        handles.discard(handle)
+        if handles:
+            return
+        del self._subs[key]
+        if key in self._made:
+            self._made.discard(key)
+            client = self.toolbox.clients.get(key[0]) if self.toolbox is not None else None
+            if client is not None:
+                try:
+                    await client.unsubscribe(key[1])
+                except Exception as exc:  # the server's problem; nothing of ours is lost
+                    log.warning("mcp.unsubscribe_failed", uri=key[1], error=str(exc)[:200])
+
+    async def drop(self, handle: str) -> None:
+        """A child ended: release every subscription it held."""
+        for key in [k for k, hs in self._subs.items() if handle in hs]:
+            await self._release(key, handle)
+
+    def holds(self, handle: str) -> bool:
+        return any(handle in hs for hs in self._subs.values())
+
+    def route_update(self, server: str, uri: str) -> bool:
+        """Deliver an update to its subscribing children; True if the root wants it too."""
+        key = (server, uri)
+        handles = self._subs.get(key, ())
+        for h in handles:
+            if self.notify is not None:
+                self.notify(h, IoUpdated(server, uri))
+                if len(self.delivered) < 4096:
+                    self.delivered.append((h, server, uri))
+        return key not in self._made or not handles
+
+    def scopes(self) -> Iterable[frozenset[str]]:
+        return self._catalogues.keys()
+
+
+def _fault_type() -> type[BaseException]:
+    from agentd.mcp.client import ToolFault
+
+    return ToolFault

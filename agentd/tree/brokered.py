@@ -1,0 +1,134 @@
+"""The child's side of brokered I/O: an intelligence provider and a Toolbox that
+talk only to the control wire.
+
+A brokered subagent has no HTTP stack, no server spec and no secret. The loop
+cannot tell these from the real ones: `BrokeredIntelligence.complete` and
+`BrokeredToolbox.call / read_resource / subscribe / unsubscribe /
+next_update`, `.tools / .resources / .instructions / .updates` have the
+shapes of `agentd.intelligence.base.Intelligence` and `agentd.mcp.toolbox.Toolbox`.
+Each call is one `io/request` to the parent (agentd.tree.broker), which decides
+on it with this child's handle and scope. The catalogue came down in
+`child/configure` and is never re-listed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from agentd.intelligence.base import (
+    CeilingReached,
+    Completion,
+    IntelligenceUnavailable,
+    Message,
+    ToolDef,
+)
+from agentd.obs import trace
+from agentd.tree.control import (
+    IO_CEILING,
+    IO_UNAVAILABLE,
+    Catalogue,
+    IoCall,
+    IoComplete,
+    IoDelegate,
+    IoObservation,
+    IoRead,
+    IoSubscribe,
+    IoUnsubscribe,
+    IoUpdated,
+)
+from agentd.tree.procs import Channel, RemoteError
+
+__all__ = ["BrokeredIntelligence", "BrokeredToolbox"]
+
+
+class BrokeredIntelligence:
+    """`complete()` is the parent's provider, through the tree's ledger and gate."""
+
+    name = "brokered"
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDef]
+                       ) -> Completion:
+        try:
+            res = await self._channel.call("io/request", IoComplete(
+                list(messages), list(tools), trace.current_traceparent()))
+        except RemoteError as exc:
+            if exc.code == IO_CEILING:
+                raise CeilingReached(exc.message) from None
+            if exc.code == IO_UNAVAILABLE:
+                raise IntelligenceUnavailable(exc.message) from None
+            raise IntelligenceUnavailable(f"broker: {exc.message}") from None
+        return res.completion
+
+    async def aclose(self) -> None:
+        pass
+
+
+class BrokeredToolbox:
+    """The MCP side of a brokered child (see the module doc)."""
+
+    def __init__(self, channel: Channel, catalogue: Catalogue | None) -> None:
+        self._channel = channel
+        cat = catalogue or Catalogue()
+        self.tools: dict[str, Any] = {t.qualified: t for t in cat.tools}
+        self.resources: list[Any] = list(cat.resources)
+        self.instructions: dict[str, str] = dict(cat.instructions)
+        self.a2a_peers: tuple[str, ...] = tuple(cat.a2a_peers)  # a2a.delegate, via the root
+        self.updates: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self.omitted: dict[str, str] = {}
+
+    def updated(self, ev: IoUpdated) -> None:
+        """The parent routed an update of a resource this child subscribed to."""
+        self.updates.put_nowait((ev.server, ev.uri))
+
+    def servers(self) -> list[str]:
+        return sorted({t.server for t in self.tools.values()}
+                      | {r.server for r in self.resources})
+
+    async def _io(self, req: Any) -> Any:
+        try:
+            return await self._channel.call("io/request", req)
+        except RemoteError as exc:
+            from agentd.mcp.client import ToolFault
+
+            raise ToolFault("broker", exc.message, retryable=False, code=exc.code) from None
+
+    async def call(self, qualified_name: str,
+                   arguments: Mapping[str, Any] | str | bytes | None = None, *,
+                   time_limit: float | None = None) -> IoObservation:
+        if qualified_name not in self.tools:
+            return IoObservation(f"unknown tool {qualified_name!r}", is_error=True)
+        if isinstance(arguments, (str, bytes)):
+            arguments = orjson.loads(arguments) if arguments else None
+        return await self._io(IoCall(qualified_name, arguments, time_limit,
+                                     trace.current_traceparent()))
+
+    async def read_resource(self, uri: str, *, server: str | None = None) -> IoObservation:
+        return await self._io(IoRead(uri, server))
+
+    async def a2a_delegate(self, a: Any) -> IoObservation:
+        """`a2a.delegate` (validated `DelegateArgs`): the root performs it on its peers."""
+        return await self._io(IoDelegate(a.peer, a.message, a.mode_async, a.task_id,
+                                         a.context_id))
+
+    async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
+        return bool((await self._io(IoSubscribe(uri, server))).ok)
+
+    async def unsubscribe(self, uri: str, *, server: str | None = None) -> None:
+        await self._io(IoUnsubscribe(uri, server))
+
+    async def next_update(self) -> tuple[str, str, IoObservation]:
+        server, uri = await self.updates.get()
+        return server, uri, await self.read_resource(uri, server=server)
+
+    async def __aenter__(self) -> BrokeredToolbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass

@@ -1,0 +1,125 @@
+"""The whole drain counts inside --drain-timeout (spec §1.7), in reactive mode too.
+
+A reactive agentd (the console script) serves its self-MCP; an official-SDK
+client spawns an async run whose child ignores SIGTERM (the test-only
+`AGENTD_TEST_CHILD_FAULT=ignore_term`); its one declared MCP server (official
+SDK) is then frozen with SIGSTOP, so closing that session never gets an
+answer. On SIGTERM the process is gone within the drain timeout plus a small
+constant (this bounds the wait; the figure itself is not what is tested), exits
+130, and leaves no child behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import peers
+import pytest
+from test_reactive_cli import Agentd
+
+mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
+from mcp import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+DRAIN = 6.0
+SLACK = 5.0  # start-up of the interpreter's exit, the reap: a constant, not a share
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            out += [int(x) for x in fh.read().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_reactive_drain_with_a_stuck_child_and_a_silent_server(agentd_bin, tmp_path):
+    book = tmp_path / "drain.playback.json"
+    book.write_text(json.dumps({"playback": 1, "scripts": [
+        {"name": "worker", "match": "worker", "turns": [{"content": "idle"}]}]}))
+    srv = peers.python_peer("fault_peers.py", "--legacy").start()
+    frozen = False
+    port = peers.free_port()
+    ag = Agentd([agentd_bin, "--instruction", "be a worker", "--intelligence",
+                 f"playback:{book}", "--mode", "reactive", "--subscribe", "file:///nowhere",
+                 "--mcp", f"silent={srv.url}", "--serve-mcp", f"http://127.0.0.1:{port}",
+                 "--drain-timeout", str(DRAIN), "--ping-interval", "60"],
+                tmp_path, env={"AGENTD_TEST_CHILD_FAULT": "ignore_term"})
+    try:
+        ag.wait_event("mcp.serve.listening")
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams, \
+                ClientSession(streams[0], streams[1]) as client:
+            await client.initialize()
+            r = await client.call_tool("subagent.spawn", {"instruction": "stuck", "async": True})
+            assert r.structured_content["status"] == "running"
+        ag.wait_until(lambda: len(_children(ag.proc.pid)) >= 1)
+        kids = _children(ag.proc.pid)
+        assert srv.proc is not None
+        os.kill(srv.proc.pid, signal.SIGSTOP)  # the server never answers again
+        frozen = True
+        t0 = time.monotonic()
+        ag.proc.send_signal(signal.SIGTERM)
+        code = ag.proc.wait(timeout=DRAIN * 4 + 30)
+        elapsed = time.monotonic() - t0
+        assert code == 130, ag.err.read_text()[-3000:]
+        assert elapsed < DRAIN + SLACK, (elapsed, ag.err.read_text()[-3000:])
+        assert ag.result()["status"] == "interrupted"
+        assert not [k for k in kids if _alive(k)]
+    finally:
+        if ag.proc.poll() is None:
+            ag.proc.kill()
+            ag.proc.wait()
+        if frozen and srv.proc is not None:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        srv.stop()
+
+
+def test_deadline_exit_has_a_hard_bound(agentd_bin, tmp_path):
+    """Task mode: the deadline passes while a child ignores SIGTERM and the one MCP
+    server is frozen; the drain after the deadline is bounded by --drain-timeout."""
+    deadline = 6.0
+    book = tmp_path / "deadline.playback.json"
+    book.write_text(json.dumps({"playback": 1, "scripts": [
+        {"name": "root", "match": "[root]", "turns": [
+            {"tool_calls": [{"name": "agentd__subagent_spawn",
+                             "arguments": {"instruction": "stuck", "async": True}}]},
+            {"delay": 300, "content": "never"}]},
+        {"name": "stuck", "match": "stuck", "turns": [{"content": "unreachable"}]},
+    ]}))
+    srv = peers.python_peer("fault_peers.py", "--legacy").start()
+    frozen = False
+    t0 = time.monotonic()
+    ag = Agentd([agentd_bin, "--instruction", "[root] work", "--intelligence",
+                 f"playback:{book}", "--mcp", f"silent={srv.url}", "--deadline", str(deadline),
+                 "--drain-timeout", str(DRAIN), "--ping-interval", "60"],
+                tmp_path, env={"AGENTD_TEST_CHILD_FAULT": "ignore_term"})
+    try:
+        ag.wait_event("tool.result")
+        kids = _children(ag.proc.pid)
+        assert srv.proc is not None
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        frozen = True
+        code = ag.proc.wait(timeout=deadline + DRAIN * 4 + 30)
+        elapsed = time.monotonic() - t0
+        assert code == 4, ag.err.read_text()[-3000:]
+        assert elapsed < deadline + DRAIN + SLACK, (elapsed, ag.err.read_text()[-3000:])
+        assert ag.result()["status"] == "deadline"
+        assert not [k for k in kids if _alive(k)]
+    finally:
+        if ag.proc.poll() is None:
+            ag.proc.kill()
+            ag.proc.wait()
+        if frozen and srv.proc is not None:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        srv.stop()
