@@ -40,18 +40,68 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import os
 import resource
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+import msgspec
 from aiohttp import web
 
 from agentd.log import log
 from agentd.log_bridge import throttled
 
-if TYPE_CHECKING:
-    from agentd.mcp.http_server import Limits
+MIB: Final = 1024 * 1024
+
+
+class Limits(msgspec.Struct, frozen=True):
+    """Bounds of the served endpoint (documented in docs/server.md)."""
+
+    max_body: int = 4 * MIB  # bytes of one POST body -> 413 beyond
+    max_line: int = 8190  # bytes of the request line / one header line -> 400 beyond
+    max_field: int = 8190  # bytes of one header field
+    max_headers: int = 64  # number of header fields
+    sessions_per_client: int = 1024  # live sessions per principal (not address) -> 429 beyond
+    max_sessions: int = 8192  # live sessions in total -> 503 beyond
+    idle_timeout: float = 900.0  # s without a request or an open stream -> session ended
+    event_buffer: int = 512  # SSE events kept per session for Last-Event-ID replay
+    keepalive: float = 15.0  # s between SSE comment pings on an idle stream
+    write_timeout: float = 30.0  # s a stalled SSE write may block before the stream is dropped
+    shutdown_timeout: float = 2.0  # s open streams get on stop()
+    listen_per_client: int = 32  # open 2026-07-28 listen streams per principal -> 429
+    max_listens: int = 4096  # open listen streams in total -> 503 beyond
+    listen_buffer: int = 256  # undelivered frames one listen stream may queue before it is ended
+    # connections (agentd.mcp.http_limits): enforced before any request reaches auth
+    max_head: int = 32 * 1024  # bytes of a connection's first request head -> 431 and closed
+    header_timeout: float = 10.0  # s to receive a new connection's first request head (and TLS)
+    keepalive_timeout: float = 15.0  # s an idle keep-alive connection (or half-sent head) lives
+    body_timeout: float = 30.0  # s to read one request body -> 408 and closed
+    max_connections: int = 0  # open connections; 0: half the fd soft limit, at most 4096
+    max_unauth_connections: int = 256  # connections before their first authenticated request
+    streams_per_principal: int = 64  # open GET SSE streams per principal -> 429 beyond
+    stream_max_age: float = 300.0  # s a GET stream stays open; the client resumes (Last-Event-ID)
+
+
+LIMITS_ENV: Final = "AGENTD_SERVE_LIMITS"
+
+
+def env_limits() -> Limits:
+    """The defaults, with any fields the operator set in ``AGENTD_SERVE_LIMITS``
+    (a JSON object, e.g. ``{"body_timeout": 10}``); a bad value is a ValueError."""
+    raw = os.environ.get(LIMITS_ENV)
+    if not raw:
+        return Limits()
+    try:
+        fields = msgspec.json.decode(raw, type=dict[str, Any])
+        unknown = sorted(set(fields) - set(Limits.__struct_fields__))
+        if unknown:
+            raise ValueError(f"{LIMITS_ENV}: unknown field(s) {', '.join(unknown)}")
+        return msgspec.convert(fields, Limits)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"{LIMITS_ENV}: {exc}") from None
+
+
 
 __all__ = ["Gate", "GatedSite", "default_max_connections", "gate_middleware", "return_memory"]
 
