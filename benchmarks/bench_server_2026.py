@@ -16,8 +16,9 @@ One run, one JSON line on stdout (a readable table on stderr):
   connection): one stateless 2026-07-28 POST against initialize +
   notifications/initialized + the call at 2025-11-25.  Median of ``--fresh``
   processes each; ``cold`` starts the timer before the HTTP library's first use,
-  ``warm`` after a throw-away request on another connection (so the figure is
-  the protocol's: a new connection and its exchanges).
+  ``warm`` after a throw-away ``server/discover`` POST on another connection and
+  session, the same for both revisions (so the figure is the protocol's: a new
+  connection and its exchanges, not the HTTP library's first use in a process).
 * ``notify``: publish -> listen -> read done: a handler in this process calls
   ``notify_updated(uri)``; the time until the client holding a
   ``subscriptions/listen`` stream (2026-07-28) or a session GET stream after
@@ -142,9 +143,13 @@ url, era, warm = sys.argv[1], sys.argv[2], sys.argv[3] == "warm"
 H = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 META = %s
 async def main():
-    if warm:  # the HTTP library's one-time costs (resolver thread, SSL/zlib setup) paid first
+    if warm:  # the HTTP library's one-time costs (its first POST and JSON answer on a
+        # session of its own) paid first, the same for both revisions: one server/discover
         async with aiohttp.ClientSession() as w:
-            async with w.get(url.rsplit("/", 1)[0] + "/warm") as r:
+            probe = {"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": META}}
+            async with w.post(url, data=orjson.dumps(probe),
+                              headers={**H, "MCP-Protocol-Version": "2026-07-28",
+                                       "Mcp-Method": "server/discover"}) as r:
                 await r.read()
     t0 = time.perf_counter()
     async with aiohttp.ClientSession() as http:
