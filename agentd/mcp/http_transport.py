@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import aiohttp
@@ -206,20 +206,8 @@ class StreamableHTTPTransport:
         if headers:
             hdrs = CIMultiDict(hdrs)
             hdrs.extend(headers)
-        base = hdrs
-        for attempt in range(MAX_AUTH_RETRIES + 1):
-            hdrs = base
-            if self.auth is not None and (bearer := await self.auth.headers()):
-                hdrs = CIMultiDict(base)  # a copy only when there is a token to send
-                hdrs.update(bearer)
-            try:
-                resp = await http.post(self._url, data=body, headers=hdrs)
-            except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
-                raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
-            except (aiohttp.ClientError, OSError) as exc:
-                raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
-            if attempt == MAX_AUTH_RETRIES or not await self._reauthorized(resp):
-                break
+        resp = await self._send_authorized(
+            lambda h: http.post(self._url, data=body, headers=h), hdrs)
         try:
             status = resp.status
             if initialize and status < 300:
@@ -271,6 +259,27 @@ class StreamableHTTPTransport:
                                   retry_after=parse_retry_after(resp.headers.get("Retry-After")))
         finally:
             resp.release()
+
+    async def _send_authorized(
+            self, send: Callable[[Any], Awaitable[aiohttp.ClientResponse]], base: Any,
+    ) -> aiohttp.ClientResponse:
+        """One request with the auth hook's credentials, sent again (bounded) when a
+        401/403 got the hook new ones; connection faults become TransportError."""
+        for attempt in range(MAX_AUTH_RETRIES + 1):
+            hdrs = base
+            if self.auth is not None and (bearer := await self.auth.headers()):
+                hdrs = CIMultiDict(base)  # a copy only when there is a token to send
+                hdrs.popall("Authorization", None)
+                hdrs.update(bearer)
+            try:
+                resp = await send(hdrs)
+            except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
+                raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+            if attempt == MAX_AUTH_RETRIES or not await self._reauthorized(resp):
+                return resp
+        raise AssertionError("unreachable: the last attempt returns")
 
     async def _reauthorized(self, resp: aiohttp.ClientResponse) -> bool:
         """A 401/403 and an auth hook that got new credentials: send again."""
@@ -382,23 +391,11 @@ class StreamableHTTPTransport:
         if http is None:
             raise TransportError("transport is closed", sent=False)
         headers = self._get_headers
-        if last_event_id or self.auth is not None:
+        if last_event_id:
             headers = CIMultiDict(headers)
-            if last_event_id:
-                headers["Last-Event-ID"] = last_event_id
+            headers["Last-Event-ID"] = last_event_id
         had_session = self.session_id is not None
-        for attempt in range(MAX_AUTH_RETRIES + 1):
-            if self.auth is not None:  # a GET stream opens rarely: no copy to save
-                headers.popall("Authorization", None)
-                headers.update(await self.auth.headers())
-            try:
-                resp = await http.get(self._url, headers=headers)
-            except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
-                raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
-            except (aiohttp.ClientError, OSError) as exc:
-                raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
-            if attempt == MAX_AUTH_RETRIES or not await self._reauthorized(resp):
-                break
+        resp = await self._send_authorized(lambda h: http.get(self._url, headers=h), headers)
         if resp.status == 200 and _is_sse(resp.headers.get("Content-Type", "")):
             return resp
         status = resp.status
