@@ -200,16 +200,21 @@ def check_endpoint(url: str, what: str) -> None:
     raise ConfigError(f"{what}: endpoint {url!r} must be https:// or a loopback http://")
 
 
-def parse_mcp_flag(value: str) -> ServerSpec:
-    """`name=<endpoint>` from a --mcp flag."""
+def _endpoint_flag(flag: str, what: str, value: str) -> ServerSpec:
+    """`name=<endpoint>` from a repeatable endpoint flag: one rule for every such flag."""
     if "=" not in value:
-        raise ConfigError(f"--mcp {value!r}: expected name=<endpoint>")
+        raise ConfigError(f"{flag} {value!r}: expected name=<endpoint>")
     name, url = value.split("=", 1)
     name = name.strip()
     if not name:
-        raise ConfigError(f"--mcp {value!r}: the server name is empty")
-    check_endpoint(url, f"--mcp {name}")
+        raise ConfigError(f"{flag} {value!r}: the {what} name is empty")
+    check_endpoint(url, f"{flag} {name}")
     return ServerSpec(name=name, url=url)
+
+
+def parse_mcp_flag(value: str) -> ServerSpec:
+    """`name=<endpoint>` from a --mcp flag."""
+    return _endpoint_flag("--mcp", "server", value)
 
 
 def default_tls_file(name: str) -> str:
@@ -245,14 +250,7 @@ FEATURES = ("a2a",)
 
 def parse_a2a_peer_flag(value: str) -> ServerSpec:
     """`name=<endpoint>` from a --a2a-peer flag (same endpoint rule as --mcp)."""
-    if "=" not in value:
-        raise ConfigError(f"--a2a-peer {value!r}: expected name=<endpoint>")
-    name, url = value.split("=", 1)
-    name = name.strip()
-    if not name:
-        raise ConfigError(f"--a2a-peer {value!r}: the peer name is empty")
-    check_endpoint(url, f"--a2a-peer {name}")
-    return ServerSpec(name=name, url=url)
+    return _endpoint_flag("--a2a-peer", "peer", value)
 
 
 def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...]:
