@@ -7,12 +7,16 @@ control frame as early as possible.
 
 import sys
 
-CHILD_FLAG = "--agentd-control-child"
+from agentd.tree.childflags import CHILD_FLAG, FORKSERVER_FLAG
 
 
 def _main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
-        from agentd.tree.child import main as child_main
+        if FORKSERVER_FLAG in sys.argv:
+            from agentd.app.forkserver import serve
+
+            sys.exit(serve(sys.argv[2:]))
+        from agentd.app.child import main as child_main
 
         sys.exit(child_main(sys.argv[2:]))
     from agentd.cli import main

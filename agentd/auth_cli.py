@@ -36,7 +36,7 @@ def _flags(ctx: click.Context, local: dict[str, Any]) -> dict[str, Any]:
 
 def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]:
     from agentd import log as _log
-    from agentd.cli import config_from_flags
+    from agentd.flags import config_from_flags
     from agentd.mcp import oauth
 
     flags = _flags(ctx, local)

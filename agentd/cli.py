@@ -7,7 +7,6 @@ spec shows them (TOOLS / MCP, ...).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -17,6 +16,7 @@ from agentd import __version__
 from agentd import config as cfg
 from agentd.auth_cli import auth as auth_commands
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
+from agentd.flags import apply_log_level, config_from_flags
 
 # Help sections, in order; each option names its section via `section=`.
 SECTIONS = ("RUN", "INTELLIGENCE", "TOOLS / MCP", "SERVE", "BUDGETS", "SUBAGENTS",
@@ -142,7 +142,7 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     _check_intelligence(config)
     from agentd import log as _log
     from agentd import runtime
-    from agentd.agent.run import run
+    from agentd.app.run import run
 
     _log.configure(fmt=config.log_format, level=_log.env_level())
     from agentd.log_bridge import route_stdlib
@@ -162,84 +162,6 @@ def _check_intelligence(config: cfg.Config) -> None:
     make_intelligence(config.intelligence, model=config.model,
                       stream=config.intelligence_stream, timeout=config.intelligence_timeout,
                       attempts=config.intelligence_attempts)
-
-
-def _apply_log_level(level: str | None) -> None:
-    """``--log-level``: validated, then published as AGENTD_LOG_LEVEL, the one
-    place the run, its reactive daemon and every subagent read it from."""
-    if level is None:
-        return
-    from agentd.log import LEVELS
-
-    norm = level.strip().lower()
-    if norm not in LEVELS:
-        raise cfg.ConfigError(f"--log-level {level!r}: expected debug, info, warning or error")
-    os.environ["AGENTD_LOG_LEVEL"] = norm
-
-
-def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) -> cfg.Config:
-    """Merge the config file (if any) and the flags into one frozen Config."""
-    flags = dict(flags)
-    values: dict[str, Any] = {}
-    config_file = flags.pop("config_file", None)
-    if config_file:
-        values = cfg.load_config_file(config_file)
-    servers = list(values.pop("mcp", []))
-    from_file = {s.name for s in servers}
-    for spec in (cfg.parse_mcp_flag(v) for v in flags.pop("mcp", ())):
-        # a --mcp naming a server of the config file sets its endpoint; the file
-        # keeps what a flag cannot say (headers with secrets, CA, required)
-        i = next((n for n, s in enumerate(servers) if s.name == spec.name), None)
-        if i is None or spec.name not in from_file:
-            servers.append(spec)
-        else:
-            import msgspec
-
-            servers[i] = msgspec.structs.replace(servers[i], url=spec.url)
-            from_file.discard(spec.name)  # a second flag for it is a duplicate
-    subscribe = list(values.pop("subscribe", [])) + list(flags.pop("subscribe", ()))
-    features = [f.strip() for v in (*(values.pop("features", None) or ()),
-                                    *flags.pop("features", ())) for f in v.split(",")
-                if f.strip()]
-    a2a_peers = list(values.pop("a2a_peers", []))
-    a2a_peers += [cfg.parse_a2a_peer_flag(v) for v in flags.pop("a2a_peer", ())]
-    serve_keys = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer")
-    serve = {k: flags.pop(k, None) or values.pop(k, None) for k in serve_keys}
-    bearers = values.pop("serve_bearers", None)
-    if bearers is not None:
-        bearers = cfg.check_bearers(bearers, flags.get("secrets_dir")
-                                    or values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR)
-    if serve["serve_bearer"]:
-        from agentd.log import register_secret
-
-        register_secret(serve["serve_bearer"])
-    if flags.get("metrics_bearer"):
-        from agentd.log import register_secret
-
-        register_secret(flags["metrics_bearer"])
-    if serve["serve_mcp"]:
-        values["serve"] = cfg.parse_serve(serve["serve_mcp"], serve["serve_cert"],
-                                          serve["serve_key"], serve["serve_client_ca"],
-                                          serve["serve_bearer"], bearers)
-    elif any(serve[k] for k in serve_keys[1:]) or bearers:
-        raise cfg.ConfigError("--serve-cert/--serve-key/--serve-client-ca/--serve-bearer "
-                              "need --serve-mcp")
-    if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
-        raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
-    _apply_log_level(flags.pop("log_level", None))
-    values.update({k: v for k, v in flags.items() if v is not None})
-    values["mcp"] = servers
-    secrets_dir = values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR
-    # a required server's header {{secret:…}} that is not set: exit 2 now, not at connect
-    # (an optional server's is found at connect time: it is then left out, like a failure)
-    for spec in (s for s in servers if s.required):
-        for value in spec.headers.values():
-            for ref in cfg.SECRET_RE.finditer(value):
-                cfg.resolve_secret(ref.group(1), secrets_dir)
-    values["subscribe"] = subscribe
-    values["features"] = tuple(dict.fromkeys(features))
-    values["a2a_peers"] = a2a_peers
-    return cfg.build(values, needs_instruction=needs_instruction)
 
 
 @cli.command("top", context_settings={"help_option_names": ["-h", "--help"]})
@@ -300,7 +222,7 @@ def demo_cmd(ctx: click.Context) -> None:
     from agentd.demo import main as demo_main
 
     flags = ctx.obj or {}
-    _apply_log_level(flags.get("log_level"))
+    apply_log_level(flags.get("log_level"))
     _log.configure(fmt=flags.get("log_format") or "text", level=_log.env_level())
     ctx.exit(runtime.run(demo_main()))
 

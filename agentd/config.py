@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentd import log as _log
+from agentd.errors import AgentdError
+from agentd.exitcodes import ExitCode
 
 MODES = ("task", "reactive")
 RESERVED_SERVER_NAME = "agentd"  # the self-tools' server name (agentd__subagent_spawn, ...)
@@ -32,6 +34,7 @@ SPAWN_MODES = ("exec", "forkserver")
 DEFAULT_SPAWN = "forkserver" if sys.platform.startswith("linux") else "exec"
 DEFAULT_MAX_INFLIGHT_INTELLIGENCE = 64  # intelligence calls in flight, tree-wide
 LOG_FORMATS = ("json", "text")
+DEFAULT_LOG_FORMAT = "json"
 SECRET_RE = re.compile(r"\{\{secret:([A-Za-z0-9_.-]+)\}\}")
 DEFAULT_SECRETS_DIR = "/run/secrets/agentd"
 # Where --serve-cert/--serve-key default to (spec §2): server.crt and server.key in
@@ -55,8 +58,11 @@ DEFAULT_DEBOUNCE = 0.05
 DEFAULT_MAX_SUBSCRIPTIONS = 64
 
 
-class ConfigError(Exception):
+class ConfigError(AgentdError):
     """A usage or configuration problem: exit 2, one line on stderr."""
+
+    exit_code = ExitCode.USAGE
+    event = "config.invalid"
 
 
 class OAuthAuth(msgspec.Struct, frozen=True, tag_field="type", tag="oauth",
@@ -129,7 +135,29 @@ class ServeSpec(msgspec.Struct, frozen=True):
         return bool(self.bearer) or bool(self.bearers) or bool(self.client_ca)
 
 
-class Config(msgspec.Struct, frozen=True):
+class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The bounds of a run, declared once: the root's `Config` and a child's
+    `ChildConfig` (agentd.tree.control) both embed them, as flat fields (the flags,
+    the config-file keys and the control wire keep one name per limit)."""
+
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_children: int = DEFAULT_MAX_CHILDREN
+    max_subagents: int = DEFAULT_MAX_SUBAGENTS
+    max_steps: int = DEFAULT_MAX_STEPS
+    deadline: float | None = None  # seconds from start
+    token_ceiling: int | None = None  # a child's: what is left of the tree's ceiling
+    init_timeout: float = DEFAULT_INIT_TIMEOUT
+    ping_interval: float = DEFAULT_PING_INTERVAL
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    observation_bytes: int = DEFAULT_OBSERVATION_BYTES
+
+    @property
+    def limits(self) -> RunLimits:
+        """Just the limits (a `Config` or `ChildConfig` narrowed to them)."""
+        return RunLimits(**{f: getattr(self, f) for f in RunLimits.__struct_fields__})
+
+
+class Config(RunLimits, frozen=True):
     instruction: str | None = None
     intelligence: str | None = None
     model: str | None = None
@@ -144,21 +172,11 @@ class Config(msgspec.Struct, frozen=True):
     serve_a2a: bool = False  # --serve-a2a: A2A beside the self-MCP on its listener
     mode: str = "task"
     subscribe: tuple[str, ...] = ()
-    max_depth: int = DEFAULT_MAX_DEPTH
-    max_children: int = DEFAULT_MAX_CHILDREN
-    max_subagents: int = DEFAULT_MAX_SUBAGENTS
-    max_steps: int = DEFAULT_MAX_STEPS
-    deadline: float | None = None  # seconds from start
-    token_ceiling: int | None = None
-    init_timeout: float = DEFAULT_INIT_TIMEOUT
-    ping_interval: float = DEFAULT_PING_INTERVAL
-    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
-    observation_bytes: int = DEFAULT_OBSERVATION_BYTES
     debounce: float = DEFAULT_DEBOUNCE
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     spawn: str = DEFAULT_SPAWN
     max_inflight_intelligence: int = DEFAULT_MAX_INFLIGHT_INTELLIGENCE
-    log_format: str = "json"
+    log_format: str = DEFAULT_LOG_FORMAT
     secrets_dir: str = DEFAULT_SECRETS_DIR
     state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.oauth)
     auth_interactive: bool = False  # --auth-interactive: a login may happen during a run
@@ -290,8 +308,9 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
         port = parts.port
     except ValueError as exc:
         raise ConfigError(f"--serve-mcp {url!r}: {exc}") from None
+    scheme: Literal["http", "https"] = "https" if parts.scheme == "https" else "http"
     if port is None:
-        port = 443 if parts.scheme == "https" else 80
+        port = 443 if scheme == "https" else 80
     if parts.scheme == "https" and not cert and not key:  # flag, then config, then env
         cert = os.environ.get("AGENTD_SERVE_CERT") or None
         key = os.environ.get("AGENTD_SERVE_KEY") or None
@@ -311,7 +330,7 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
         raise ConfigError("--serve-cert/--serve-client-ca need an https:// --serve-mcp")
     if client_ca and not cert:
         raise ConfigError("--serve-client-ca (mTLS) needs --serve-cert and --serve-key")
-    spec = ServeSpec(url=url, scheme=parts.scheme, host=parts.hostname, port=port,
+    spec = ServeSpec(url=url, scheme=scheme, host=parts.hostname, port=port,
                      cert=cert, key=key, client_ca=client_ca, bearer=bearer or None,
                      bearers=dict(bearers or {}))
     if spec.bearer and "default" in spec.bearers:
@@ -320,10 +339,10 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
         raise ConfigError(
             f"--serve-mcp {url}: a non-loopback listener needs mTLS "
             "(--serve-cert, --serve-key, --serve-client-ca) or --serve-bearer")
-    for path, flag in ((cert, "--serve-cert"), (key, "--serve-key"),
-                       (client_ca, "--serve-client-ca")):
-        if path and not os.access(path, os.R_OK):
-            raise ConfigError(f"{flag} {path}: not readable")
+    for given, flag in ((cert, "--serve-cert"), (key, "--serve-key"),
+                        (client_ca, "--serve-client-ca")):
+        if given and not os.access(given, os.R_OK):
+            raise ConfigError(f"{flag} {given}: not readable")
     return spec
 
 

@@ -49,7 +49,7 @@ def _age(ms: int) -> str:
 def rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
     """The table rows of a status body, in tree order, handles indented by depth."""
     tree = [r for r in status.get("tree") or () if isinstance(r, dict) and "handle" in r]
-    out = []
+    out: list[tuple[str, ...]] = []
     base = min((int(r.get("depth", 1)) for r in tree), default=1)
     for r in sorted(tree, key=lambda r: _key(str(r["handle"]))):
         indent = "  " * max(int(r.get("depth", base)) - base, 0)
@@ -91,7 +91,7 @@ def _render_rich(url: str, status: dict[str, Any], note: str) -> Any:
              "cancelled": "yellow", "budget_exhausted": "yellow", "deadline": "yellow"}
     for row in rows(status):
         table.add_row(row[0], Text(row[1], style=style.get(row[1], "")), *row[2:])
-    parts = [Text(header(url, status), style="bold"), table]
+    parts: list[Text | Table] = [Text(header(url, status), style="bold"), table]
     if not status.get("tree"):
         parts.append(Text("(no subagents)", style="dim"))
     parts.append(Text(note, style="dim"))

@@ -50,7 +50,8 @@ def _find(buf: bytes, byte: int, start: int, end: int) -> int:
     """Index of the first ``byte`` in ``buf[start:end]``, or -1."""
     if _COMPILED:
         p = buf
-        q = _memchr(p + start, byte, end - start)  # noqa: F821 - cimported in sse.pxd
+        # cimported in sse.pxd; C pointers once compiled (mypy reads the interpreted twin)
+        q = _memchr(p + start, byte, end - start)  # type: ignore[name-defined,operator]  # noqa: F821
         if not q:
             return -1
         return q - p
@@ -131,13 +132,13 @@ class SSEParser:
 
     def __init__(self) -> None:
         self.last_event_id = ""
-        self.retry = None
-        self._chunks = []
+        self.retry = None  # type: int | None
+        self._chunks = []  # type: list[bytes]
         self._pending = 0
         self._skip_lf = False
         self._bom = True
-        self._data = None  # first data line (most events have exactly one)
-        self._data_more = None  # all data lines, once there is a second
+        self._data = None  # type: str | None  # first data line (most events have exactly one)
+        self._data_more = None  # type: list[str] | None  # all data lines, once there is a second
         self._event = ""
         self._id = ""
 

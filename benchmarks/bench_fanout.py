@@ -54,7 +54,7 @@ from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
 from agentd.config import Config  # noqa: E402
 from agentd.tree.api import SpawnRequest  # noqa: E402
-from agentd.tree.child import FAULT_ENV  # noqa: E402
+from agentd.tree.childflags import FAULT_ENV  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
 PLAYBACK = {"playback": 1, "turns": [{"content": "{\"ok\": true}",

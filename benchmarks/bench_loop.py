@@ -41,9 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 from agentd import log as logmod  # noqa: E402
 from agentd.agent.loop import Actions, Budgets, Loop, LoopState  # noqa: E402
-from agentd.agent.selftools import SelfTool, SelfTools, ok  # noqa: E402
+from agentd.agent.selftools import SelfTools  # noqa: E402
 from agentd.config import ServerSpec  # noqa: E402
 from agentd.intelligence.playback import Playback  # noqa: E402
+from agentd.mcp.selftool import SelfTool, ok  # noqa: E402
 from agentd.mcp.toolbox import Toolbox  # noqa: E402
 
 

@@ -48,8 +48,8 @@ def serve_agentd(port: int) -> None:
     import uvloop
 
     from agentd.log import configure
+    from agentd.mcp.handler import Handler
     from agentd.mcp.http_server import Limits, serve
-    from agentd.mcp.server_session import Handler
 
     configure(level="warning")
 

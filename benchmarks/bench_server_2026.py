@@ -18,7 +18,10 @@ One run, one JSON line on stdout (a readable table on stderr):
   processes each; ``cold`` starts the timer before the HTTP library's first use,
   ``warm`` after a throw-away ``server/discover`` POST on another connection and
   session, the same for both revisions (so the figure is the protocol's: a new
-  connection and its exchanges, not the HTTP library's first use in a process).
+  connection and its exchanges, not the HTTP library's first use in a process);
+  ``raw`` is the floor of a cold process: the same exchanges written by hand on
+  an asyncio stream, no HTTP library at all.  The two revisions' processes are
+  interleaved.
 * ``notify``: publish -> listen -> read done: a handler in this process calls
   ``notify_updated(uri)``; the time until the client holding a
   ``subscriptions/listen`` stream (2026-07-28) or a session GET stream after
@@ -179,22 +182,70 @@ asyncio.run(main())
 """.replace("%s", json.dumps(META))
 
 
-def fresh(url: str, era_: str, n: int, warm: bool) -> float:
-    times = []
-    for _ in range(n):
-        p = subprocess.run([sys.executable, "-c", FRESH, url, era_, "warm" if warm else "cold"],
-                           capture_output=True,
-                           text=True, timeout=60, check=True)
-        times.append(float(p.stdout.strip()))
-    return statistics.median(times)
+RAW = r"""
+import asyncio, sys, time
+from urllib.parse import urlsplit
+url, era = sys.argv[1], sys.argv[2]
+u = urlsplit(url)
+META = %s
+HEAD = ("POST %%s HTTP/1.1\r\nHost: %%s\r\nContent-Type: application/json\r\n"
+        "Accept: application/json, text/event-stream\r\n%%sContent-Length: %%d\r\n\r\n")
+async def main():
+    import json
+    t0 = time.perf_counter()
+    r, w = await asyncio.open_connection(u.hostname, u.port)
+    async def post(body, extra=""):
+        w.write((HEAD %% (u.path, u.netloc, extra, len(body))).encode() + body)
+        head = await r.readuntil(b"\r\n\r\n")
+        n, sid = 0, ""
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.lower() == b"content-length":
+                n = int(v)
+            elif k.lower() == b"mcp-session-id":
+                sid = v.strip().decode()
+        return (await r.readexactly(n)) if n else b"", sid
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}}}
+    if era == "2026":
+        call["params"]["_meta"] = META
+        extra = "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
+    else:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}}}
+        _, sid = await post(json.dumps(init).encode())
+        extra = f"Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+        await post(b'{"jsonrpc":"2.0","method":"notifications/initialized"}', extra)
+    body, _ = await post(json.dumps(call).encode(), extra)
+    dt = time.perf_counter() - t0
+    assert b'"hi"' in body, body
+    w.close()
+    print(dt)
+asyncio.run(main())
+""".replace("%s", json.dumps(META), 1).replace("%%", "%")
+
+
+def fresh(url: str, n: int, mode: str) -> dict:
+    """Median seconds to the first result per revision, the two revisions'
+    processes interleaved (so a drift in machine load falls on both alike)."""
+    script = RAW if mode == "raw" else FRESH
+    times: dict[str, list[float]] = {"2026": [], "2025": []}
+    for i in range(2 * n):
+        era_ = ("2026", "2025")[i % 2]
+        argv = [sys.executable, "-c", script, url, era_] + ([] if mode == "raw" else [mode])
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        times[era_].append(float(p.stdout.strip()))
+    f26, f25 = statistics.median(times["2026"]), statistics.median(times["2025"])
+    return {"2026_ms": round(f26 * 1e3, 3), "2025_ms": round(f25 * 1e3, 3), "ratio": round(f26 / f25, 3)}
 
 
 async def notify(n: int) -> dict:
     import aiohttp
     import orjson
 
+    from agentd.mcp.handler import Handler
     from agentd.mcp.http_server import serve
-    from agentd.mcp.server_session import Handler
 
     h = Handler("bench", "1", subscribe=True)
     uri = "mem://watched"
@@ -270,11 +321,8 @@ async def run(args) -> dict:
     out["pair"] = await pair(args)
     out["fresh"] = {}
     with bs.server_process("agentd") as (_proc, url):
-        for mode in ("cold", "warm"):
-            f26 = fresh(url, "2026", args.fresh, mode == "warm")
-            f25 = fresh(url, "2025", args.fresh, mode == "warm")
-            out["fresh"][mode] = {"2026_ms": round(f26 * 1e3, 3), "2025_ms": round(f25 * 1e3, 3),
-                                  "ratio": round(f26 / f25, 3)}
+        for mode in ("cold", "warm", "raw"):
+            out["fresh"][mode] = fresh(url, args.fresh, mode)
     print(f"fresh process          {out['fresh']}", file=sys.stderr, flush=True)
     out["notify"] = await notify(args.notify)
     print(f"publish->listen->read  {out['notify']}", file=sys.stderr, flush=True)

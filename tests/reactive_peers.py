@@ -1,7 +1,7 @@
 """A watched MCP server built on the official SDK's low-level `Server`, for the
 reactive tests and benchmark. Run as a script:
 
-    python tests/reactive_peers.py PORT [--no-subscribe] [--state FILE]
+    python tests/reactive_peers.py PORT [--no-subscribe] [--unlisted] [--state FILE]
                                   [--era legacy|modern]
 
 It serves Streamable HTTP at http://127.0.0.1:PORT/mcp with subscribable
@@ -26,7 +26,9 @@ also serves 2026-07-28: `subscriptions/listen` through the SDK's
 `ListenHandler`, and `/bump` publishes each change to its listeners too.
 
 `--no-subscribe` registers no `resources/subscribe` handler, so the server does
-not advertise `resources.subscribe`. `--state FILE` keeps the counters across
+not advertise `resources.subscribe`. `--unlisted` keeps serving (and reading)
+the counters but lists none of them: a client cannot tell from the catalogue
+which server owns them. `--state FILE` keeps the counters across
 a restart.
 """
 
@@ -51,6 +53,7 @@ def main(argv: list[str]) -> None:
 
     port = int(argv[0])
     subscribable = "--no-subscribe" not in argv
+    listed = "--unlisted" not in argv
     modern = "--era" in argv and argv[argv.index("--era") + 1] == "modern"
     state_file = Path(argv[argv.index("--state") + 1]) if "--state" in argv else None
     values = {u: 0 for u in URIS}
@@ -69,7 +72,7 @@ def main(argv: list[str]) -> None:
     async def list_resources(ctx, params):
         return types.ListResourcesResult(resources=[
             types.Resource(uri=u, name=u.rsplit("/", 1)[-1], mime_type="application/json")
-            for u in URIS])
+            for u in URIS if listed])
 
     async def read_resource(ctx, params):
         uri = str(params.uri)

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd import log as agentd_log
+from agentd.mcp.handler import Handler
 from agentd.mcp.http_server import Limits, serve
-from agentd.mcp.server_session import Handler
 from agentd.tree.control import ControlProtocolError, ControlSession
 from agentd_native import encode_frame
 

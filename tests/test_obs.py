@@ -143,7 +143,7 @@ async def test_tracing_off_loads_nothing_and_exports_nothing(agentd_bin, tmp_pat
     thread), no OpenTelemetry import, and a run sends nothing to a listening receiver."""
     code = ("import sys, threading\n"
             "from agentd.obs import trace\n"
-            "import agentd.agent.run, agentd.tree.supervisor, agentd.mcp.client\n"
+            "import agentd.app.run, agentd.tree.supervisor, agentd.mcp.client\n"
             "print(trace.setup('agentd'), trace.current_traceparent(),"
             " any(m.startswith('opentelemetry') for m in sys.modules)"
             " or 'agentd.obs.otlp' in sys.modules,"
@@ -233,15 +233,20 @@ async def test_otlp_exporter_against_a_receiver(monkeypatch) -> None:
     _ = root, call
 
 
-async def test_otlp_sampler_off_and_a_dead_collector(monkeypatch) -> None:
-    from agentd.obs import trace
-
+def _dead_collector_env(monkeypatch, timeout_ms: str) -> None:
+    """No OTEL_* but an OTLP endpoint where nobody listens, and a short timeout."""
     for k in list(os.environ):
         if k.startswith("OTEL_"):
             monkeypatch.delenv(k)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                       f"http://127.0.0.1:{free_port()}/v1/traces")  # nobody listens
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
+                       f"http://127.0.0.1:{free_port()}/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", timeout_ms)
+
+
+async def test_otlp_sampler_off_and_a_dead_collector(monkeypatch) -> None:
+    from agentd.obs import trace
+
+    _dead_collector_env(monkeypatch, "300")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
     assert trace.setup("x")
     try:
@@ -254,6 +259,111 @@ async def test_otlp_sampler_off_and_a_dead_collector(monkeypatch) -> None:
         assert exporter.exported == 0 and exporter.failures == 1  # b was tried, and dropped
     finally:
         await asyncio.to_thread(trace.shutdown)
+
+
+async def test_an_inbound_self_mcp_request_continues_its_callers_trace(monkeypatch) -> None:
+    """A request to a served self-MCP is handled in a server span that continues the
+    caller's `_meta.traceparent` (SEP-414), or its W3C header when `_meta` has none."""
+    require_modules("opentelemetry.proto")
+    import aiohttp
+
+    from agentd.config import ServeSpec
+    from agentd.obs import trace
+    from agentd.tree.api import Unavailable
+    from agentd.tree.selfmcp import serve_self_mcp
+
+    t1, p1 = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    t2, p2 = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with OtlpReceiver() as otlp:
+        for k in list(os.environ):
+            if k.startswith("OTEL_"):
+                monkeypatch.delenv(k)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        assert trace.setup("agentd-serve")
+        port = free_port()
+        runner = await serve_self_mcp(ServeSpec(url=f"http://127.0.0.1:{port}", host="127.0.0.1",
+                                                port=port, scheme="http"), Unavailable(),
+                                      run_id="served")
+        url = f"http://127.0.0.1:{port}/mcp"
+        hdrs = {"Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream"}
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(url, json={
+                        "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                            "protocolVersion": "2025-11-25", "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "1"}}},
+                        headers=hdrs) as r:
+                    hdrs = {**hdrs, "Mcp-Session-Id": r.headers["Mcp-Session-Id"],
+                            "MCP-Protocol-Version": "2025-11-25"}
+                    await r.read()
+                async with http.post(url, json={"jsonrpc": "2.0",
+                                                "method": "notifications/initialized"},
+                                     headers=hdrs):
+                    pass
+                for i, (meta, extra) in enumerate([
+                        ({"traceparent": f"00-{t1}-{p1}-01"}, {}),
+                        ({}, {"traceparent": f"00-{t2}-{p2}-01"})]):
+                    async with http.post(url, json={
+                            "jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {
+                                "name": "status", "arguments": {}, "_meta": meta}},
+                            headers={**hdrs, **extra}) as r:
+                        assert r.status == 200
+                        await r.read()
+            await asyncio.to_thread(trace.flush)
+        finally:
+            await runner.stop()
+            await asyncio.to_thread(trace.shutdown)
+        await otlp.wait_for("mcp.server tools/call", count=2)
+    calls = {s.trace_id: s for s in otlp.named("mcp.server tools/call")}
+    assert calls[t1].parent_id == p1 and calls[t2].parent_id == p2
+    assert calls[t1].attrs == {"mcp.method.name": "tools/call", "gen_ai.tool.name": "status"}
+    assert otlp.named("mcp.server initialize")  # a request without context: a new trace
+
+
+def test_a_full_queue_drops_the_oldest_and_counts_them(monkeypatch) -> None:
+    """Past OTEL_BSP_MAX_QUEUE_SIZE a span is dropped (never waited for) and counted
+    in agentd_trace_spans_dropped_total; the batch that was kept is sent at a flush."""
+    from agentd.obs import metrics
+    from agentd.obs.otlp import Exporter
+
+    _dead_collector_env(monkeypatch, "200")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "3")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    before = metrics.SPANS_DROPPED.get("queue_full")
+    failed_before = metrics.SPANS_DROPPED.get("export_failed")
+    exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
+    try:
+        for i in range(5):
+            exporter.put((f"s{i}", 1, i + 1, 0, "internal", 1, 2, {}, None))
+        assert exporter.dropped == 2
+        assert metrics.SPANS_DROPPED.get("queue_full") - before == 2
+        exporter.flush(5.0)  # the three kept go to the dead collector: failed, counted
+        assert exporter.failures == 1
+        assert metrics.SPANS_DROPPED.get("export_failed") - failed_before == 3
+    finally:
+        exporter.stop()
+
+
+def test_the_encoder_scrubs_a_secret_registered_after_a_value_was_cached() -> None:
+    """String attributes are encoded once and cached; a secret registered later
+    still never reaches the wire (the cache is emptied when the set changes)."""
+    require_modules("opentelemetry.proto")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from agentd.obs.otlp import SpanEncoder
+
+    secrets: set[str] = set()
+    enc = SpanEncoder({"service.name": "x"}, ("agentd", "0"), lambda: secrets)
+    rec = ("s", 1, 2, 0, "client", 1, 2, {"note": "key late-secret-77", "n": None}, None)
+    first = ExportTraceServiceRequest.FromString(enc.request([rec]))
+    secrets.add("late-secret-77")
+    second = ExportTraceServiceRequest.FromString(enc.request([rec]))
+    attrs = [{a.key: a.value.string_value for a in m.resource_spans[0].scope_spans[0]
+              .spans[0].attributes} for m in (first, second)]
+    assert attrs == [{"note": "key late-secret-77"}, {"note": "key ***"}]
 
 
 def test_relay_in_skips_malformed_records_and_scrubs(monkeypatch) -> None:

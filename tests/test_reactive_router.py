@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from agentd import log as _log
-from agentd.reactive.awaiting import Waiters
 from agentd.reactive.router import Coalescer, Router, RouterClosed
+from agentd.reactive.waiters import Waiters
 
 
 class FakeClock:

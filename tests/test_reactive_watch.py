@@ -25,8 +25,10 @@ import peers
 import pytest
 
 from agentd import log as _log
+from agentd.agent.selftools import SelfTools
 from agentd.config import ServerSpec
-from agentd.mcp.toolbox import Toolbox
+from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, Toolbox, owner_of
+from agentd.reactive.awaiting import await_resource_tool, watch_updates
 from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun
 from agentd.reactive.router import Wake
 
@@ -382,3 +384,125 @@ async def test_overflowing_pending_set_resyncs_every_watched_uri(logs) -> None:
     wake, seen = rec.wakes[1]
     assert wake.resync and wake.counts == {A: 2} and wake.overflow == 4
     assert seen == {A: 3, B: 4}  # both watched URIs read fresh
+
+
+# -- one ownership rule (agentd.mcp.toolbox.owner_of) ------------------------------
+# Two official-SDK servers both serve the counters without listing them; one
+# advertises `resources.subscribe`, the other does not. For an unlisted URI
+# nobody can tell the owner, so a read, a subscription and an await all answer
+# the same ambiguity error naming both (no guess: the old daemon picked the
+# subscribable one, the old toolbox tried them in turn). Naming the server
+# with `server` makes each of them work. The one-server cases above keep
+# today's behaviour.
+
+AMBIGUOUS = (f"ambiguous resource {A}: no server lists it and 2 serve resources "
+             "(plain, watched); name one with the 'server' argument")
+
+
+@pytest.fixture(scope="module")
+def unlisted():
+    with peers.python_peer("reactive_peers.py", "--unlisted") as watched, \
+            peers.python_peer("reactive_peers.py", "--unlisted", "--no-subscribe") as plain:
+        yield watched, plain
+
+
+def two_servers(watched, plain) -> Toolbox:
+    return toolbox_for(watched=watched.url, plain=plain.url)
+
+
+async def never_woken(wake, reads) -> WakeRun:  # the daemon's run: not reached here
+    raise AssertionError("no wake expected")
+
+
+async def test_unlisted_uri_on_two_resource_servers_is_one_error_everywhere(unlisted, logs):
+    watched, plain = unlisted
+    async with two_servers(watched, plain) as tb:
+        assert tb.clients["watched"].capabilities.resources_subscribe
+        assert not tb.clients["plain"].capabilities.resources_subscribe
+        assert A not in [r.uri for r in tb.resources]
+        # the rule itself, for every purpose
+        for purpose in (False, True):
+            with pytest.raises(AmbiguousOwner) as e:
+                owner_of(A, tb.clients.values(), subscribe=purpose)
+            assert str(e.value) == AMBIGUOUS and e.value.candidates == ("plain", "watched")
+        # read: the self-tool's observation
+        tools = SelfTools(resources=tb)
+        read = await tools.call("agentd__read_resource", {"uri": A})
+        assert read.is_error and read.text == AMBIGUOUS
+        # subscribe: the toolbox raises it, the daemon logs it and sends nothing
+        with pytest.raises(AmbiguousOwner) as e:
+            await tb.subscribe(A)
+        assert str(e.value) == AMBIGUOUS
+        daemon = ReactiveDaemon(tb, never_woken, debounce=0.0)
+        queued = await tools.call("agentd__subscribe", {"uri": A})
+        assert not queued.is_error  # spec §2.4: queued, judged when applied
+        await daemon.apply_queued(tools.subscriptions, tools.unsubscriptions,
+                                  tools.subscription_servers)
+        assert daemon.watched == {}
+        (unowned,) = events(logs, "reactive.subscribe.unowned")
+        assert unowned["uri"] == A and unowned["reason"] == AMBIGUOUS
+        # await: the same error at once, not a wait for the timeout
+        async with watch_updates(tb) as waiters:
+            awaiting = await_resource_tool(tb, waiters)
+            async with asyncio.timeout(WAIT):
+                waited = await awaiting.handler({"uri": A, "timeout": 3600})
+        assert waited.is_error and waited.text == AMBIGUOUS
+    for srv in (watched, plain):
+        stats = await get(f"http://127.0.0.1:{srv.port}/stats")
+        assert "resources/subscribe" not in stats["wire"]
+        assert "resources/read" not in stats["wire"]
+
+
+async def test_naming_the_server_resolves_it(unlisted, logs):
+    watched, plain = unlisted
+    async with two_servers(watched, plain) as tb:
+        tools = SelfTools(resources=tb)
+        for name in ("watched", "plain"):
+            read = await tools.call("agentd__read_resource", {"uri": A, "server": name})
+            assert not read.is_error, read.text
+            assert json.loads(read.text)["uri"] == A
+        missing = await tools.call("agentd__read_resource", {"uri": A, "server": "nope"})
+        assert missing.is_error and "no connected server is named 'nope'" in missing.text
+        with pytest.raises(NoOwner):
+            owner_of(A, tb.clients.values(), "nope")
+
+        # a self-subscribe naming its server reaches the daemon with that server
+        queued = await tools.call("agentd__subscribe", {"uri": A, "server": "watched"})
+        assert not queued.is_error and tools.subscription_servers == {A: "watched"}
+        daemon = ReactiveDaemon(tb, never_woken, debounce=0.0)
+        await daemon.apply_queued(tools.subscriptions, tools.unsubscriptions,
+                                  tools.subscription_servers)
+        assert daemon.watched == {A: "watched"}
+        (sub,) = events(logs, "reactive.subscribed")
+        assert sub["server"] == "watched" and sub["owner"] == "named"
+        await daemon.unsubscribe(A)
+        # naming the server that cannot subscribe: its owner is known, and unsupported
+        assert not await daemon.subscribe(A, server="plain")
+        (unsupported,) = events(logs, "reactive.subscribe.unsupported")
+        assert unsupported["server"] == "plain"
+        # the flag's form, `--subscribe server=URI` (like `--mcp name=<endpoint>`)
+        await daemon.start([f"watched={A}"])
+        assert daemon.watched == {A: "watched"}
+        await daemon.unsubscribe(A)
+
+        # await naming the subscribable server: woken by its update, then read fresh
+        async with watch_updates(tb) as waiters, asyncio.TaskGroup() as tg:
+            awaiting = await_resource_tool(tb, waiters)
+            task = tg.create_task(awaiting.handler({"uri": A, "timeout": WAIT,
+                                                    "server": "watched"}))
+            await eventually(lambda: A in tb.clients["watched"].subscriptions)
+            bumped = await post(f"http://127.0.0.1:{watched.port}/bump?uri={A}&times=1")
+            waited = await task
+        assert not waited.is_error, waited.text
+        assert waited.structured == {"uri": A, "updated": True}
+        assert f'"value": {bumped["value"]}' in waited.text
+        assert A not in tb.clients["watched"].subscriptions  # the await's own, dropped
+
+
+async def test_one_resource_server_owns_what_it_does_not_list(unlisted):
+    """The unambiguous case keeps today's rule: the only server serving resources."""
+    watched, _ = unlisted
+    async with toolbox_for(watched=watched.url) as tb:
+        assert tb.owner(A).name == "watched"
+        read = await tb.read_resource(A)
+        assert not read.is_error and json.loads(read.text)["uri"] == A

@@ -21,8 +21,9 @@ except ImportError:  # pragma: no cover
         raise
     pytest.skip("the official MCP Python SDK (mcp) is not installed", allow_module_level=True)
 
+from local_connection import LocalConnection
+
 from agentd.mcp.http_server import serve
-from agentd.mcp.server_session import LocalConnection
 from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.selfmcp import SelfMCP
 from agentd.wire.jsonrpc import ProtocolError
@@ -109,7 +110,13 @@ async def test_spawn_modes_and_shapes():
     r = await spawn(conn, instruction="bg", **{"async": True})
     assert r["structuredContent"] == {"handle": "served.2", "status": "running", "done": False}
     assert "isError" not in r
+    # two modes at once are refused in the subagent table's words (the loop's
+    # self-tools say the same: tests/test_selfmcp_sdk.py), never guessed
     r = await spawn(conn, instruction="chat", warm=True, **{"async": True})
+    assert r["isError"] is True and len(be.requests) == 2
+    assert r["content"][0]["text"] == \
+        "subagent.spawn: choose at most one spawn mode (got async and warm)"
+    r = await spawn(conn, instruction="chat", warm=True)
     assert be.requests[-1][1].mode == "warm"
     r = await conn.request("tools/call", {"name": "subagent.send",
                                           "arguments": {"handle": "served.3", "message": "hi"}})

@@ -182,10 +182,10 @@ async def test_the_roots_own_loop_acts_only_on_its_own_subtree(agentd_bin, tmp_p
         {"name": "root", "match": "[root]", "turns": [
             {"delay": 8, "tool_calls": [{"name": "agentd__subagent_cancel",
                                          "arguments": {"handle": "served.1"}}]},
-            {"expect": "unknown handle 'served.1'",
+            {"expect": "unknown handle: served.1",
              "tool_calls": [{"name": "agentd__subagent_status",
                              "arguments": {"handle": "served.1"}}]},
-            {"expect": "unknown handle 'served.1'",
+            {"expect": "unknown handle: served.1",
              "tool_calls": [{"name": "agentd__read_resource",
                              "arguments": {"uri": "agent://subagent/served.1"}}]},
             {"expect": "not found", "content": "left it alone"},

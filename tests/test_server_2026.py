@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 from test_selfmcp_emission import ScriptedBackend
 
+from agentd.mcp.handler import Handler
 from agentd.mcp.http_server import Limits, serve
-from agentd.mcp.server_session import Handler
 from agentd.tree.selfmcp import SelfMCP
 
 V = "2026-07-28"
@@ -489,7 +489,7 @@ async def test_handler_bug_and_sse_answers(http):
 
 def test_ladder_without_headers_is_sans_io():
     """The rules run without a transport (headers=None skips the header rung)."""
-    from agentd.mcp import stateless
+    from agentd.mcp import stateless_session as stateless
     from agentd.wire import codec
     from agentd.wire.jsonrpc import ProtocolError
 

@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from local_connection import LocalConnection
 
-from agentd.mcp.server_session import (
-    ORIGIN_STDIO,
-    Handler,
-    LocalConnection,
-    ResourceNotFound,
-    ToolError,
-    negotiate_version,
-)
+from agentd.mcp.handler import Handler, ResourceNotFound, ToolError
+from agentd.mcp.server_session import ORIGIN_STDIO, negotiate_version
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import Notification, ProtocolError, Request
 

@@ -259,9 +259,9 @@ def test_spawn_defaults_to_the_forkserver_on_linux():
 
 @pytest.mark.timeout(120)
 async def test_the_root_and_its_children_share_one_ledger(tmp_path):
-    """A whole run (agentd.agent.run.execute): the root's own calls are charged to
+    """A whole run (agentd.app.run.execute): the root's own calls are charged to
     `0` and its child's, brokered, to `0.1`, in the one ledger of the tree."""
-    from agentd.agent.run import execute
+    from agentd.app.run import execute
     from agentd.config import Config
 
     def script(body: dict) -> Reply:

@@ -1,6 +1,6 @@
 """A cancel that arrives in the same read as the run it cancels (issue 21).
 
-The child runtime (`agentd.tree.childrt.serve`) over real pipes: `child/run`
+The child runtime (`agentd.app.childrt.serve`) over real pipes: `child/run`
 and `child/cancel` are written in one write, so the child reads both in one
 chunk and cancels its turn task before that task's first step -- a task
 cancelled then never enters its coroutine, so the answer must come from the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from agentd.tree import childrt
+from agentd.app import childrt
 from agentd.tree.control import ChildConfig, ControlSession, MessageParams, Reply
 
 

@@ -19,8 +19,7 @@ import pytest
 from tree_helpers import exists, make_config, precompile, running, until
 
 from agentd.tree.api import SpawnRequest
-from agentd.tree.child import FAULT_ENV
-from agentd.tree.forkserver import LEAN
+from agentd.tree.childflags import FAULT_ENV, LEAN
 from agentd.tree.procs import child_argv, child_env
 from agentd.tree.supervisor import Supervisor
 

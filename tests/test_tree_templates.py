@@ -19,7 +19,7 @@ from tree_helpers import make_config, precompile, until
 
 from agentd.config import ServerSpec
 from agentd.tree.api import SpawnRequest
-from agentd.tree.forkserver import LEAN
+from agentd.tree.childflags import LEAN
 from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,14 +75,14 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     """
     code = ("import sys\n"
             "before = set(sys.modules)\n"
-            "from agentd.tree.forkserver import LEAN, _preload\n"
+            "from agentd.app.forkserver import LEAN, _preload\n"
             "_preload(LEAN)\n"
             "print(' '.join(sorted(set(sys.modules) - before)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     imported = set(proc.stdout.split())
-    assert {"agentd.agent.run", "agentd.intelligence.playback", "uvloop"} <= imported
+    assert {"agentd.app.run", "agentd.intelligence.playback", "uvloop"} <= imported
     assert not imported & {"aiohttp", "jsonschema_rs", "importlib.metadata", "tomllib",
                            "hashlib"}
 
@@ -121,7 +121,7 @@ async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path
 
 _BARE_FORK = """
 import os, random, threading, time
-from agentd.tree import forkserver
+from agentd.app import forkserver
 
 fork = forkserver._forker()
 print(fork is not os.fork)

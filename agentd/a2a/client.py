@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import itertools
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
@@ -32,7 +32,8 @@ import aiohttp
 import msgspec
 
 from agentd import __version__
-from agentd.config import ServerSpec, resolve_headers
+from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec, resolve_headers
+from agentd.errors import A2AFault
 from agentd.wire import a2a as w
 from agentd_native import SSEParser
 
@@ -42,7 +43,7 @@ DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_TIMEOUT: Final = 30.0  # one unary request (a streaming read has no total bound)
 
 
-class A2AError(Exception):
+class A2AError(A2AFault):
     """A peer's protocol error or a transport fault. `retryable`: worth another try
     (connection refused/reset, 5xx); `code` is the A2A/JSON-RPC code when there was one."""
 
@@ -57,7 +58,7 @@ class TaskNotFound(A2AError):
     pass
 
 
-class CardError(Exception):
+class CardError(A2AFault):
     """The Agent Card cannot be had or is not acceptable (a required peer: exit 6)."""
 
 
@@ -126,7 +127,7 @@ class A2AClient:
     """One peer: `async with A2AClient(spec) as peer:` fetches and validates its card."""
 
     def __init__(self, spec: ServerSpec, *, secrets_dir: str,
-                 init_timeout: float = 10.0, timeout: float = DEFAULT_TIMEOUT,
+                 init_timeout: float = DEFAULT_INIT_TIMEOUT, timeout: float = DEFAULT_TIMEOUT,
                  max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.spec = spec
         self.name = spec.name
@@ -314,7 +315,7 @@ class A2AClient:
             raw = await self._rest("POST", f"/tasks/{quote(task_id, safe='')}:cancel")
         return self._decode(w.task_decoder, raw, "CancelTask")
 
-    async def stream(self, request: w.SendMessageRequest) -> AsyncIterator[w.StreamResponse]:
+    async def stream(self, request: w.SendMessageRequest) -> AsyncGenerator[w.StreamResponse, None]:
         """SendStreamingMessage: the task's events until the peer ends the stream.
 
         A cut connection raises a retryable A2AError (the caller falls back to

@@ -43,7 +43,7 @@ import msgspec
 import orjson
 
 from agentd.a2a.client import A2AClient, A2AError, CardError, TaskNotFound
-from agentd.config import ServerSpec
+from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.log import log
 from agentd.mcp.toolbox import RequiredServerFailed
 from agentd.wire import a2a as w
@@ -205,7 +205,7 @@ class A2APeers:
     """The run's A2A peers (see module doc). `updates` is shared with the Toolbox."""
 
     def __init__(self, specs: tuple[ServerSpec, ...], *, secrets_dir: str,
-                 init_timeout: float = 10.0, updates: asyncio.Queue | None = None,
+                 init_timeout: float = DEFAULT_INIT_TIMEOUT, updates: asyncio.Queue | None = None,
                  client_factory: Callable[..., A2AClient] = A2AClient) -> None:
         self.specs = specs
         self.secrets_dir = secrets_dir

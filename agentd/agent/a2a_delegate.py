@@ -26,7 +26,8 @@ import orjson
 
 from agentd.a2a.client import A2AError
 from agentd.a2a.peers import A2APeers, Delegation
-from agentd.agent.selftools import SelfObservation, SelfTool, SelfTools, error
+from agentd.agent.selftools import SelfTools
+from agentd.mcp.selftool import SelfObservation, SelfTool, error
 from agentd.wire import a2a as w
 
 NAME = "a2a.delegate"

@@ -5,7 +5,7 @@ One *step* is one answer of the intelligence plus the tool calls it asked for
 The loop ends when the model answers without a tool call (completed), or a
 budget is spent before the next model call: `max_steps` or the token ceiling
 (budget_exhausted, exit 3, partial). The deadline and signals are enforced by
-the caller (`agentd.agent.run`) by cancelling the loop; the `LoopState` it was
+the caller (`agentd.app.run`) by cancelling the loop; the `LoopState` it was
 given keeps the steps, usage and last words for the partial result.
 
 Observations: a tool's result — `isError` content, -32002, argument-validation
@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import orjson
 
 from agentd.agent import prompt as P
 from agentd.agent.selftools import SelfTools
+from agentd.config import RunLimits
+from agentd.errors import ToolFault
 from agentd.intelligence.base import (
     CeilingReached,
     Completion,
@@ -45,24 +47,11 @@ from agentd.log import log
 from agentd.obs import metrics, trace
 from agentd.output import Usage
 
+if TYPE_CHECKING:  # types only: a brokered child runs this loop without the HTTP stack
+    from agentd.mcp.seams import AgentToolbox, Observed
 
-def _tool_fault_type() -> type[BaseException]:
-    """The MCP client's protocol-fault exception (the one place the loop names it)."""
-    try:
-        from agentd.mcp.client import ToolFault
-    except ImportError:  # pragma: no cover - the client is part of the package
-        return _NoFault
-    return ToolFault
-
-
-class _NoFault(Exception):
-    pass
-
-
-class Budgets(msgspec.Struct, frozen=True):
-    max_steps: int = 50
-    token_ceiling: int | None = None
-    observation_bytes: int = 64 * 1024
+# The loop's budgets are the run's limits (max_steps, token_ceiling, observation_bytes).
+Budgets = RunLimits
 
 
 class LoopState:
@@ -102,11 +91,10 @@ class Tracer:
 class Actions:
     """The action space: MCP tools (the Toolbox) plus the `agentd__*` self-tools."""
 
-    def __init__(self, toolbox: Any, selftools: SelfTools) -> None:
+    def __init__(self, toolbox: AgentToolbox | None, selftools: SelfTools) -> None:
         self.toolbox = toolbox
         self.selftools = selftools
-        self.fault_type = _tool_fault_type()
-        self._catalogue: Any = None
+        self._catalogue: object = None
         self.mcp_names: set[str] = set()
         self.entries: list[P.ToolEntry] = []
         self.defs: list[ToolDef] = []
@@ -132,9 +120,11 @@ class Actions:
         self.defs = P.tool_defs(entries)
         return self.defs
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def call(self, name: str, arguments: dict[str, Any]) -> Observed:
         if name in self.selftools:
             return await self.selftools.call(name, arguments)
+        if self.toolbox is None:
+            raise LookupError(f"no tool named {name!r}")  # `knows` said no first
         return await self.toolbox.call(name, arguments)
 
     def knows(self, name: str) -> bool:
@@ -143,62 +133,27 @@ class Actions:
 
 # --- reading the Toolbox (the MCP client's catalogue) ------------------------------
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for n in names:
-        if isinstance(obj, dict):
-            if n in obj:
-                return obj[n]
-        elif hasattr(obj, n):
-            value = getattr(obj, n)
-            if value is not msgspec.UNSET:
-                return value
-    return default
-
-
-def toolbox_entries(toolbox: Any) -> list[P.ToolEntry]:
+def toolbox_entries(toolbox: AgentToolbox | None) -> list[P.ToolEntry]:
     """The Toolbox's qualified tools as prompt entries."""
     if toolbox is None:
         return []
-    tools = toolbox.tools
-    items: Iterable[tuple[str, Any]]
-    if isinstance(tools, dict):
-        items = tools.items()
-    else:
-        items = ((_get(t, "qualified", "qualified_name", "name"), t) for t in tools)
-    out = []
-    for qualified, t in items:
-        tool = _get(t, "tool", default=t)  # a wrapper holding the MCP Tool, or the Tool
-        schema = _get(tool, "inputSchema", "input_schema")
-        if isinstance(schema, msgspec.Struct):
-            schema = msgspec.to_builtins(schema)
-        out.append(P.ToolEntry(name=qualified,
-                               description=_get(tool, "description"),
-                               input_schema=schema if isinstance(schema, dict) else None,
-                               server=_get(t, "server", default="") or ""))
-    return out
+    return [P.ToolEntry(name=qualified, description=t.description,
+                        input_schema=t.input_schema, server=t.server)
+            for qualified, t in toolbox.tools.items()]
 
 
-def toolbox_resources(toolbox: Any) -> list[P.ResourceEntry]:
+def toolbox_resources(toolbox: AgentToolbox | None) -> list[P.ResourceEntry]:
     if toolbox is None:
         return []
-    out = []
-    for r in _get(toolbox, "resources", default=()) or ():
-        res = _get(r, "resource", default=r)
-        out.append(P.ResourceEntry(
-            server=_get(r, "server", default="") or "",
-            uri=_get(res, "uri", default=""),
-            name=_get(res, "name"),
-            description=_get(res, "description"),
-            mime_type=_get(res, "mimeType", "mime_type"),
-            size=_get(res, "size")))
-    return out
+    return [P.ResourceEntry(server=r.server, uri=r.uri, name=r.name,
+                            description=r.description, mime_type=r.mime_type, size=r.size)
+            for r in toolbox.resources]
 
 
-def toolbox_instructions(toolbox: Any) -> dict[str, str | None]:
+def toolbox_instructions(toolbox: AgentToolbox | None) -> dict[str, str | None]:
     if toolbox is None:
         return {}
-    instr = _get(toolbox, "instructions", default={}) or {}
-    return dict(instr)
+    return dict(toolbox.instructions)
 
 
 # --- the result -------------------------------------------------------------------
@@ -242,10 +197,11 @@ class Loop:
         self.spent = spent  # tokens counted against the ceiling (default: this run's)
         self._debug = log.enabled("debug")
         self._model = model_label(intelligence)
+        self._call_attrs: dict[str, Any] = {"gen_ai.request.model": self._model}
         self._steps: trace.Steps | trace.NoSteps = trace.NOSTEPS
 
     def conversation(self, instruction: str, *, output_contract: str | None = None,
-                     toolbox: Any = None) -> list[Message]:
+                     toolbox: AgentToolbox | None = None) -> list[Message]:
         sys_text = P.system_prompt(instructions=toolbox_instructions(toolbox),
                                    resources=toolbox_resources(toolbox),
                                    output_contract=output_contract)
@@ -276,12 +232,13 @@ class Loop:
                     return self._exhausted(f"token_ceiling={b.token_ceiling} reached "
                                            f"({spent} tokens)")
             self._tell_dropped(messages)
-            self._steps.next(st.steps + 1)
+            if trace.enabled:
+                self._steps.next(st.steps + 1)
             defs = self.actions.refresh()
             t0 = time.perf_counter()
             try:
-                with trace.span("intelligence.call", kind="client",
-                                **{"gen_ai.request.model": self._model}) as call_span:
+                with trace.span("intelligence.call", kind="client", **self._call_attrs) \
+                        if trace.enabled else trace.NOSPAN as call_span:
                     try:
                         completion = await self.intelligence.complete(messages, defs)
                     except CeilingReached:
@@ -363,10 +320,10 @@ class Loop:
         elif note is None and not self.actions.knows(name):
             note = (f"there is no tool named {name!r}; nothing was called. "
                     "Use one of the offered functions.")
-        if note is None:
+        if note is None and isinstance(arguments, dict):  # (no note: a JSON object)
             try:
                 obs = await self.actions.call(name, arguments)
-            except self.actions.fault_type as exc:
+            except ToolFault as exc:
                 note = (f"the call to {name} failed with a protocol or transport fault "
                         f"({_fault_text(exc)}); this is not output from the tool")
                 log.warning("tool.fault", step=step, tool=name, call_id=call.id,
@@ -374,7 +331,7 @@ class Loop:
                             retryable=bool(getattr(exc, "retryable", False)))
             else:
                 text = obs.text or ""
-                structured = getattr(obs, "structured", None)
+                structured = obs.structured
                 if not text and structured is not None:
                     text = orjson.dumps(structured, default=str).decode()
                 is_error = bool(obs.is_error)
@@ -398,7 +355,7 @@ class Loop:
         return tool_result(call.id, content)
 
 
-def model_label(intelligence: Any) -> str:
+def model_label(intelligence: object) -> str:
     """The model's name for metrics and spans: `--model`, else the provider's kind
     (through wrappers such as the tree's metered provider)."""
     for _ in range(4):
@@ -418,7 +375,8 @@ def _fault_text(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-async def run_task(intelligence: Intelligence, toolbox: Any, selftools: SelfTools, *,
+async def run_task(intelligence: Intelligence, toolbox: AgentToolbox | None,
+                   selftools: SelfTools, *,
                    instruction: str, output_contract: str | None, budgets: Budgets,
                    state: LoopState, tracer: Tracer | None = None,
                    history: Sequence[Message] = (),

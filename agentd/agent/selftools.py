@@ -3,15 +3,20 @@
 Offered to the model next to the MCP tools (spec §1.1: "its only built-in tools
 are its self/control primitives"):
 
-* `agentd__read_resource {uri}` — attention on demand: the body of a resource
-  from the catalogue, or an `agent://` resource of this agent's tree (an
-  `agent://subagent/...` this agent does not know is read through the MCP
-  servers: another agent served over MCP may own it);
-* `agentd__subscribe {uri}` / `agentd__unsubscribe {uri}` — self-scheduling
-  (spec §2.4): the request is queued, bounded per run, and applied by the
-  daemon after the run; `isError` only for an empty URI or the cap;
-* `agentd__subagent_spawn/_send/_status/_cancel` — routed to the one
-  `SubagentBackend` (the tree's chokepoint); a refusal is an `isError` result.
+* `agentd__read_resource {uri, server?}` — attention on demand: the body of a
+  resource from the catalogue, or an `agent://` resource of this agent's tree
+  (an `agent://subagent/...` this agent does not know is read through the MCP
+  servers: another agent served over MCP may own it). Which server owns a URI
+  is the toolbox's one rule; `server` names it when several could (an
+  ambiguous owner is an `isError` result naming them);
+* `agentd__subscribe {uri, server?}` / `agentd__unsubscribe {uri}` —
+  self-scheduling (spec §2.4): the request is queued, bounded per run, and
+  applied by the daemon after the run; `isError` only for an empty URI or the
+  cap;
+* `agentd__subagent_spawn/_send/_status/_cancel` — the one table of
+  `agentd.tree.spawn_tools` (the self-MCP serves it too), routed to the one
+  `SubagentBackend` (the tree's chokepoint); a refusal is an `isError` result
+  in the table's words.
 
 Hook: other layers add tools with `SelfTools.add(SelfTool(...))` — the tree adds
 `graph.run`, the reactive layer `await_resource` — before the loop starts.
@@ -19,90 +24,35 @@ Hook: other layers add tools with `SelfTools.add(SelfTool(...))` — the tree ad
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
-import msgspec
 import orjson
 
 from agentd.agent.prompt import ToolEntry
-from agentd.tree.api import (
-    SpawnRefused,
-    SpawnRequest,
-    SubagentBackend,
-    Unavailable,
-    UnknownHandle,
-)
+from agentd.mcp.seams import Observed
+from agentd.mcp.selftool import SERVER, SelfObservation, SelfTool, error, ok
+from agentd.tree import spawn_tools
+from agentd.tree.api import SubagentBackend, Unavailable, UnknownHandle
+from agentd.tree.spawn_tools import BadArguments, str_arg
 
-SERVER = "agentd"
-SEP = "__"
-PREFIX = SERVER + SEP
 AGENT_SCHEME = "agent://"
-
-
-class SelfObservation(msgspec.Struct):
-    """Same shape as the MCP client's `Observation` (text, is_error, structured)."""
-
-    text: str
-    is_error: bool = False
-    structured: Any = None
-
-
-def ok(text: str, structured: Any = None) -> SelfObservation:
-    return SelfObservation(text=text, is_error=False, structured=structured)
-
-
-def error(text: str) -> SelfObservation:
-    return SelfObservation(text=text, is_error=True)
 
 
 def _json(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class SelfTool(msgspec.Struct, frozen=True):
-    """One self-tool. `name` is the spec name (`subagent.spawn`); the model sees
-    `agentd__subagent_spawn`. The handler returns an object with `text`,
-    `is_error` and `structured` (a SelfObservation or the client's Observation)."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    handler: Handler
-
-    @property
-    def qualified(self) -> str:
-        return PREFIX + self.name.replace(".", "_").replace("/", "_")
-
-
 class ResourceReader(Protocol):
-    async def read_resource(self, uri: str) -> Any: ...
+    """What the resource self-tools read through: the run's toolbox (`AgentToolbox`)."""
 
-
-def _str_arg(args: dict[str, Any], key: str, *, required: bool = False) -> str | None:
-    value = args.get(key)
-    if value is None:
-        if required:
-            raise ValueError(f"missing required argument {key!r}")
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"argument {key!r} must be a string")
-    return value
-
-
-def _bool_arg(args: dict[str, Any], key: str) -> bool:
-    value = args.get(key, False)
-    if not isinstance(value, bool):
-        raise ValueError(f"argument {key!r} must be a boolean")
-    return value
+    async def read_resource(self, uri: str, *, server: str | None = None) -> Observed: ...
 
 
 _URI = {"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}
-_HANDLE = {"type": "object", "properties": {"handle": {"type": "string"}},
-           "required": ["handle"]}
+_URI_SERVER = {"type": "object",
+               "properties": {"uri": {"type": "string"}, "server": {"type": "string"}},
+               "required": ["uri"]}
 
 
 class SelfTools:
@@ -121,17 +71,20 @@ class SelfTools:
         # Queued for the daemon, applied after the run (spec §2.4), in order.
         self.subscriptions: list[str] = []
         self.unsubscriptions: list[str] = []
+        self.subscription_servers: dict[str, str] = {}  # a queued URI -> the server named
         self._tools: dict[str, SelfTool] = {}
         self.add(SelfTool(
             "read_resource",
             "Read the current body of a resource by URI (one from the resource catalogue, "
-            "or agent://status / agent://subagent/{handle}).",
-            _URI, self._read_resource))
+            "or agent://status / agent://subagent/{handle}). `server` names the MCP server "
+            "that owns it when several could.",
+            _URI_SERVER, self._read_resource))
         self.add(SelfTool(
             "subscribe",
             "Subscribe this agent to an MCP resource URI: the subscription is queued and "
-            "applied after this run, so a later change wakes the agent (reactive mode).",
-            _URI, self._subscribe))
+            "applied after this run, so a later change wakes the agent (reactive mode). "
+            "`server` names the MCP server that owns it when several could.",
+            _URI_SERVER, self._subscribe))
         self.add(SelfTool(
             "unsubscribe", "Drop a subscription to a resource URI (queued like subscribe).",
             _URI, self._unsubscribe))
@@ -152,19 +105,26 @@ class SelfTools:
                           input_schema=t.input_schema, server=SERVER, trusted=True)
                 for t in self._tools.values()]
 
-    async def call(self, qualified: str, arguments: dict[str, Any]) -> Any:
+    async def call(self, qualified: str, arguments: dict[str, Any]) -> Observed:
         tool = self._tools[qualified]
         try:
             return await tool.handler(arguments)
-        except ValueError as exc:  # argument validation: the model can fix it
+        except BadArguments as exc:  # argument validation: the model can fix it
+            return error(str(exc))
+        except ValueError as exc:  # a hooked tool's own validation
             return error(f"{tool.name}: {exc}")
 
     # -- resources and subscriptions ----------------------------------------
 
-    async def _read_resource(self, args: dict[str, Any]) -> Any:
-        uri = _str_arg(args, "uri", required=True) or ""
+    async def _read_resource(self, args: dict[str, Any]) -> Observed:
+        uri = str_arg("read_resource", args, "uri", required=True) or ""
+        server = str_arg("read_resource", args, "server") or None
         if not uri:
             return error("read_resource: the uri is empty")
+        if server is not None:  # the caller named the owner: no agent:// of ours
+            if self.resources is None:
+                return error(f"read_resource: no MCP server is connected that serves {uri}")
+            return await self.resources.read_resource(uri, server=server)
         if uri.startswith(AGENT_SCHEME):
             own = self._read_agent(uri)
             if not own.is_error or self.resources is None or uri == AGENT_SCHEME + "status":
@@ -192,25 +152,35 @@ class SelfTools:
         return error(f"read_resource: resource not found: {uri}")
 
     async def _subscribe(self, args: dict[str, Any]) -> SelfObservation:
-        uri = (_str_arg(args, "uri") or "").strip()
+        uri = (str_arg("subscribe", args, "uri") or "").strip()
+        server = str_arg("subscribe", args, "server") or None
         if not uri:
             return error("subscribe: the uri is empty")
         if uri in self.subscriptions:
+            self._name_server(uri, server)
             return ok(f"already queued: subscription to {uri}")
         if len(self.subscriptions) >= self.max_subscriptions:
             return error(f"subscribe: the per-run subscription cap "
                          f"({self.max_subscriptions}) is reached")
         self.subscriptions.append(uri)
+        self._name_server(uri, server)
         if uri in self.unsubscriptions:
             self.unsubscriptions.remove(uri)
         return ok(f"queued: subscription to {uri} is applied when this run finishes")
 
+    def _name_server(self, uri: str, server: str | None) -> None:
+        if server is None:
+            self.subscription_servers.pop(uri, None)
+        else:
+            self.subscription_servers[uri] = server
+
     async def _unsubscribe(self, args: dict[str, Any]) -> SelfObservation:
-        uri = (_str_arg(args, "uri") or "").strip()
+        uri = (str_arg("unsubscribe", args, "uri") or "").strip()
         if not uri:
             return error("unsubscribe: the uri is empty")
         if uri in self.subscriptions:
             self.subscriptions.remove(uri)
+            self.subscription_servers.pop(uri, None)
         elif uri not in self.unsubscriptions:
             self.unsubscriptions.append(uri)
         return ok(f"queued: unsubscription from {uri}")
@@ -218,35 +188,21 @@ class SelfTools:
     # -- subagents -----------------------------------------------------------
 
     def _add_subagent_tools(self) -> None:
-        self.add(SelfTool(
-            "subagent.spawn",
-            "Delegate a task to a fresh subagent and get its distilled result. sync (default) "
-            "blocks until it is done; async returns a handle at once (read "
-            "agent://subagent/{handle} or call subagent_status later); warm keeps it alive "
-            "for subagent_send; detach lets it run on its own. tool_scope narrows the MCP "
-            "servers it may use.",
-            {"type": "object",
-             "properties": {
-                 "instruction": {"type": "string"},
-                 "output_contract": {"type": "string"},
-                 "tool_scope": {"type": "array", "items": {"type": "string"}},
-                 "async": {"type": "boolean", "default": False},
-                 "warm": {"type": "boolean", "default": False},
-                 "detach": {"type": "boolean", "default": False}},
-             "required": ["instruction"]},
-            self._spawn))
-        self.add(SelfTool(
-            "subagent.send", "Send another message into a warm subagent session.",
-            {"type": "object",
-             "properties": {"handle": {"type": "string"}, "message": {"type": "string"}},
-             "required": ["handle", "message"]},
-            self._send))
-        self.add(SelfTool(
-            "subagent.status", "Read a subagent's status (and its result once done).",
-            _HANDLE, self._status))
-        self.add(SelfTool(
-            "subagent.cancel", "Cancel a subagent and its whole subtree.",
-            _HANDLE, self._cancel))
+        table = spawn_tools.tools(spawn_tools.LOOP_MODES)
+        for name, act in (("subagent.spawn", self._spawn), ("subagent.send", self._send),
+                          ("subagent.status", self._status), ("subagent.cancel", self._cancel)):
+            tool = table[name]
+            self.add(SelfTool(name, tool.description, tool.input_schema,
+                              self._refusing(tool, act)))
+
+    @staticmethod
+    def _refusing(tool: spawn_tools.SpawnTool, act: Any) -> Any:
+        """`act(parsed)` behind the table's parser; every refusal is an isError
+        observation in the table's words (the self-MCP says the same)."""
+        async def handler(args: dict[str, Any]) -> Any:
+            return await spawn_tools.dispatch(tool, args, act, error)
+
+        return handler
 
     def _mine(self, handle: str) -> None:
         """A loop acts only on its own subtree: anything else (a peer's served.N,
@@ -258,54 +214,20 @@ class SelfTools:
         self._mine(handle)
         return self.backend.status(handle)
 
-    async def _spawn(self, args: dict[str, Any]) -> SelfObservation:
-        instruction = _str_arg(args, "instruction", required=True) or ""
-        if not instruction.strip():
-            return error("subagent.spawn: the instruction is empty")
-        contract = _str_arg(args, "output_contract")
-        scope = args.get("tool_scope")
-        if scope is not None and (not isinstance(scope, list)
-                                  or not all(isinstance(s, str) for s in scope)):
-            raise ValueError("argument 'tool_scope' must be an array of strings")
-        modes = [m for m in ("async", "warm", "detach") if _bool_arg(args, m)]
-        if len(modes) > 1:
-            raise ValueError(f"choose at most one of async, warm, detach (got {modes})")
-        request = SpawnRequest(instruction=instruction, output_contract=contract,
-                               tool_scope=tuple(scope) if scope is not None else None,
-                               mode=modes[0] if modes else "sync")  # type: ignore[arg-type]
-        try:
-            state = await self.backend.spawn(self.caller, request)
-        except SpawnRefused as exc:
-            return error(str(exc))
-        body = state.body()
+    async def _spawn(self, request: Any) -> SelfObservation:
+        body = (await self.backend.spawn(self.caller, request)).body()
         return ok(_json(body), body)
 
-    async def _send(self, args: dict[str, Any]) -> SelfObservation:
-        handle = _str_arg(args, "handle", required=True) or ""
-        message = _str_arg(args, "message", required=True) or ""
-        try:
-            self._mine(handle)
-            state = await self.backend.send(self.caller, handle, message)
-        except UnknownHandle:
-            return error(f"subagent.send: unknown handle {handle!r}")
-        except SpawnRefused as exc:
-            return error(str(exc))
-        body = state.body()
+    async def _send(self, a: spawn_tools.SendArgs) -> SelfObservation:
+        self._mine(a.handle)
+        body = (await self.backend.send(self.caller, a.handle, a.message)).body()
         return ok(_json(body), body)
 
-    async def _status(self, args: dict[str, Any]) -> SelfObservation:
-        handle = _str_arg(args, "handle", required=True) or ""
-        try:
-            body = self._status_of(handle).body()
-        except UnknownHandle:
-            return error(f"subagent.status: unknown handle {handle!r}")
+    async def _status(self, a: spawn_tools.HandleArgs) -> SelfObservation:
+        body = self._status_of(a.handle).body()
         return ok(_json(body), body)
 
-    async def _cancel(self, args: dict[str, Any]) -> SelfObservation:
-        handle = _str_arg(args, "handle", required=True) or ""
-        try:
-            self._mine(handle)
-            body = (await self.backend.cancel(handle)).body()
-        except UnknownHandle:
-            return error(f"subagent.cancel: unknown handle {handle!r}")
+    async def _cancel(self, a: spawn_tools.HandleArgs) -> SelfObservation:
+        self._mine(a.handle)
+        body = (await self.backend.cancel(a.handle)).body()
         return ok(_json(body), body)

@@ -2,7 +2,7 @@
 
 `await main()` (the CLI runs it on uvloop) starts the sample MCP servers of
 `agentd.demo.servers` on free loopback ports, then runs a real agentd run —
-the same `agentd.agent.run.execute` as `agentd --instruction ...` — whose
+the same `agentd.app.run.execute` as `agentd --instruction ...` — whose
 intelligence is the playback script shipped as package data
 (`agentd/demo/demo.json`). The scripted agent:
 
@@ -39,6 +39,7 @@ import orjson
 
 from agentd.agent.loop import Tracer
 from agentd.config import Config, ServerSpec
+from agentd.exitcodes import ExitCode
 from agentd.intelligence.base import Completion
 from agentd.log import configure, log
 from agentd.output import print_result
@@ -122,7 +123,7 @@ def _script_path(stack: contextlib.ExitStack) -> str:
 
 async def main(*, out: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """Run the demo; returns the main run's exit code."""
-    from agentd.agent.run import execute, new_run_id
+    from agentd.app.run import execute, new_run_id
     from agentd.demo import servers as samples
 
     err = out or sys.stderr
@@ -161,7 +162,7 @@ async def main(*, out: TextIO | None = None, stdout: TextIO | None = None) -> in
                 except Exception as exc:  # an act's failure is reported, not fatal
                     log.error("demo.act_failed", act=title, error=repr(exc))
                     trace.line(f"  act failed: {exc!r}")
-                    code = code or 1
+                    code = code or ExitCode.FAILED
             trace.line(f"\ndone in {time.perf_counter() - trace.t0:.1f} s; the result object "
                        "is on stdout")
     print_result(result, stdout)

@@ -14,7 +14,7 @@
   `updated` notification, and a fresh read of the distillate.
 * The worker is stopped like a daemon (drained: status `interrupted`).
 
-Both agents are real runs (`agentd.agent.run.execute`) on the demo's playback
+Both agents are real runs (`agentd.app.run.execute`) on the demo's playback
 script; the worker's child and the parent share the same file.
 """
 
@@ -59,7 +59,7 @@ async def _until(predicate: Any, limit: float = 20.0) -> None:
 
 
 async def composition(ctx: DemoContext) -> None:
-    from agentd.agent.run import RunContext, execute, new_run_id
+    from agentd.app.run import RunContext, execute, new_run_id
     from agentd.mcp.toolbox import Toolbox
 
     notes = ctx.servers["notes"].handler

@@ -21,8 +21,8 @@ import asyncio
 import sys
 from typing import Any
 
+from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, ToolError
 from agentd.mcp.http_server import Runner, serve
-from agentd.mcp.server_session import CallContext, Handler, ResourceNotFound, ToolError
 
 NUMBER = {"type": "number"}
 

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from agentd.errors import IntelligenceError
+from agentd.exitcodes import ExitCode
 from agentd.output import Usage
 
 __all__ = [
@@ -41,11 +43,14 @@ __all__ = [
 ]
 
 
-class IntelligenceUnavailable(Exception):
+class IntelligenceUnavailable(IntelligenceError):
     """The intelligence is unreachable or keeps failing: exit 5."""
 
+    exit_code = ExitCode.INTELLIGENCE
+    event = "intelligence.unavailable"
 
-class CeilingReached(Exception):
+
+class CeilingReached(IntelligenceError):
     """The tree's token ledger refused an intelligence call: the run ends
     `budget_exhausted` (exit 3) with its partial result (agentd.agent.ledger)."""
 

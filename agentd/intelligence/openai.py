@@ -32,6 +32,7 @@ from msgspec import UNSET, Struct, UnsetType
 
 from agentd import __version__
 from agentd import log as _logmod
+from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -131,7 +132,7 @@ _response_decoder = msgspec.json.Decoder(ChatResponse)
 _chunk_decoder = msgspec.json.Decoder(ChatChunk)
 
 
-class _Retryable(Exception):
+class _Retryable(IntelligenceError):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason

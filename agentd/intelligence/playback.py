@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -31,7 +32,7 @@ from agentd.intelligence.base import (
 FORMAT_VERSION = 1
 
 
-class PlaybackError(ValueError):
+class PlaybackError(IntelligenceError, ValueError):
     """The playback file is missing or malformed (a config error: exit 2)."""
 
 

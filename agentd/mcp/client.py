@@ -34,6 +34,7 @@ from agentd.config import (
     ServerSpec,
     resolve_headers,
 )
+from agentd.errors import ToolFault
 from agentd.log import log
 from agentd.mcp.client_session import (
     Capabilities,
@@ -99,24 +100,6 @@ DISCOVER_TIMEOUT: Final = 3.0  # the server/discover probe: a server that cannot
 MAX_INPUT_ROUNDS: Final = 10  # MRTR: input_required answers per request before giving up
 MAX_TTL_MS: Final = 24 * 3600 * 1000  # a longer ttlMs is clamped (a day)
 _MAX_AUDIT_TEXT: Final = 2000
-
-
-class ToolFault(Exception):
-    """A protocol or transport fault: never shown to the model as tool output.
-
-    ``retryable`` follows the documented policy (:mod:`agentd.mcp.retry`);
-    ``code`` is the JSON-RPC error code or HTTP status when there was one.
-    """
-
-    def __init__(self, server: str, message: str, *, retryable: bool,
-                 code: int | None = None, method: str = "", cause: str = "") -> None:
-        super().__init__(f"{server}: {message}")
-        self.server = server
-        self.message = message
-        self.retryable = retryable
-        self.code = code
-        self.method = method
-        self.cause = cause  # "timeout", "stale", "gone", "closed" or "" (agentd.mcp.faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -716,6 +699,7 @@ class MCPClient:
                 finally:
                     self._acks.pop(sid, None)
                 if current is not None:
+                    assert current_sid is not None  # set with `current`
                     if current.done():  # it ended by itself while this one opened
                         ended_by_server, _ = self._listen_ends.pop(current_sid, (True, None))
                         resync = resync or not ended_by_server
@@ -833,9 +817,10 @@ class MCPClient:
         m = ev.method
         if m == m26.NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED:
             got = ClientSession.acknowledged(ev.params)
-            fut = self._acks.get(got[0]) if got is not None else None
-            if fut is not None and not fut.done():
-                fut.set_result(got[1])
+            if got is not None:
+                fut = self._acks.get(got[0])
+                if fut is not None and not fut.done():
+                    fut.set_result(got[1])
             return
         if m == mt.NOTIFICATION_RESOURCES_UPDATED:
             uri = ClientSession.updated_uri(ev.params)
@@ -933,18 +918,31 @@ class MCPClient:
                        ) -> msgspec.Raw:
         """A request under the retry policy; returns the raw result.
 
-        ``name`` is what ``Mcp-Name`` mirrors at 2026-07-28 (a URI, a prompt name).
-        Every send mints a fresh JSON-RPC id."""
-        idempotent = method in IDEMPOTENT_METHODS
+        ``name`` is what ``Mcp-Name`` mirrors at 2026-07-28 (a URI, a prompt name)."""
+        session = self._session
+
+        def build() -> tuple[int | str, bytes, Any]:
+            rid, data = session.request(method, params)
+            return rid, data, session.headers(method, name)
+
+        return await self._retrying(method, build, time_limit,
+                                    idempotent=method in IDEMPOTENT_METHODS)
+
+    async def _retrying(self, method: str,
+                        build: Callable[[], tuple[int | str, bytes, Any]],
+                        time_limit: float | None, *, idempotent: bool) -> msgspec.Raw:
+        """THE retry loop of this client (every request and every tools/call):
+        ``build`` makes each send anew, with a fresh JSON-RPC id; the policy of
+        :mod:`agentd.mcp.retry` decides on a re-send, a reconnect or a fault."""
         attempt = 0
         while True:
             attempt += 1
-            await self._wait_connected()
-            rid, data = self._session.request(method, params)
+            if not self._connected.is_set():
+                await self._wait_connected()
+            rid, data, headers = build()
             gen = self.generation
             try:
-                return await self._send(rid, data, method, time_limit,
-                                        self._session.headers(method, name))
+                return await self._send(rid, data, method, time_limit, headers)
             except TimeoutError:
                 raise ToolFault(self.name, f"{method} timed out after {time_limit:g}s",
                                 retryable=True, method=method, cause="timeout") from None
@@ -976,44 +974,31 @@ class MCPClient:
         """Drain ``tools/list`` (≤ 1024 pages), replace the catalogue, audit-log it."""
         tools: dict[str, ToolInfo] = {}
         dupes = 0
-        cursor: str | None = None
         stateless = self._session.stateless
         rejected: dict[str, str] = {}
         self._dirty.discard("tools")
-        ttl: int | None = None
-        for _ in range(MAX_LIST_PAGES):
-            params = mt.PaginatedParams(cursor=cursor) if cursor is not None else UNSET
-            raw = await self._request(mt.TOOLS_LIST, params)
-            page = self._decode(raw, mt.ListToolsResult, mt.TOOLS_LIST)
-            if stateless:
-                ttl = _ttl_ms(raw) if ttl is None else min(ttl, _ttl_ms(raw))
-            for t in page.tools:
-                if t.name in tools:
-                    dupes += 1
+        listed, ttl = await self._drain(mt.TOOLS_LIST, mt.ListToolsResult, "tools")
+        for t in listed:
+            if t.name in tools:
+                dupes += 1
+                continue
+            decls: tuple[ParamHeader, ...] = ()
+            if stateless:  # SEP-2243: an invalid declaration excludes the tool
+                try:
+                    decls = tool_header_declarations(t.inputSchema or {})
+                except HeaderDeclarationError as exc:
+                    rejected[t.name] = str(exc)
+                    self.log.warning("mcp.tool.rejected", tool=t.name[:200],
+                                     reason=str(exc)[:300])
                     continue
-                decls: tuple[ParamHeader, ...] = ()
-                if stateless:  # SEP-2243: an invalid declaration excludes the tool
-                    try:
-                        decls = tool_header_declarations(t.inputSchema or {})
-                    except HeaderDeclarationError as exc:
-                        rejected[t.name] = str(exc)
-                        self.log.warning("mcp.tool.rejected", tool=t.name[:200],
-                                         reason=str(exc)[:300])
-                        continue
-                tools[t.name] = ToolInfo(
-                    name_header=encode_value(t.name) if stateless else "",
-                    param_headers=decls,
-                    name=t.name, input_schema=t.inputSchema or {},
-                    description=_s(t.description), title=_s(t.title),
-                    output_schema=t.outputSchema if isinstance(t.outputSchema, dict) else None,
-                    annotations=msgspec.to_builtins(t.annotations) if t.annotations else {},
-                    name_json=orjson.dumps(t.name))
-            cursor = page.nextCursor if page.nextCursor else None
-            if cursor is None:
-                break
-        else:
-            raise ToolFault(self.name, f"tools/list of server {self.name!r} did not end after "
-                            f"{MAX_LIST_PAGES} pages", retryable=False, method=mt.TOOLS_LIST)
+            tools[t.name] = ToolInfo(
+                name_header=encode_value(t.name) if stateless else "",
+                param_headers=decls,
+                name=t.name, input_schema=t.inputSchema or {},
+                description=_s(t.description), title=_s(t.title),
+                output_schema=t.outputSchema if isinstance(t.outputSchema, dict) else None,
+                annotations=msgspec.to_builtins(t.annotations) if t.annotations else {},
+                name_json=orjson.dumps(t.name))
         self.tools = tools
         self.rejected_tools = rejected
         self._expires["tools"] = time.monotonic() + (ttl or 0) / 1000
@@ -1125,36 +1110,15 @@ class MCPClient:
     async def _call(self, name_json: bytes, args_json: bytes, time_limit: float | None,
                     headers: list[tuple[str, str]] | tuple = (), extra: bytes = b""
                     ) -> msgspec.Raw:
-        attempt = 0
         session = self._session
-        while True:
-            attempt += 1
-            if not self._connected.is_set():
-                await self._wait_connected()
+
+        def build() -> tuple[int | str, bytes, Any]:
             # the live span's traceparent, when tracing (SEP-414); else the run's
             meta = trace.meta(session.meta_json if session.stateless else self._meta_json)
             rid, data = session.call_tool(name_json, args_json, meta, extra)
-            gen = self.generation
-            try:
-                return await self._send(rid, data, mt.TOOLS_CALL, time_limit, headers)
-            except TimeoutError:
-                raise ToolFault(self.name, f"tools/call timed out after {time_limit:g}s",
-                                retryable=True, method=mt.TOOLS_CALL, cause="timeout") from None
-            except (TransportError, SessionExpired, HTTPStatusError, RPCError) as exc:
-                d = classify(exc, idempotent=False)
-                if d.reconnect and gen == self.generation:  # not already reconnected
-                    self._trigger_recover(expired=isinstance(exc, SessionExpired),
-                                          reason=d.reason)
-                if d.resend and attempt < self.policy.max_attempts:
-                    self.log.info("mcp.retry", method=mt.TOOLS_CALL, attempt=attempt,
-                                  reason=d.reason)
-                    if not d.reconnect:
-                        await asyncio.sleep(_delay(exc, self.policy.backoff(attempt)))
-                    continue
-                code = exc.code if isinstance(exc, RPCError) else (
-                    exc.status if isinstance(exc, HTTPStatusError) else None)
-                raise ToolFault(self.name, f"tools/call: {d.reason}", retryable=d.retryable,
-                                code=code, method=mt.TOOLS_CALL) from None
+            return rid, data, headers
+
+        return await self._retrying(mt.TOOLS_CALL, build, time_limit, idempotent=False)
 
     def _tool_observation(self, name: str, tool: ToolInfo | None, raw: msgspec.Raw
                           ) -> Observation:
@@ -1181,27 +1145,31 @@ class MCPClient:
 
     # ------------------------------------------------------------ resources
 
-    async def _drain(self, method: str, type_: type, attr: str) -> list:
+    async def _drain(self, method: str, type_: type, attr: str) -> tuple[list, int | None]:
+        """Every page of a paginated list (at most ``MAX_LIST_PAGES``): the items in
+        order, and at 2026-07-28 the smallest ``ttlMs`` of its pages (None before)."""
         items: list = []
         cursor: str | None = None
         ttl: int | None = None
+        stateless = self._session.stateless
         for _ in range(MAX_LIST_PAGES):
             params = mt.PaginatedParams(cursor=cursor) if cursor is not None else UNSET
             raw = await self._request(method, params)
             page = self._decode(raw, type_, method)
-            ttl = _ttl_ms(raw) if ttl is None else min(ttl, _ttl_ms(raw))
+            if stateless:
+                ttl = _ttl_ms(raw) if ttl is None else min(ttl, _ttl_ms(raw))
             items.extend(getattr(page, attr))
             cursor = page.nextCursor if page.nextCursor else None
             if cursor is None:
-                if self._session.stateless and method == mt.RESOURCES_LIST:
-                    self._expires["resources"] = time.monotonic() + (ttl or 0) / 1000
-                return items
+                return items, ttl
         raise ToolFault(self.name, f"{method} of server {self.name!r} did not end after "
                         f"{MAX_LIST_PAGES} pages", retryable=False, method=method)
 
     async def list_resources(self) -> list[ResourceInfo]:
         """Drain ``resources/list`` into the catalogue (URIs and metadata, never bodies)."""
-        res = await self._drain(mt.RESOURCES_LIST, mt.ListResourcesResult, "resources")
+        res, ttl = await self._drain(mt.RESOURCES_LIST, mt.ListResourcesResult, "resources")
+        if ttl is not None:
+            self._expires["resources"] = time.monotonic() + ttl / 1000
         self.resources = [ResourceInfo(
             server=self.name, uri=r.uri, name=r.name, title=_s(r.title),
             description=_s(r.description), mime_type=_s(r.mimeType),
@@ -1210,7 +1178,7 @@ class MCPClient:
 
     async def list_resource_templates(self) -> list[mt.ResourceTemplate]:
         """``resources/templates/list``: kept as information only (never subscribed)."""
-        self.resource_templates = await self._drain(
+        self.resource_templates, _ = await self._drain(
             mt.RESOURCES_TEMPLATES_LIST, mt.ListResourceTemplatesResult, "resourceTemplates")
         return self.resource_templates
 

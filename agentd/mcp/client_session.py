@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -39,6 +39,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
+from agentd.errors import MCPError
 from agentd.mcp.param_headers import encode_value
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
@@ -86,16 +87,16 @@ _REQUIRES: Final[dict[str, str]] = {
 }
 
 
-class HandshakeError(Exception):
+class HandshakeError(MCPError):
     """The server could not be initialized: a connect failure (exit 6 if required)."""
 
 
-class DiscoverDeclined(Exception):
+class DiscoverDeclined(MCPError):
     """``server/discover`` gave no positive evidence of a 2026-07-28 server:
     fall back to ``initialize`` (not a failure)."""
 
 
-class CapabilityError(Exception):
+class CapabilityError(MCPError):
     """A request the negotiated (frozen) capabilities do not allow; never sent."""
 
     def __init__(self, method: str, needs: str) -> None:
@@ -564,9 +565,10 @@ class ClientSession:
         A peer's malformed message is counted in ``garbage`` and dropped: it
         never raises.
         """
-        stripped = data.lstrip()
+        stripped = (bytes(data) if isinstance(data, memoryview) else data).lstrip()
         if not stripped:
             return []
+        msgs: Sequence[_In]
         try:
             if stripped[:1] in (b"[", "["):
                 msgs = _dec_batch.decode(stripped)

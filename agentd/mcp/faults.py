@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
+from agentd.errors import MCPError
 from agentd.log import log
 
 __all__ = [
@@ -61,8 +62,10 @@ _TLS_MARKERS: Final = ("certificate verify failed", "certificate_verify_failed",
 _GONE_CAUSES: Final = frozenset({"stale", "gone"})  # "closed" is ours (a drain), not the server's
 
 
-class RequiredServerLost(Exception):
+class RequiredServerLost(MCPError):
     """A required server hit an abort-class fault after its handshake: exit 1."""
+
+    event = "mcp.required_lost"
 
     def __init__(self, server: str, fault: str) -> None:
         super().__init__(f"required MCP server {server!r} failed: {fault}")

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Final
 
 from multidict import CIMultiDictProxy
@@ -28,11 +29,13 @@ def _essence(media: str) -> str:
     return media.split(";", 1)[0].strip().lower()
 
 
+@lru_cache(maxsize=64)  # a handful of distinct header values in practice; bounded for a hostile peer
 def is_json(content_type: str | None) -> bool:
     """``Content-Type`` is ``application/json`` (any case, any parameters)."""
     return content_type is not None and _essence(content_type) == "application/json"
 
 
+@lru_cache(maxsize=64)
 def accepts(accept: str | None, media: str) -> bool:
     """Whether an ``Accept`` value admits ``media`` (no header admits everything)."""
     if accept is None or not accept.strip():

@@ -43,7 +43,6 @@ import ctypes
 import os
 import resource
 import sys
-from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -103,7 +102,7 @@ def env_limits() -> Limits:
 
 
 
-__all__ = ["Gate", "GatedSite", "default_max_connections", "gate_middleware", "return_memory"]
+__all__ = ["Gate", "GatedSite", "default_max_connections", "return_memory"]
 
 _log = log.bind(component="mcp.http_server")
 
@@ -166,7 +165,7 @@ class _Conn(asyncio.Protocol):
         self._gate = gate
         self._inner: Any = None  # aiohttp's RequestHandler, made at the first bytes
         self.transport: asyncio.Transport | None = None
-        self.headed = False  # the first request head reached the app
+        self.headed = False  # the first request head is complete
         self.authed = False  # a request passed auth
         self._head = 0  # bytes of the first head seen so far (while scanning)
         self._tail = b""  # the last bytes of the scanned head (a CRLFCRLF across reads)
@@ -193,6 +192,7 @@ class _Conn(asyncio.Protocol):
         inner = self._inner
         if inner is None:  # aiohttp's handler (and its task) only once bytes arrive
             inner = self._inner = self._gate.server()
+            assert self.transport is not None  # connection_made came first
             inner.connection_made(self.transport)
         inner.data_received(data)
 
@@ -230,6 +230,7 @@ class _Conn(asyncio.Protocol):
             if size <= limit:
                 self._head = -1  # the head is complete: stop scanning this connection
                 self._tail = b""
+                self.saw_request()  # and its header timer has done its work
                 return True
         else:
             size = self._head + len(data)
@@ -334,11 +335,6 @@ class Gate:
         transport = request.transport
         return self.live.get(transport) if transport is not None else None
 
-    def saw_request(self, request: web.BaseRequest) -> None:
-        conn = self.conn_of(request)
-        if conn is not None:
-            conn.saw_request()
-
     def authenticated(self, request: web.BaseRequest) -> None:
         conn = self.conn_of(request)
         if conn is not None and not conn.authed:
@@ -349,20 +345,6 @@ class Gate:
         if self._trim is not None:
             self._trim.cancel()
             self._trim = None
-
-
-def gate_middleware(get_gate: Callable[[], Gate | None]) -> Any:
-    """Every request that reaches the app (any route, a 404 too) ends its
-    connection's header timer."""
-
-    @web.middleware
-    async def seen(request: web.Request, handler: Any) -> web.StreamResponse:
-        gate = get_gate()
-        if gate is not None:
-            gate.saw_request(request)
-        return await handler(request)
-
-    return seen
 
 
 class GatedSite(web.TCPSite):

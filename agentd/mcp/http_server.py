@@ -1,6 +1,6 @@
 """The Streamable HTTP MCP server engine (MCP 2025-11-25 transport) on aiohttp.web.
 
-One endpoint path (``/mcp``) serves a :class:`~agentd.mcp.server_session.Handler`:
+One endpoint path (``/mcp``) serves a :class:`~agentd.mcp.handler.Handler`:
 
 * ``POST`` carries one JSON-RPC message.  ``initialize`` (without a session)
   mints ``Mcp-Session-Id`` (``secrets.token_urlsafe``); every other message
@@ -73,20 +73,14 @@ from agentd.mcp.auth import (
     cert_subject,
     principal,
 )
+from agentd.mcp.handler import Handler, ServerSession, current_principal
 from agentd.mcp.http_limits import (
     Gate,
     GatedSite,
     Limits,
     env_limits,
-    gate_middleware,
 )
-from agentd.mcp.server_session import (
-    ORIGIN_MANAGEMENT,
-    SERVED_METHODS,
-    Handler,
-    ServerSession,
-    current_principal,
-)
+from agentd.mcp.server_session import ORIGIN_MANAGEMENT, SERVED_METHODS
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
@@ -233,8 +227,7 @@ class HttpServer:
         self._listen_seq = 0
         self._stopping = False
         self._listen_wake: dict[stateless.Listener, asyncio.Event] = {}
-        self.app = web.Application(client_max_size=self.limits.max_body,
-                                   middlewares=[gate_middleware(lambda: self.gate)])
+        self.app = web.Application(client_max_size=self.limits.max_body)
         for route in (path, *extra_paths):  # the self-MCP answers at / as well as /mcp
             self.app.router.add_route("POST", route, self._post)
             self.app.router.add_route("GET", route, self._get)
@@ -325,8 +318,11 @@ class HttpServer:
                       size=length)
             return _closing(413, "Payload Too Large")
         try:
-            async with asyncio.timeout(self.limits.body_timeout):
+            if request.content.is_eof():  # the whole body is buffered: no wait to bound
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.limits.body_timeout):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             throttled(_log, "warning", "mcp.serve.refused", key="body_size", reason="body_size")
             return _closing(413, "Payload Too Large")
@@ -339,29 +335,29 @@ class HttpServer:
             return _rpc_error(400, exc)
 
         sid = request.headers.get("Mcp-Session-Id")
-        is_request = type(msg) is Request
+        req = msg if type(msg) is Request else None
         version = request.headers.get("MCP-Protocol-Version")
         if (version is not None and version not in _SUPPORTED) or \
-                (sid is None and is_request and stateless.is_modern_request(msg)):
+                (sid is None and req is not None and stateless.is_modern_request(req)):
             return await self._modern(request, msg, accept_json, accept_sse)
         if sid is None:
-            if is_request and msg.method == t.INITIALIZE:
-                return await self._initialize(request, msg)
-            if is_request and msg.method not in SERVED_METHODS:
+            if req is not None and req.method == t.INITIALIZE:
+                return await self._initialize(request, req)
+            if req is not None and req.method not in SERVED_METHODS:
                 return _rpc_error(200, ProtocolError(METHOD_NOT_FOUND,
-                                                     f"Method not found: {msg.method}", id=msg.id))
+                                                     f"Method not found: {req.method}", id=req.id))
             return _plain(400, "Bad Request: Mcp-Session-Id header is required")
         ch = self.channels.get(sid)
         if ch is None:
             return _plain(404, "Not Found: unknown or ended session")
         session = ch.session
         assert session is not None
-        if not is_request:
+        if req is None:
             await session.receive(msg)
             return web.Response(status=202)
         session.last_active = time.monotonic()
         stream = _PostStream(request) if accept_sse else None
-        out = await session.request(msg, stream.emit if stream is not None else None)
+        out = await session.request(req, stream.emit if stream is not None else None)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
         return web.Response(body=out, headers=_JSON)
@@ -462,7 +458,7 @@ class HttpServer:
         self._listens_per_client[client] = self._listens_per_client.get(client, 0) + 1
         wake = asyncio.Event()
         self._listen_wake[listener] = wake
-        resp: web.StreamResponse | None = None
+        resp = web.StreamResponse(headers=_SSE_HEADERS)  # prepared once the listen is open
         try:
             try:
                 ack = listener.open(params)
@@ -474,7 +470,6 @@ class HttpServer:
             listener.outbox = lambda _data: wake.set()
             _log.info("mcp.serve.listen", auth=self.auth, subscription=str(msg.id)[:32],
                       uris=len(listener.subscriptions))
-            resp = web.StreamResponse(headers=_SSE_HEADERS)
             await resp.prepare(request)
             frames = listener.frames
             async with asyncio.timeout(lim.write_timeout):

@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from agentd.errors import MCPError
+
 __all__ = [
     "HeaderDeclarationError",
     "ParamHeader",
@@ -37,7 +39,7 @@ _MAX_SAFE_INT: Final = 2 ** 53 - 1
 _PRIMITIVES: Final = frozenset({"string", "integer", "boolean"})
 
 
-class HeaderDeclarationError(ValueError):
+class HeaderDeclarationError(MCPError, ValueError):
     """A tool's ``x-mcp-header`` declarations break the revision's constraints."""
 
 

@@ -48,6 +48,7 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
+from agentd.errors import MCPError, RPCError
 from agentd.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -78,7 +79,7 @@ _FATAL_RPC: Final = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, I
                                RESOURCE_NOT_FOUND})
 
 
-class TransportError(Exception):
+class TransportError(MCPError):
     """The HTTP exchange failed. ``sent`` is False when the request provably
     never reached the server (e.g. connection refused)."""
 
@@ -87,7 +88,7 @@ class TransportError(Exception):
         self.sent = sent
 
 
-class SessionExpired(Exception):
+class SessionExpired(MCPError):
     """HTTP 404 on a request carrying our ``Mcp-Session-Id``: initialize again."""
 
 
@@ -105,7 +106,7 @@ def parse_retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), RETRY_AFTER_CAP)
 
 
-class HTTPStatusError(Exception):
+class HTTPStatusError(MCPError):
     def __init__(self, status: int, body: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}" + (f": {body}" if body else ""))
         self.status = status
@@ -114,16 +115,6 @@ class HTTPStatusError(Exception):
     def delay(self, backoff: float) -> float:
         """How long to wait before re-sending: the server's Retry-After, else ``backoff``."""
         return self.retry_after if self.retry_after is not None else backoff
-
-
-class RPCError(Exception):
-    """A top-level JSON-RPC error answering our request."""
-
-    def __init__(self, code: int, message: str, data: object = None) -> None:
-        super().__init__(f"[{code}] {message}")
-        self.code = code
-        self.message = message
-        self.data = data
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from agentd.config import (
     DEFAULT_INIT_TIMEOUT,
@@ -28,6 +28,8 @@ from agentd.config import (
     DEFAULT_SECRETS_DIR,
     ServerSpec,
 )
+from agentd.errors import MCPError
+from agentd.exitcodes import ExitCode
 from agentd.log import log
 from agentd.mcp.client import (
     HandshakeError,
@@ -39,24 +41,32 @@ from agentd.mcp.client import (
 )
 from agentd.mcp.faults import RequiredServerLost, Verdict, call_with_policy
 from agentd.mcp.retry import RetryPolicy
+from agentd.mcp.seams import AgentToolbox, ResourceServer
 
 __all__ = [
     "MAX_TOOL_NAME",
+    "AmbiguousOwner",
+    "NoOwner",
     "Observation",
     "RequiredServerFailed",
     "RequiredServerLost",
     "ToolEntry",
     "ToolFault",
     "Toolbox",
+    "owner_of",
     "qualify",
+    "resource_servers",
 ]
 
 MAX_TOOL_NAME: Final = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
-class RequiredServerFailed(Exception):
+class RequiredServerFailed(MCPError):
     """A required MCP server failed its handshake: the run aborts with exit 6."""
+
+    exit_code = ExitCode.MCP_REQUIRED
+    event = "mcp.required_failed"
 
     def __init__(self, server: str, reason: str) -> None:
         super().__init__(f"required MCP server {server!r} failed: {reason}")
@@ -85,6 +95,78 @@ def qualify(server: str, tool: str, taken: set[str] | None = None) -> str:
         if cand not in taken:
             return cand
         i += 1
+
+
+class NoOwner(MCPError):
+    """No declared server owns a resource URI (nothing is sent for it)."""
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(reason)
+        self.uri = uri
+        self.reason = reason
+
+
+class AmbiguousOwner(NoOwner):
+    """Several servers could own a URI and the caller named none: an error the
+    caller sees, never a guess. ``candidates`` are their names."""
+
+    def __init__(self, uri: str, candidates: Sequence[str], why: str) -> None:
+        names = ", ".join(sorted(candidates))
+        super().__init__(uri, f"ambiguous resource {uri}: {why} ({names}); name one "
+                              "with the 'server' argument")
+        self.candidates = tuple(sorted(candidates))
+
+
+def resource_servers(toolbox: AgentToolbox | None) -> list[ResourceServer]:
+    """The per-server clients behind a toolbox: its ``clients`` mapping (a
+    :class:`Toolbox`, or `WithPeers`, which adds A2A peers' resource sources),
+    none for one without (a brokered child's: its parent decides)."""
+    clients: Mapping[str, ResourceServer] | None = getattr(toolbox, "clients", None)
+    return list(clients.values()) if isinstance(clients, Mapping) else []
+
+
+_Server = TypeVar("_Server", bound=ResourceServer)
+
+
+def owner_of(uri: str, clients: Iterable[_Server], server: str | None = None, *,
+             subscribe: bool = False) -> _Server:
+    """THE rule for which server owns a resource URI, for reads, subscriptions,
+    ``await_resource`` and the reactive daemon alike:
+
+    1. the server the caller names (``server``);
+    2. else the one server whose resource catalogue lists ``uri``;
+    3. else, for a URI nobody lists, the only server that serves resources at
+       all -- for a subscription it must also advertise
+       ``resources.subscribe`` (a presumed owner that cannot take one is no
+       owner; a listing owner that cannot is the caller's ``unsupported``).
+
+    Several servers listing it, or several serving resources and none listing
+    it, raise :class:`AmbiguousOwner` naming them; no candidate raises
+    :class:`NoOwner`."""
+    clients = list(clients)
+    if server is not None:
+        for c in clients:
+            if c.name == server:
+                return c
+        known = ", ".join(sorted(c.name for c in clients)) or "none"
+        raise NoOwner(uri, f"no connected server is named {server!r} (connected: {known})")
+    listing = [c for c in clients if any(r.uri == uri for r in c.resources)]
+    if len(listing) == 1:
+        return listing[0]
+    if listing:
+        raise AmbiguousOwner(uri, [c.name for c in listing],
+                             f"listed by {len(listing)} servers")
+    serving = [c for c in clients if c.capabilities.resources]
+    if len(serving) > 1:
+        raise AmbiguousOwner(uri, [c.name for c in serving],
+                             f"no server lists it and {len(serving)} serve resources")
+    if not serving:
+        raise NoOwner(uri, "no server serves resources" if clients
+                      else "no MCP server is declared")
+    if subscribe and not serving[0].capabilities.resources_subscribe:
+        raise NoOwner(uri, f"no server lists it and the only one serving resources "
+                           f"({serving[0].name}) does not advertise resources.subscribe")
+    return serving[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,36 +399,34 @@ class Toolbox:
         out, self._gone_notices = self._gone_notices, []
         return out
 
-    def owner(self, uri: str, server: str | None = None) -> MCPClient | None:
-        """The client serving ``uri``: the named one, the one that lists it, else the
-        only one with resources."""
-        if server is not None:
-            return self.clients.get(server)
-        for c in self.clients.values():
-            if any(r.uri == uri for r in c.resources):
-                return c
-        with_res = [c for c in self.clients.values() if c.capabilities.resources]
-        if len(with_res) == 1:
-            return with_res[0]
-        return None
+    def owner(self, uri: str, server: str | None = None, *, subscribe: bool = False
+              ) -> MCPClient:
+        """The client serving ``uri`` by the one rule (:func:`owner_of`); raises
+        :class:`NoOwner` / :class:`AmbiguousOwner`."""
+        return owner_of(uri, self.clients.values(), server, subscribe=subscribe)
 
     async def read_resource(self, uri: str, *, server: str | None = None) -> Observation:
-        client = self.owner(uri, server)
-        if client is None:
-            candidates = [c for c in self.clients.values() if c.capabilities.resources]
-            for c in candidates:  # unlisted URI, several servers: first that has it
-                obs = await c.read_resource(uri)
-                if not obs.is_error:
-                    return obs
-            return Observation(f"resource not found: {uri}", is_error=True)
+        """The current body of ``uri`` from its owner; no owner, or an ambiguous
+        one, is an error observation (the model can name the server)."""
+        try:
+            client = self.owner(uri, server)
+        except AmbiguousOwner as exc:
+            return Observation(str(exc), is_error=True)
+        except NoOwner as exc:
+            return Observation(str(exc) if server is not None else f"resource not found: {uri}",
+                               is_error=True)
         return await self._guarded(client, lambda: client.read_resource(uri),
                                    what=f"resources/read {uri}")
 
     async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
-        """Subscribe to a concrete URI on its server; False when not possible (degraded)."""
-        client = self.owner(uri, server)
-        if client is None:
-            log.warning("mcp.subscribe.no_owner", uri=uri)
+        """Subscribe to a concrete URI on its owner; False when not possible
+        (degraded). An ambiguous owner raises :class:`AmbiguousOwner`."""
+        try:
+            client = self.owner(uri, server, subscribe=True)
+        except AmbiguousOwner:
+            raise
+        except NoOwner as exc:
+            log.warning("mcp.subscribe.no_owner", uri=uri, reason=exc.reason)
             return False
         result = await self._guarded(client, lambda: client.subscribe(uri),
                                      what=f"resources/subscribe {uri}")

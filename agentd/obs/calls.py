@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Literal
 
 from agentd.obs import metrics, trace
 
@@ -26,14 +26,16 @@ class McpCall:
         self.server = server
         self.tool = tool if listed else _UNLISTED
         self.outcome = "fault"
-        self._span: Any = trace.NOSPAN
+        self._span: Any = None  # tracing off: no span, one check per use
         if trace.enabled:
-            self._span = trace.span(f"tools/call {self.tool}", kind="client", **{
+            attrs: dict[str, Any] = {
                 "mcp.method.name": "tools/call", "gen_ai.tool.name": self.tool,
-                "mcp.protocol.version": revision, "agentd.mcp.server": server})
+                "mcp.protocol.version": revision, "agentd.mcp.server": server}
+            self._span = trace.span(f"tools/call {self.tool}", kind="client", **attrs)
 
     def __enter__(self) -> McpCall:
-        self._span.__enter__()
+        if self._span is not None:
+            self._span.__enter__()
         self._t0 = time.perf_counter()
         return self
 
@@ -42,12 +44,13 @@ class McpCall:
         self.outcome = "tool_error" if getattr(observation, "is_error", False) else "ok"
         return observation
 
-    def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if tp is not None and issubclass(tp, asyncio.CancelledError):
             self.outcome = "cancelled"
         metrics.MCP_CALLS.inc(self.server, self.tool, self.outcome)
         metrics.MCP_SECONDS.observe(time.perf_counter() - self._t0, self.server, self.tool)
-        if trace.enabled:
-            self._span.set(**{"agentd.mcp.outcome": self.outcome})
-        self._span.__exit__(tp, exc, tb)
+        span = self._span
+        if span is not None:
+            span.attrs["agentd.mcp.outcome"] = self.outcome
+            span.__exit__(tp, exc, tb)
         return False

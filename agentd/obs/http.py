@@ -51,7 +51,7 @@ def mount(app: web.Application, guard: Guard | None = None) -> None:
                             content_type="text/plain")
 
     if trace.enabled:
-        app.middlewares.append(_continue_trace)
+        app.on_startup.append(_trace_posts)
     app.router.add_route("GET", "/metrics", get_metrics)
     app.router.add_route("GET", "/healthz", get_healthz)
     app.router.add_route("GET", "/readyz", get_readyz)
@@ -77,7 +77,29 @@ _NAME = re.compile(r"[A-Za-z0-9_./-]{1,64}")
 _PEEK_MAX = 1 << 20
 
 
-@web.middleware
+async def _trace_posts(app: web.Application) -> None:
+    """Run every POST route's handler inside `_continue_trace` (at start-up: the
+    routes mounted after this module's are included).
+
+    Why the routes and not an aiohttp middleware: with any middleware aiohttp
+    runs its middleware machinery for every request of the listener (a cached
+    chain of wrappers and an app-switching wrapper per request), which costs
+    about what the span does. If this aiohttp keeps a route's handler elsewhere,
+    the middleware is used after all.
+    """
+    posts = [r for r in app.router.routes() if r.method == "POST"]
+    if not all(callable(getattr(r, "_handler", None)) for r in posts):
+        app.middlewares.append(web.middleware(_continue_trace))
+        return
+    for route in posts:
+        inner = route._handler
+
+        async def traced(request: web.Request, inner: Any = inner) -> web.StreamResponse:
+            return await _continue_trace(request, inner)
+
+        route._handler = traced
+
+
 async def _continue_trace(request: web.Request, handler: Any) -> web.StreamResponse:
     """An inbound MCP request continues its caller's trace (only while tracing is on).
 
@@ -87,27 +109,55 @@ async def _continue_trace(request: web.Request, handler: Any) -> web.StreamRespo
     """
     if request.method != "POST" or not trace.enabled:
         return await handler(request)
-    peek = None
+    params = None
     length = request.content_length
     if length is not None and length <= _PEEK_MAX:
         try:
             peek = _peek.decode(await request.read())
         except (msgspec.DecodeError, web.HTTPException):
             peek = None
-    meta = peek.params._meta if peek is not None and peek.params is not None else None
-    tp, ts = trace.parent_from(
-        request.headers,
-        {"traceparent": meta.traceparent, "tracestate": meta.tracestate} if meta else None)
-    method = peek.method if peek is not None and isinstance(peek.method, str) else ""
-    if not _NAME.fullmatch(method):  # a peer's text: only a plain method name is kept
+        if peek is not None:
+            method = _plain(peek.method) or "unknown"
+            params = peek.params
+        else:
+            method = "unknown"
+    else:
         method = "unknown"
-    tool = None
-    if method == "tools/call" and peek is not None and peek.params is not None \
-            and isinstance(peek.params.name, str) and _NAME.fullmatch(peek.params.name):
-        tool = peek.params.name
-    with trace.span(f"mcp.server {method[:64]}", parent=tp, tracestate=ts, kind="server",
-                    root=True, **{"mcp.method.name": method[:64], "gen_ai.tool.name": tool}):
+    meta = params._meta if params is not None else None
+    tp = meta.traceparent if meta is not None else None
+    if meta is not None and isinstance(tp, str):  # `_meta` first (SEP-414), then the W3C headers
+        ts = meta.tracestate if isinstance(meta.tracestate, str) else None
+    else:
+        tp, ts = trace.parent_from(request.headers)
+    tool = _plain(params.name) if method == "tools/call" and params is not None else None
+    with trace.span(_SPAN_NAMES.get(method) or _span_name(method), parent=tp, tracestate=ts,
+                    kind="server", root=True,
+                    **{"mcp.method.name": method, "gen_ai.tool.name": tool}):
         return await handler(request)
+
+
+_PLAIN: dict[str, bool] = {}  # a peer's method or tool name -> it is a plain name
+_SPAN_NAMES: dict[str, str] = {}
+
+
+def _plain(name: Any) -> str | None:
+    """`name` if it is a plain method or tool name (a peer's text: nothing else is
+    kept in a span), else None; the answer is remembered for the names seen."""
+    if not isinstance(name, str):
+        return None
+    ok = _PLAIN.get(name)
+    if ok is None:
+        ok = _NAME.fullmatch(name) is not None
+        if len(_PLAIN) < 1024:
+            _PLAIN[name] = ok
+    return name if ok else None
+
+
+def _span_name(method: str) -> str:
+    name = f"mcp.server {method}"
+    if len(_SPAN_NAMES) < 1024:
+        _SPAN_NAMES[method] = name
+    return name
 
 
 class Standalone:
@@ -169,7 +219,8 @@ async def serve_standalone(host: str, port: int, *, bearer: str | None = None
         await runner.cleanup()
         raise
     srv = site._server
-    bound = srv.sockets[0].getsockname()[1] if srv is not None and srv.sockets else port
+    # asyncio's or uvloop's Server (AbstractServer does not declare `sockets`)
+    bound = srv.sockets[0].getsockname()[1] if srv is not None and srv.sockets else port  # type: ignore[attr-defined]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
     log.info("obs.metrics.listening", url=url, auth="bearer" if bearer else "none")

@@ -1,12 +1,21 @@
 """OTLP/HTTP trace export: spans encoded as protobuf by hand, POSTed from a thread.
 
 Why not the OpenTelemetry SDK's exporter: its Python-side encoder builds a
-message object per span, attribute and value, and costs a large multiple of
-what the agent loop spends on a whole step (`benchmarks/bench_obs.py`); the
-OTLP trace message is small and stable, so agentd writes its bytes directly
-(field numbers from `opentelemetry/proto/trace/v1/trace.proto`). The tests
-decode every export with the official `opentelemetry-proto` types, the way a
-collector does.
+message object per span, attribute and value, and its span and batch
+processor cost a large multiple of agentd's per span (`benchmarks/bench_obs.py`,
+the `obs_span_cost` line); the OTLP trace message is small and stable, so
+agentd writes its bytes directly (field numbers from
+`opentelemetry/proto/trace/v1/trace.proto`). The tests decode every export
+with the official `opentelemetry-proto` types, the way a collector does.
+
+Where the cost goes: the event loop only appends a finished span's tuple to a
+bounded deque (`Exporter.put`). The exporter thread wakes when a batch is
+full or the schedule delay has passed, encodes the batch (`SpanEncoder`:
+what repeats is encoded once and cached) and POSTs it on one kept-alive
+connection. Why a thread rather than idle slices of the loop: a busy loop
+has no idle slices to give, and the thread also waits out a slow collector
+without the loop noticing; its encoding holds the GIL, which is why the
+encoder's work per span is kept to a few byte joins.
 
 The standard environment is honoured (each also in its `_TRACES_` form, which
 wins): `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended) or
@@ -16,32 +25,36 @@ wins): `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended) or
 `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (mTLS to the collector).
 Batching: `OTEL_BSP_SCHEDULE_DELAY` (ms, default 5000),
 `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512), `OTEL_BSP_MAX_QUEUE_SIZE` (2048; past
-it the oldest spans are dropped and counted). Failed posts (connection
-errors, 429, 502, 503, 504) are retried with backoff within the timeout;
-anything else drops the batch with one `obs.otel.export_failed` log line. The
-run never waits for, nor fails because of, the collector.
+it the oldest spans are dropped, never waited for, and counted in
+`agentd_trace_spans_dropped_total{reason="queue_full"}`). Failed posts
+(connection errors, 429, 502, 503, 504) are retried with backoff within the
+timeout; anything else drops the batch with one `obs.otel.export_failed` log
+line (and counts it, `reason="export_failed"`). The run never waits for, nor
+fails because of, the collector.
 
 A record is `(name, trace_id, span_id, parent_id, kind, start_ns, end_ns,
 attrs, error)` with integer ids (`parent_id` 0 for a root) and `kind` one of
-internal, client, server.
+internal, client, server; `attrs` as the span collected them (the encoder
+skips None values and scrubs strings of the registered secrets).
 """
 
 from __future__ import annotations
 
 import gzip
+import http.client
 import os
 import ssl
 import struct
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["Exporter", "encode_request", "resource_attributes"]
+from agentd.obs import metrics
+
+__all__ = ["Exporter", "SpanEncoder", "encode_request", "resource_attributes"]
 
 _KIND = {"internal": 1, "server": 2, "client": 3}
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -93,51 +106,123 @@ def _any(value: Any) -> bytes:
     return _str(1, str(value))
 
 
-_KEYS: dict[str, bytes] = {}  # attribute name -> its encoded `key` field (names repeat)
+def _kv(field: int, key: bytes, value: bytes) -> bytes:
+    """A `KeyValue` (its `key` field already encoded) as field `field`."""
+    return _len(field, key + _len(2, value))
 
 
 def _attributes(field: int, attrs: Mapping[str, Any]) -> bytes:
-    keys = _KEYS
-    out = []
-    for k, v in attrs.items():
-        key = keys.get(k)
+    return b"".join(_kv(field, _str(1, str(k)), _any(v)) for k, v in attrs.items()
+                    if v is not None)
+
+
+_FLAGS = b"\x85\x01" + struct.pack("<I", 0x01)  # flags = 16 (fixed32): sampled
+_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano = 7, end = 8 (fixed64)
+_ID = struct.Struct(">BBQ").pack  # a tag, length 8, an 8-byte id
+_IDS = struct.Struct(">BBQBBQ").pack
+_CACHE_MAX = 4096  # entries per cache: names and attribute values repeat, but a bound
+
+
+class SpanEncoder:
+    """Records to `ExportTraceServiceRequest` bytes, with what repeats encoded once.
+
+    Why caches: the exporter thread holds the GIL while it encodes, so its cost
+    per span is what the event loop loses. The resource and scope are encoded
+    once; a span's name and kind, an attribute's key, and whole attributes whose
+    value is a string or a bool (a model, a server, a tool, an outcome) are
+    encoded the first time they are seen; trace ids repeat within a batch. What
+    is left per span is a few byte joins. String values are scrubbed of the
+    registered secrets (`secrets()`) when first encoded; the caches are emptied
+    when that set changes.
+    """
+
+    def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str],
+                 secrets: Callable[[], Collection[str]] = tuple) -> None:
+        self._resource = _len(1, _attributes(1, resource))
+        self._scope = _len(1, _str(1, scope[0]) + _str(2, scope[1]))
+        self._secrets_of = secrets
+        self._secrets: tuple[str, ...] = ()
+        self._keys: dict[str, bytes] = {}
+        self._values: dict[tuple[str, Any], bytes] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
+
+    def request(self, records: list[tuple]) -> bytes:
+        secrets = tuple(self._secrets_of())  # a snapshot: the loop thread may add one
+        if secrets != self._secrets:
+            self._secrets = secrets
+            self._values.clear()
+        traces: dict[int, bytes] = {}
+        span = self._span
+        spans = b"".join([span(r, traces) for r in records])
+        return _len(1, self._resource + _len(2, self._scope + spans))
+
+    def _scrub(self, text: str) -> str:
+        for s in self._secrets:
+            if s in text:
+                text = text.replace(s, "***")
+        return text
+
+    def _key(self, k: str) -> bytes:
+        key = self._keys.get(k)
         if key is None:
             key = _str(1, str(k))
-            if len(keys) < 4096:
-                keys[k] = key
-        out.append(_len(field, key + _len(2, _any(v))))
-    return b"".join(out)
+            if len(self._keys) < _CACHE_MAX:
+                self._keys[k] = key
+        return key
 
+    def _value(self, v: Any) -> bytes:
+        if isinstance(v, str):
+            return _str(1, self._scrub(v))
+        if isinstance(v, bool | int | float):
+            return _any(v)
+        if isinstance(v, list | tuple):
+            return _any([self._scrub(str(x)) for x in v])
+        return _str(1, self._scrub(str(v)))
 
-_PACK_Q = struct.Struct("<Q").pack
-_FLAGS = b"\x85\x01" + struct.pack("<I", 0x01)  # flags = 16 (fixed32): sampled
-
-
-def _span(rec: tuple) -> bytes:
-    name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
-    out = [_len(1, trace_id.to_bytes(16, "big")), _len(2, span_id.to_bytes(8, "big"))]
-    if parent_id:
-        out.append(_len(4, parent_id.to_bytes(8, "big")))
-    out.append(_str(5, name))
-    out.append(b"\x30" + _varint(_KIND.get(kind, 1)))  # kind = 6
-    out.append(b"\x39" + _PACK_Q(start_ns))  # start_time_unix_nano = 7, fixed64
-    out.append(b"\x41" + _PACK_Q(end_ns))  # end_time_unix_nano = 8, fixed64
-    if attrs:
-        out.append(_attributes(9, attrs))
-    if error:
-        out.append(_len(15, _str(2, error) + b"\x18\x02"))  # status {message, code ERROR}
-    out.append(_FLAGS)
-    return b"".join(out)
+    def _span(self, rec: tuple, traces: dict[int, bytes]) -> bytes:
+        name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
+        tid = traces.get(trace_id)
+        if tid is None:
+            tid = traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
+        head = self._heads.get((name, kind))
+        if head is None:
+            head = _str(5, name) + b"\x30" + _varint(_KIND.get(kind, 1))  # name, kind
+            if len(self._heads) < _CACHE_MAX:
+                self._heads[(name, kind)] = head
+        out = [tid, _IDS(0x12, 8, span_id, 0x22, 8, parent_id) if parent_id  # span_id = 2,
+               else _ID(0x12, 8, span_id),  # parent_span_id = 4 (bytes, big-endian)
+               head, _TIMES(0x39, start_ns, 0x41, end_ns)]
+        values, keys = self._values, self._keys
+        for k, v in attrs.items():
+            tv = type(v)
+            if tv is str or tv is bool:
+                kv = values.get((k, v))
+                if kv is None:
+                    kv = _kv(9, self._key(k), self._value(v))
+                    if len(values) < _CACHE_MAX:
+                        values[(k, v)] = kv
+            elif tv is int and -(1 << 63) <= v < (1 << 63):  # a step, a token count
+                val = b"\x18" + _varint(v)  # int_value = 3: at most 11 bytes
+                inner = (keys.get(k) or self._key(k)) + b"\x12" + _SMALL[len(val)] + val
+                n = len(inner)
+                kv = b"\x4a" + _SMALL[n] + inner if n < 128 else _len(9, inner)
+            elif v is None:
+                continue
+            else:
+                kv = _kv(9, self._key(k), self._value(v))
+            out.append(kv)
+        if error:  # status {message, code ERROR}
+            out.append(_len(15, _str(2, self._scrub(str(error))) + b"\x18\x02"))
+        out.append(_FLAGS)
+        body = b"".join(out)
+        n = len(body)  # spans = 2 of ScopeSpans
+        return b"\x12" + (_SMALL[n] if n < 128 else _varint(n)) + body
 
 
 def encode_request(records: list[tuple], resource: Mapping[str, Any],
                    scope: tuple[str, str]) -> bytes:
     """An `ExportTraceServiceRequest` holding `records` under one resource and scope."""
-    spans = b"".join(_len(2, _span(r)) for r in records)
-    scope_msg = _str(1, scope[0]) + _str(2, scope[1])
-    scope_spans = _len(1, scope_msg) + spans
-    resource_spans = _len(1, _attributes(1, resource)) + _len(2, scope_spans)
-    return _len(1, resource_spans)
+    return SpanEncoder(resource, scope).request(records)
 
 
 # ------------------------------------------------------------------ configuration
@@ -182,15 +267,20 @@ def _int_env(name: str, default: int) -> int:
 class Exporter:
     """A batch exporter thread: records in (`put`, from the event loop), OTLP out."""
 
-    def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str]) -> None:
+    def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str], *,
+                 secrets: Callable[[], Collection[str]] = tuple) -> None:
         traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         if traces:
             self.endpoint = traces
         else:
             base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
             self.endpoint = base.rstrip("/") + "/v1/traces"
-        if urllib.parse.urlsplit(self.endpoint).scheme not in ("http", "https"):
+        url = urllib.parse.urlsplit(self.endpoint)
+        if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"OTLP endpoint {self.endpoint!r} is not http(s)")
+        self._host, self._port = url.hostname, url.port  # ValueError: a bad port
+        self._path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        self._conn: http.client.HTTPConnection | None = None  # kept alive between batches
         self._headers = {**_pairs(_env("HEADERS")),
                          "Content-Type": "application/x-protobuf",
                          "User-Agent": f"agentd/{scope[1]}"}
@@ -207,37 +297,53 @@ class Exporter:
             cert, key = _env("CLIENT_CERTIFICATE"), _env("CLIENT_KEY")
             if cert:
                 self._ssl.load_cert_chain(cert, key)
-        self._resource = dict(resource)
-        self._scope = scope
-        self._delay = _int_env("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self._encoder = SpanEncoder(resource, scope, secrets)
+        self._delay = max(_int_env("OTEL_BSP_SCHEDULE_DELAY", 5000), 1) / 1000
         self._batch = max(_int_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), 1)
         self._queue: deque[tuple] = deque(maxlen=max(_int_env("OTEL_BSP_MAX_QUEUE_SIZE",
                                                               2048), 1))
+        self._batch = min(self._batch, self._queue.maxlen or 1)  # as the OTel SDK
         self.dropped = 0
         self.exported = 0
         self.failures = 0
+        self._puts = 0  # records put (event loop) ...
+        self._handled = 0  # ... and taken off the queue and sent or dropped (the thread)
         self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._flushing = False  # flush() asks for the partial batch too
+        self._done = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="agentd-otlp", daemon=True)
         self._thread.start()
 
     def put(self, record: tuple) -> None:
+        """Queue a finished span (the event loop's whole share of exporting).
+
+        Never blocks: past `OTEL_BSP_MAX_QUEUE_SIZE` the oldest span is dropped
+        and counted (`agentd_trace_spans_dropped_total{reason="queue_full"}`).
+        """
         q = self._queue
+        self._puts += 1
         if len(q) == q.maxlen:
             self.dropped += 1
+            metrics.SPANS_DROPPED.inc("queue_full")
         q.append(record)
-        if len(q) >= self._batch:
+        if len(q) >= self._batch and not self._wake.is_set():
             self._wake.set()
 
     def flush(self, timeout_s: float = 5.0) -> None:
-        """Send what waits now (bounded: the caller never hangs on a dead collector)."""
-        if not self._queue:
+        """Send what was put until now, and wait until it is sent (or dropped);
+        bounded: the caller never hangs on a dead collector."""
+        target = self._puts
+
+        def done() -> bool:
+            return self._handled + self.dropped >= target or not self._thread.is_alive()
+
+        if done():
             return
-        self._idle.clear()
-        self._wake.set()
-        self._idle.wait(timeout_s)
+        with self._done:
+            self._flushing = True
+            self._wake.set()
+            self._done.wait_for(done, timeout_s)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop = True
@@ -245,21 +351,31 @@ class Exporter:
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
+        """Full batches when the queue fills one; the rest when the schedule delay
+        passes quietly, or at a flush. Why not drain to empty after a full batch:
+        the spans that arrive while it is posted would go out a few at a time,
+        and one post costs as much as encoding a great many spans."""
         while True:
-            self._wake.wait(self._delay)
+            timed_out = not self._wake.wait(self._delay)
             self._wake.clear()
-            while self._queue:
-                batch = []
-                while self._queue and len(batch) < self._batch:
-                    batch.append(self._queue.popleft())
+            drain = timed_out or self._flushing or self._stop
+            self._flushing = False
+            q = self._queue
+            while q and (drain or len(q) >= self._batch):
+                batch: list[tuple] = []
+                while q and len(batch) < self._batch:
+                    batch.append(q.popleft())
                 self._send(batch)
-            self._idle.set()
+                with self._done:
+                    self._handled += len(batch)
+                    self._done.notify_all()
             if self._stop:
+                self._close()
                 return
 
     def _send(self, batch: list[tuple]) -> None:
         try:
-            body = encode_request(batch, self._resource, self._scope)
+            body = self._encoder.request(batch)
         except Exception as exc:  # a record we cannot encode: drop the batch, say so
             self._failed(len(batch), f"encode: {type(exc).__name__}: {exc}")
             return
@@ -280,20 +396,46 @@ class Exporter:
             delay *= 2
 
     def _post(self, body: bytes, timeout: float) -> tuple[bool, str] | None:
-        req = urllib.request.Request(self.endpoint, data=body, headers=self._headers,
-                                     method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as resp:
+        """One POST on the kept-alive connection (a new one if there is none, or if
+        the collector closed the one kept); None when the collector took it."""
+        for _ in range(2):
+            conn, fresh = self._conn, self._conn is None
+            try:
+                if conn is None:
+                    conn = self._conn = self._connect(timeout)
+                else:
+                    conn.timeout = timeout
+                    if conn.sock is not None:
+                        conn.sock.settimeout(timeout)
+                conn.request("POST", self._path, body=body, headers=self._headers)
+                resp = conn.getresponse()
                 resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self._close()
+                if fresh:
+                    return True, f"{type(exc).__name__}: {exc}"
+                continue  # a kept connection the collector had closed: once more, anew
+            if resp.will_close:
+                self._close()
+            if 200 <= resp.status < 300:
                 return None
-        except urllib.error.HTTPError as exc:
-            return exc.code in _RETRY_STATUS, f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return True, f"{type(reason).__name__}: {reason}"
+            return resp.status in _RETRY_STATUS, f"HTTP {resp.status}"
+        return True, "connection closed"
+
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        if self._ssl is not None:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=self._ssl)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     def _failed(self, count: int, why: str) -> None:
         self.failures += 1
+        metrics.SPANS_DROPPED.inc("export_failed", n=count)
         from agentd.log import log
 
         log.warning("obs.otel.export_failed", spans=count, error=why[:300],

@@ -6,13 +6,15 @@ switched on by `setup()`.
 
 Why our own span objects and exporter, not the OpenTelemetry SDK: a span here
 is a small slotted object whose context is one `ContextVar`; a finished
-(sampled) span becomes one tuple in a buffer, which a background thread
-encodes as OTLP protobuf and POSTs (`agentd.obs.otlp`). The SDK's span
-machinery and its Python-side OTLP encoder cost a large multiple of a whole
-loop step (`benchmarks/bench_obs.py`, docs/benchmarks.md), and a subagent
-needs none of it: it relays its tuples to its parent (below). So tracing needs
-no extra package at all; what is exported is standard OTLP/HTTP, decoded in
-the tests with the official `opentelemetry-proto` types.
+(sampled) span becomes one tuple in a bounded queue, holding its attributes as
+given (the encoder drops None values and scrubs secrets, off the loop), which
+a background thread encodes in batches as OTLP protobuf and POSTs
+(`agentd.obs.otlp`). The SDK's span and batch processor cost a large multiple
+of that per span, made and exported (`benchmarks/bench_obs.py`, its
+`obs_span_cost` line; docs/operations.md), and a subagent needs none of it:
+it relays its tuples to its parent (below). So tracing needs no extra package
+at all; what is exported is standard OTLP/HTTP, decoded in the tests with the
+official `opentelemetry-proto` types.
 
 When it is on: when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` or
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and not `OTEL_SDK_DISABLED=true`
@@ -51,7 +53,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "NOSPAN",
@@ -97,7 +99,7 @@ class _NoSpan:
     def __enter__(self) -> _NoSpan:
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         return False
 
     def set(self, **attrs: Any) -> None:
@@ -130,14 +132,15 @@ class _Remote:
 class _Span:
     """A live span; `with` makes it current for the block, its end records it."""
 
-    __slots__ = ("_token", "attrs", "end_ns", "error", "kind", "name", "parent_id",
+    __slots__ = ("_token", "_tp", "attrs", "end_ns", "error", "kind", "name", "parent_id",
                  "sampled", "span_id", "start_ns", "trace_id", "tracestate")
 
     def __init__(self, name: str, parent: Any, kind: str, attrs: dict[str, Any],
                  trace_id: int = 0) -> None:
         self.name = name
         self.kind = kind
-        self.attrs = _clean(attrs) if attrs else {}
+        self.attrs = attrs  # as given: cleaned where they leave the process (encoder, relay)
+        self._tp: str | None = None
         self.span_id = _rand.getrandbits(64) or 1
         if parent is not None:
             self.trace_id = parent.trace_id
@@ -158,7 +161,7 @@ class _Span:
         self._token = _current.set(self)
         return self
 
-    def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is not None:
             if isinstance(exc, asyncio.CancelledError | GeneratorExit):
                 self.attrs["agentd.cancelled"] = True
@@ -175,8 +178,9 @@ class _Span:
         return False
 
     def set(self, **attrs: Any) -> None:
-        """Add attributes (None values are dropped, strings scrubbed of secrets)."""
-        self.attrs.update(_clean(attrs))
+        """Add attributes (None values are dropped, strings scrubbed of secrets, both
+        where the span leaves the process)."""
+        self.attrs.update(attrs)
 
     def end(self) -> None:
         """End the span (a `start()`ed one; `with` ends its own). Idempotent."""
@@ -190,7 +194,11 @@ class _Span:
 
     @property
     def traceparent(self) -> str:
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{'01' if self.sampled else '00'}"
+        tp = self._tp
+        if tp is None:  # formatted once: an MCP call puts it in `_meta` and a header
+            tp = self._tp = (f"00-{self.trace_id:032x}-{self.span_id:016x}-"
+                             f"{'01' if self.sampled else '00'}")
+        return tp
 
 
 class NoSteps:
@@ -249,6 +257,8 @@ def span(name: str, *, parent: str | None = None, tracestate: str | None = None,
     """
     if not enabled:
         return NOSPAN
+    if parent is None and not root:  # the usual case: a child of the current span
+        return _Span(name, _current.get(), kind, attrs)
     return _Span(name, _parent(parent, tracestate, root), kind, attrs)
 
 
@@ -281,10 +291,7 @@ def current_traceparent() -> str | None:
     if not enabled:
         return None
     cur = _current.get()
-    if cur is None:
-        return None
-    return (f"00-{cur.trace_id:032x}-{cur.span_id:016x}-"
-            f"{'01' if cur.sampled else '00'}")
+    return cur.traceparent if cur is not None else None
 
 
 def current_tracestate() -> str | None:
@@ -307,26 +314,49 @@ def headers() -> list[tuple[str, str]]:
 def meta(meta_json: bytes) -> bytes:
     """`meta_json` (a JSON object) with the current `traceparent`/`tracestate` set in it.
 
-    Returns the argument itself when tracing is off or no span is live.
+    Returns the argument itself when tracing is off or no span is live. Why a
+    splice: a client's `_meta` is the same few bytes on every call, so it is
+    parsed once (cached without its own trace context) and each call appends
+    the live span's fields to those bytes.
     """
-    tp = current_traceparent()
-    if tp is None:
+    if not enabled:
         return meta_json
+    cur = _current.get()
+    if cur is None:
+        return meta_json
+    head = _meta_heads.get(meta_json)
+    if head is None:
+        head = _meta_head(meta_json)
+        if head is None:
+            return meta_json
+        if len(_meta_heads) >= 64:
+            _meta_heads.clear()
+        _meta_heads[meta_json] = head
+    tail = b'"traceparent":"' + cur.traceparent.encode() + b'"'
+    ts = cur.tracestate
+    if ts:
+        import orjson
+
+        tail += b',"tracestate":' + orjson.dumps(ts)
+    return head + tail + b"}"
+
+
+_meta_heads: dict[bytes, bytes] = {}  # a `_meta` object -> its bytes up to the splice
+
+
+def _meta_head(meta_json: bytes) -> bytes | None:
+    """`{...,` (or `{`) of a JSON object without its trace context; None if not one."""
     import orjson
 
     try:
         obj = orjson.loads(meta_json) if meta_json else {}
     except orjson.JSONDecodeError:
-        return meta_json
+        return None
     if not isinstance(obj, dict):
-        return meta_json
-    obj["traceparent"] = tp
-    ts = current_tracestate()
-    if ts:
-        obj["tracestate"] = ts
-    else:
-        obj.pop("tracestate", None)
-    return orjson.dumps(obj)
+        return None
+    obj.pop("traceparent", None)
+    obj.pop("tracestate", None)
+    return orjson.dumps(obj)[:-1] + b"," if obj else b"{"
 
 
 def parent_from(headers: Any = None, meta: Any = None) -> tuple[str | None, str | None]:
@@ -489,8 +519,8 @@ class _Relay:
         buf, self._buf = self._buf, []
         if not buf:
             return
-        wire = [(n, f"{t:032x}", f"{s:016x}", f"{p:016x}" if p else None, k, a, b, at, e)
-                for n, t, s, p, k, a, b, at, e in buf]
+        wire = [(n, f"{t:032x}", f"{s:016x}", f"{p:016x}" if p else None, k, a, b,
+                 _clean(at), e) for n, t, s, p, k, a, b, at, e in buf]  # scrubbed here
         try:
             self._send(wire)
         except Exception:  # the wire is gone: the spans are lost, the run is not
@@ -536,7 +566,7 @@ def _make_exporter(service: str, resource: dict[str, Any]) -> Any:
     from agentd.obs.otlp import Exporter, resource_attributes
 
     return Exporter(resource_attributes(service, agentd.__version__, resource),
-                    ("agentd", agentd.__version__))
+                    ("agentd", agentd.__version__), secrets=_secrets)
 
 
 # ------------------------------------------------------------------ internals

@@ -1,23 +1,25 @@
 """Reactive mode: resource updates -> debounced, coalesced wakes of the loop.
 
 * `router` — `Coalescer` (sans-IO) and `Router` (asyncio driver), `Wake`;
-* `daemon` — `ReactiveDaemon`, `run_reactive`, `loop_runner`, `resolve_owner`;
-* `awaiting` — `Waiters` and `await_resource` (the `agentd__await_resource`
-  self-tool), `await_resource_tool`.
+* `daemon` — `ReactiveDaemon`, `run_reactive`, `loop_runner` (which server owns
+  a URI is the toolbox's one rule, `agentd.mcp.toolbox.owner_of`);
+* `waiters` — `Waiters`, the rendezvous of updates and runs that wait;
+* `awaiting` — `await_resource` (the `agentd__await_resource` self-tool),
+  `await_resource_tool`.
 
 See docs/reactive.md.
 """
 
-from agentd.reactive.awaiting import Waiters, await_resource, await_resource_tool
+from agentd.reactive.awaiting import await_resource, await_resource_tool
 from agentd.reactive.daemon import (
     ReactiveDaemon,
     Read,
     WakeRun,
     loop_runner,
-    resolve_owner,
     run_reactive,
 )
 from agentd.reactive.router import Coalescer, Router, RouterClosed, Wake
+from agentd.reactive.waiters import Waiters
 
 __all__ = [
     "Coalescer",
@@ -31,6 +33,5 @@ __all__ = [
     "await_resource",
     "await_resource_tool",
     "loop_runner",
-    "resolve_owner",
     "run_reactive",
 ]

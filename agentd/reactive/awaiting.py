@@ -1,11 +1,9 @@
 """`await_resource` support: block a run until a watched URI is updated.
 
-`Waiters` is the rendezvous between the update stream and a run that asked to
-wait. Updates reach it through `Router(claim=waiters.claim)`: an update for a
-URI somebody is waiting on resolves every such wait and is *claimed* (it does
-not also become a router wake — the run that waited reads the current state
-itself, notify-then-read). Waits hold plain futures, never tasks, so nothing
-outlives the run that waits.
+The rendezvous itself, `Waiters`, lives in `reactive/waiters.py` (the daemon
+holds one too). Which server owns a URI is the toolbox's one rule
+(`agentd.mcp.toolbox.owner_of`), as for reads and the daemon's subscriptions:
+an ambiguous owner is the caller's error at once, not a wait.
 
 `await_resource(toolbox, waiters, uri, limit)` is the whole self-tool body:
 make sure the URI is watched (subscribe through the toolbox, degrading like any
@@ -17,80 +15,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.log import log
+from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
+from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of, resource_servers
+from agentd.reactive.waiters import Waiters
+
+if TYPE_CHECKING:
+    from agentd.mcp.selftool import SelfTool
 
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 3600.0
 
 
-class Waiters:
-    """URI -> futures of runs blocked in `await_resource`."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[str, list[asyncio.Future[bool]]] = {}
-
-    def claim(self, uri: str) -> bool:
-        """Resolve every wait on `uri`; True if there was one (update consumed)."""
-        futures = self._waiting.pop(uri, None)
-        if not futures:
-            return False
-        hit = False
-        for fut in futures:
-            if not fut.done():
-                fut.set_result(True)
-                hit = True
-        return hit
-
-    def waiting(self, uri: str) -> bool:
-        return any(not f.done() for f in self._waiting.get(uri, ()))
-
-    def register(self, uri: str) -> asyncio.Future[bool]:
-        """Start waiting on `uri` now (before subscribing, so no update is missed)."""
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(uri, []).append(fut)
-        return fut
-
-    def release(self, uri: str, fut: asyncio.Future[bool]) -> None:
-        lst = self._waiting.get(uri)
-        if lst is not None:
-            if fut in lst:
-                lst.remove(fut)
-            if not lst:
-                self._waiting.pop(uri, None)
-        if not fut.done():
-            fut.cancel()
-
-    async def until(self, uri: str, fut: asyncio.Future[bool], limit: float | None) -> bool:
-        """Wait on a registered future: True if updated, False on timeout."""
-        try:
-            async with asyncio.timeout(limit):
-                return await fut
-        except TimeoutError:
-            return False
-        finally:
-            self.release(uri, fut)
-
-    async def wait(self, uri: str, limit: float | None) -> bool:
-        """True when `uri` is updated, False when `limit` seconds pass first."""
-        return await self.until(uri, self.register(uri), limit)
-
-
-async def _subscribe(toolbox: Any, uri: str) -> tuple[Any | None, bool, bool]:
-    """(owner client or None, watched now, subscribed by this call) — with the
-    daemon's ownership rule when the clients are visible."""
-    from agentd.reactive.daemon import _can_subscribe, clients_of, resolve_owner
-
-    clients = clients_of(toolbox)
-    if not clients:
-        ok = bool(await toolbox.subscribe(uri)) if hasattr(toolbox, "subscribe") else False
+async def _subscribe(toolbox: AgentToolbox, uri: str, server: str | None = None
+                     ) -> tuple[ResourceServer | None, bool, bool]:
+    """(owner client or None, watched now, subscribed by this call), the owner by
+    the toolbox's one rule when the clients are visible. An ambiguous owner, or
+    a named server that is not there, raises (NoOwner): the caller is told."""
+    clients = resource_servers(toolbox)
+    if not clients:  # e.g. a brokered child's toolbox: its parent applies the rule
+        ok = bool(await toolbox.subscribe(uri, server=server))
         return None, ok, False
-    owner, why = resolve_owner(uri, clients)
-    if owner is None:
-        log.warning("reactive.subscribe.unowned", uri=uri, origin="await", reason=why)
+    try:
+        owner = owner_of(uri, clients, server, subscribe=True)
+    except NoOwner as exc:
+        if isinstance(exc, AmbiguousOwner) or server is not None:
+            raise
+        log.warning("reactive.subscribe.unowned", uri=uri, origin="await", reason=exc.reason)
         return None, False, False
-    if not _can_subscribe(owner):
+    if not owner.capabilities.resources_subscribe:
         log.warning("reactive.subscribe.unsupported", uri=uri, origin="await",
                     server=owner.name)
         return owner, False, False
@@ -100,24 +55,35 @@ async def _subscribe(toolbox: Any, uri: str) -> tuple[Any | None, bool, bool]:
     return owner, ok, ok
 
 
+async def _read(owner: ResourceServer | None, toolbox: AgentToolbox, uri: str,
+                server: str | None) -> Observed:
+    """Read `uri` from its owner, else through the toolbox (and its rule)."""
+    if owner is not None:
+        return await owner.read_resource(uri)
+    if server is not None:
+        return await toolbox.read_resource(uri, server=server)
+    return await toolbox.read_resource(uri)
+
+
 _SUBAGENT_PREFIX = "agent://subagent/"
 
 
-def _terminal(obs: Any) -> bool:
+def _terminal(obs: Observed) -> bool:
     """Whether an agent://subagent/… body read says the run is done."""
     import orjson
 
-    if getattr(obs, "is_error", False):
+    if obs.is_error:
         return False
     try:
-        body = orjson.loads(getattr(obs, "text", "") or "")
+        body = orjson.loads(obs.text or "")
     except orjson.JSONDecodeError:
         return False
     return isinstance(body, dict) and body.get("done") is True
 
 
-async def await_resource(toolbox: Any, waiters: Waiters, uri: str,
-                         limit: float | None = DEFAULT_TIMEOUT) -> tuple[bool, Any]:
+async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
+                         limit: float | None = DEFAULT_TIMEOUT, *,
+                         server: str | None = None) -> tuple[bool, Observed]:
     """The `agentd__await_resource` self-tool: `(updated, observation)`.
 
     Subscribes `uri` on its owner (a no-op if already watched; a server without
@@ -125,14 +91,18 @@ async def await_resource(toolbox: Any, waiters: Waiters, uri: str,
     by timeout), waits for an update or `limit` seconds, reads the resource
     fresh from that owner — the observation is its current state either way —
     and drops a subscription it made itself (what stays watched is what the
-    flags and `agentd__subscribe` asked for).
+    flags and `agentd__subscribe` asked for). `server` names the owner; an
+    ambiguous owner raises `AmbiguousOwner` before any wait.
     """
     limit = DEFAULT_TIMEOUT if limit is None else min(max(float(limit), 0.0), MAX_TIMEOUT)
     fut = waiters.register(uri)  # before subscribing: an early update is not missed
-    owner, made = None, False
+    owner: ResourceServer | None = None
+    made = False
     try:
         try:
-            owner, ok, made = await _subscribe(toolbox, uri)
+            owner, ok, made = await _subscribe(toolbox, uri, server)
+        except NoOwner:
+            raise
         except Exception as exc:  # the wait is still honoured
             log.warning("reactive.await.subscribe_failed", uri=uri, error=str(exc))
             ok = False
@@ -146,8 +116,7 @@ async def await_resource(toolbox: Any, waiters: Waiters, uri: str,
         if uri.startswith(_SUBAGENT_PREFIX):
             # an agent's run URI fires once, at its terminal transition; one that
             # ended before the subscribe sends nothing (spec §2.3): read it now
-            reader = owner if owner is not None else toolbox
-            now = await reader.read_resource(uri)
+            now = await _read(owner, toolbox, uri, server)
             if _terminal(now):
                 log.info("reactive.await", uri=uri, updated=True, already_terminal=True,
                          server=getattr(owner, "name", None))
@@ -155,8 +124,7 @@ async def await_resource(toolbox: Any, waiters: Waiters, uri: str,
         updated = await waiters.until(uri, fut, limit)
         log.info("reactive.await", uri=uri, updated=updated,
                  server=getattr(owner, "name", None))
-        reader = owner if owner is not None else toolbox
-        return updated, await reader.read_resource(uri)
+        return updated, await _read(owner, toolbox, uri, server)
     finally:
         if made and owner is not None:
             with contextlib.suppress(Exception):
@@ -169,17 +137,18 @@ AWAIT_SCHEMA = {
         "uri": {"type": "string"},
         "timeout": {"type": "number", "minimum": 0, "maximum": MAX_TIMEOUT,
                     "default": DEFAULT_TIMEOUT},
+        "server": {"type": "string"},
     },
     "required": ["uri"],
 }
 
 
-def await_resource_tool(toolbox: Any, waiters: Waiters) -> Any:
+def await_resource_tool(toolbox: AgentToolbox | None, waiters: Waiters) -> SelfTool:
     """The `agentd__await_resource` SelfTool, for `SelfTools.add(...)`.
 
-    Arguments `{uri, timeout?}`; the result is the resource's current state,
+    Arguments `{uri, timeout?, server?}`; the result is the resource's current state,
     preceded by whether it was updated or the wait timed out."""
-    from agentd.agent.selftools import SelfTool, error, ok
+    from agentd.mcp.selftool import SelfTool, error, ok
 
     async def handler(args: dict[str, Any]) -> Any:
         uri = args.get("uri")
@@ -188,24 +157,32 @@ def await_resource_tool(toolbox: Any, waiters: Waiters) -> Any:
         limit = args.get("timeout", DEFAULT_TIMEOUT)
         if not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit < 0:
             return error("await_resource: timeout must be a non-negative number of seconds")
+        server = args.get("server")
+        if server is not None and not isinstance(server, str):
+            return error("await_resource: argument 'server' must be a string")
         if toolbox is None:
             return error(f"await_resource: no MCP server is connected that serves {uri}")
-        updated, obs = await await_resource(toolbox, waiters, uri.strip(), limit)
+        try:
+            updated, obs = await await_resource(toolbox, waiters, uri.strip(), limit,
+                                                server=server or None)
+        except NoOwner as exc:
+            return error(str(exc))
         head = "updated" if updated else f"timed out after {limit}s without an update"
-        text = f"{head}; current state of {uri}:\n{getattr(obs, 'text', obs)}"
-        if getattr(obs, "is_error", False):
+        text = f"{head}; current state of {uri}:\n{obs.text}"
+        if obs.is_error:
             return error(text)
         return ok(text, {"uri": uri, "updated": updated})
 
     return SelfTool(
         "await_resource",
         "Block until the resource at `uri` is updated (or `timeout` seconds pass), then "
-        "return its current state. Subscribes to it first if it is not watched yet.",
+        "return its current state. Subscribes to it first if it is not watched yet; "
+        "`server` names the MCP server that owns it when several could.",
         AWAIT_SCHEMA, handler)
 
 
 @contextlib.asynccontextmanager
-async def watch_updates(toolbox: Any) -> AsyncIterator[Waiters]:
+async def watch_updates(toolbox: AgentToolbox | None) -> AsyncIterator[Waiters]:
     """For task mode (no daemon): pump the toolbox's `updates` into `Waiters`
     for the lifetime of the block, inside its own TaskGroup, so
     `await_resource` works in a one-shot run. Updates nobody awaits are

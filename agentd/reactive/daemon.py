@@ -1,13 +1,16 @@
 """Reactive mode (`--mode reactive --subscribe URI…`): sleep until something
 watched changes, then run the loop once on its current state.
 
-* Ownership. Each URI is subscribed on the declared server that owns it: the
-  server whose resource catalogue lists it, else the only server that
-  advertises `resources.subscribe`. A URI no server owns, or whose owner does
-  not advertise `resources.subscribe`, is logged (`reactive.subscribe.unowned`
-  / `reactive.subscribe.unsupported`) and never sent. The daemon starts and
-  stays up either way (the spec's worker: `--subscribe file:///nowhere`, no
-  `--mcp`, serving only its self-MCP).
+* Ownership. Each URI is subscribed on the declared server that owns it by the
+  toolbox's one rule (`agentd.mcp.toolbox.owner_of`, the same for reads and
+  `await_resource`): the server named for it, else the one whose catalogue
+  lists it, else the only server serving resources (which must then advertise
+  `resources.subscribe`). A URI no server owns, or several could (an ambiguity
+  the log names), or whose owner does not advertise `resources.subscribe`, is
+  logged (`reactive.subscribe.unowned` / `reactive.subscribe.unsupported`) and
+  never sent. The daemon starts and stays up either way (the spec's worker:
+  `--subscribe file:///nowhere`, no `--mcp`, serving only its self-MCP).
+  A `--subscribe server=URI` entry names the owner (no URI scheme holds `=`).
 * Wakes. The servers' `notifications/resources/updated` (and the client's
   synthesized ones after a reconnect) flow through the `Router`: debounced,
   coalesced per URI. For each wake the daemon reads every woken URI fresh
@@ -26,67 +29,39 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentd.config import DEFAULT_DEBOUNCE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_SUBSCRIPTIONS
 from agentd.exitcodes import ExitCode
 from agentd.log import log
 from agentd.mcp.faults import classify as classify_fault
+from agentd.mcp.seams import AgentToolbox, ResourceServer
+from agentd.mcp.toolbox import NoOwner, owner_of, resource_servers
 from agentd.obs import trace
 from agentd.output import RunResult, Usage
-from agentd.reactive.awaiting import Waiters
 from agentd.reactive.router import Router, RouterClosed, Wake
+from agentd.reactive.waiters import Waiters
+
+if TYPE_CHECKING:  # the loop is imported when a runner is built (loop_runner)
+    from agentd.agent.loop import LoopState, Tracer
+    from agentd.agent.selftools import SelfTools
+    from agentd.config import Config, RunLimits
+    from agentd.intelligence.base import Intelligence
 
 _log = log.bind(component="reactive")
 
 
-# -- the servers, as the daemon needs to see them ---------------------------
-
-def clients_of(toolbox: Any) -> list[Any]:
-    """The per-server clients (`MCPClient`) behind a Toolbox-like object.
-
-    Accepts the Toolbox (its `clients` mapping or list), a mapping or list of
-    clients, or None (no servers declared)."""
-    if toolbox is None:
-        return []
-    for attr in ("clients", "servers", "_clients"):
-        found = getattr(toolbox, attr, None)
-        if found is not None and not callable(found):
-            toolbox = found
-            break
-    if isinstance(toolbox, dict):
-        return list(toolbox.values())
-    if isinstance(toolbox, (list, tuple)):
-        return list(toolbox)
-    if hasattr(toolbox, "read_resource") and hasattr(toolbox, "capabilities"):
-        return [toolbox]
-    return []
-
-
-def _can_subscribe(client: Any) -> bool:
-    caps = getattr(client, "capabilities", None)
-    return bool(getattr(caps, "resources_subscribe", False))
-
-
-def _lists(client: Any, uri: str) -> bool:
-    return any(getattr(r, "uri", None) == uri for r in getattr(client, "resources", ()) or ())
-
-
-def resolve_owner(uri: str, clients: Sequence[Any]) -> tuple[Any | None, str]:
-    """(the client that owns `uri`, why). Owner: the server whose catalogue
-    lists it; else the only server advertising `resources.subscribe`."""
-    for c in clients:
-        if _lists(c, uri):
-            return c, "listed"
-    able = [c for c in clients if _can_subscribe(c)]
-    if len(able) == 1:
-        return able[0], "only_subscribable"
-    if not able:
-        return None, "no server advertises resources.subscribe" if clients else \
-            "no MCP server is declared"
-    return None, (f"{len(able)} servers advertise resources.subscribe and none lists it")
+def named_uri(entry: str) -> tuple[str | None, str]:
+    """(`server`, `URI`) of a `--subscribe server=URI` entry; (None, entry) for a
+    bare URI. No URI scheme holds `=`, so an `=` before the first `:` can only
+    name a server."""
+    eq, colon = entry.find("="), entry.find(":")
+    if 0 < eq and (colon < 0 or eq < colon):
+        return entry[:eq].strip(), entry[eq + 1:]
+    return None, entry
 
 
 class WakeRun(msgspec.Struct):
@@ -99,6 +74,7 @@ class WakeRun(msgspec.Struct):
     usage: Usage = msgspec.field(default_factory=Usage)
     subscribe: list[str] = []
     unsubscribe: list[str] = []
+    servers: dict[str, str] = {}  # a queued subscribe's URI -> the server the run named
 
 
 class Read(msgspec.Struct):
@@ -117,11 +93,12 @@ RunWake = Callable[[Wake, list[Read]], Awaitable[WakeRun]]
 class ReactiveDaemon:
     """See the module docstring. `run_wake` runs the loop once for a wake."""
 
-    def __init__(self, toolbox: Any, run_wake: RunWake, *, run_id: str = "",
-                 debounce: float = 0.05, drain_timeout: float = 25.0,
-                 updates: asyncio.Queue | None = None,
+    def __init__(self, toolbox: AgentToolbox, run_wake: RunWake, *, run_id: str = "",
+                 debounce: float = DEFAULT_DEBOUNCE,
+                 drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+                 updates: asyncio.Queue[tuple[str, str]] | None = None,
                  waiters: Waiters | None = None, router: Router | None = None,
-                 max_subscriptions: int = 64) -> None:
+                 max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
         self.toolbox = toolbox
         self.run_wake = run_wake
         self.run_id = run_id
@@ -130,8 +107,7 @@ class ReactiveDaemon:
         self.waiters = waiters if waiters is not None else Waiters()
         self.router = router if router is not None else Router(debounce,
                                                                claim=self.waiters.claim)
-        q = updates if updates is not None else getattr(toolbox, "updates", None)
-        self.updates: asyncio.Queue = q if q is not None else asyncio.Queue()
+        self.updates = updates if updates is not None else toolbox.updates
         self.watched: dict[str, str] = {}  # uri -> owning server name
         self.self_watched: set[str] = set()  # those a run asked for (capped)
         self.runs = 0
@@ -142,11 +118,13 @@ class ReactiveDaemon:
         self.ready = asyncio.Event()  # set once the --subscribe URIs are handled
 
     # -- subscriptions ---------------------------------------------------
-    def _client(self, name: str) -> Any | None:
-        return next((c for c in clients_of(self.toolbox) if c.name == name), None)
+    def _client(self, name: str) -> ResourceServer | None:
+        return next((c for c in resource_servers(self.toolbox) if c.name == name), None)
 
-    async def subscribe(self, uri: str, *, origin: str = "flag") -> bool:
-        """Subscribe `uri` on its owner; False (with a warning) if it cannot be."""
+    async def subscribe(self, uri: str, *, origin: str = "flag",
+                        server: str | None = None) -> bool:
+        """Subscribe `uri` on its owner (the toolbox's one rule, `owner_of`; or
+        the named `server`); False (with a warning) if it cannot be."""
         uri = uri.strip()
         if not uri or "{" in uri or "}" in uri:
             _log.warning("reactive.subscribe.invalid", uri=uri, origin=origin,
@@ -158,13 +136,13 @@ class ReactiveDaemon:
             _log.warning("reactive.subscribe.cap", uri=uri, origin=origin,
                          cap=self.max_subscriptions)
             return False
-        clients = clients_of(self.toolbox)
-        owner, why = resolve_owner(uri, clients)
-        if owner is None:
-            _log.warning("reactive.subscribe.unowned", uri=uri, origin=origin, reason=why,
+        try:
+            owner = owner_of(uri, resource_servers(self.toolbox), server, subscribe=True)
+        except NoOwner as exc:
+            _log.warning("reactive.subscribe.unowned", uri=uri, origin=origin, reason=exc.reason,
                          detail="not sent; no wake will come from this URI")
             return False
-        if not _can_subscribe(owner):
+        if not owner.capabilities.resources_subscribe:
             _log.warning("reactive.subscribe.unsupported", uri=uri, origin=origin,
                          server=owner.name,
                          detail="the server does not advertise resources.subscribe; not sent")
@@ -172,7 +150,7 @@ class ReactiveDaemon:
         try:
             ok = await owner.subscribe(uri)
         except Exception as exc:  # a server refusing the URI is not fatal
-            verdict = classify_fault(exc, connected=bool(getattr(owner, "connected", True)))
+            verdict = classify_fault(exc, connected=owner.connected)
             _log.warning("reactive.subscribe.failed", uri=uri, origin=origin,
                          server=owner.name, kind=verdict.kind,
                          error=f"{type(exc).__name__}: {exc}"[:300])
@@ -182,7 +160,8 @@ class ReactiveDaemon:
         self.watched[uri] = owner.name
         if origin == "self":
             self.self_watched.add(uri)
-        _log.info("reactive.subscribed", uri=uri, origin=origin, server=owner.name, owner=why)
+        _log.info("reactive.subscribed", uri=uri, origin=origin, server=owner.name,
+                  owner="named" if server is not None else "rule")
         return True
 
     async def unsubscribe(self, uri: str, *, origin: str = "flag") -> None:
@@ -200,12 +179,14 @@ class ReactiveDaemon:
                              error=str(exc)[:300])
         _log.info("reactive.unsubscribed", uri=uri, origin=origin, server=server)
 
-    async def apply_queued(self, subscribe: Iterable[str], unsubscribe: Iterable[str]) -> None:
-        """Apply a finished run's self-subscribe queue (spec §2.4), in order."""
+    async def apply_queued(self, subscribe: Iterable[str], unsubscribe: Iterable[str],
+                           servers: Mapping[str, str] | None = None) -> None:
+        """Apply a finished run's self-subscribe queue (spec §2.4), in order;
+        `servers` maps a URI to the server its run named for it."""
         for uri in unsubscribe:
             await self.unsubscribe(uri, origin="self")
         for uri in subscribe:
-            await self.subscribe(uri, origin="self")
+            await self.subscribe(uri, origin="self", server=(servers or {}).get(uri))
 
     # -- wakes -----------------------------------------------------------
     async def read_fresh(self, wake: Wake) -> list[Read]:
@@ -229,7 +210,7 @@ class ReactiveDaemon:
                 # synthesizes an update on reconnect, so this URI wakes again.
                 # The one fault table (agentd.mcp.faults) names the kind; the
                 # daemon never ends on it: it reconnects with backoff instead.
-                verdict = classify_fault(exc, connected=bool(getattr(client, "connected", True)))
+                verdict = classify_fault(exc, connected=client.connected)
                 _log.warning("reactive.read.failed", uri=uri, server=server,
                              kind=verdict.kind, error=f"{type(exc).__name__}: {exc}"[:300])
                 continue
@@ -259,21 +240,26 @@ class ReactiveDaemon:
         _log.info("reactive.run", seq=wake.seq, status=outcome.status, steps=outcome.steps,
                   uris=[r.uri for r in reads],
                   duration_ms=round((time.perf_counter() - t0) * 1000, 3))
-        await self.apply_queued(outcome.subscribe, outcome.unsubscribe)
+        await self.apply_queued(outcome.subscribe, outcome.unsubscribe, outcome.servers)
         return outcome
 
     async def _traced(self, wake: Wake) -> WakeRun | None:
         """`handle(wake)` in its own trace (a worker lives for days: one trace per wake)."""
-        with trace.span("agentd.reactive.wake", root=True, **{
-                "agentd.wake.seq": wake.seq, "agentd.wake.uris": len(wake.uris),
-                "agentd.wake.coalesced": wake.coalesced}) if trace.enabled else trace.NOSPAN:
+        if not trace.enabled:
+            return await self.handle(wake)
+        attrs: dict[str, Any] = {"agentd.wake.seq": wake.seq, "agentd.wake.uris": len(wake.uris),
+                                 "agentd.wake.coalesced": wake.coalesced}
+        with trace.span("agentd.reactive.wake", root=True, **attrs):
             return await self.handle(wake)
 
     async def start(self, uris: Iterable[str]) -> None:
-        for uri in uris:
-            await self.subscribe(uri, origin="flag")
+        """Subscribe the `--subscribe` entries: `URI`, or `server=URI` to name the
+        owner (like `--mcp name=<endpoint>`)."""
+        for entry in uris:
+            server, uri = named_uri(entry)
+            await self.subscribe(uri, origin="flag", server=server)
         _log.info("reactive.ready", watched=sorted(self.watched),
-                  servers=[c.name for c in clients_of(self.toolbox)])
+                  servers=[c.name for c in resource_servers(self.toolbox)])
         self.ready.set()
 
     async def serve(self, stop: asyncio.Event, subscribe: Iterable[str] = ()) -> RunResult:
@@ -341,10 +327,11 @@ def wake_message(wake: Wake, reads: Sequence[Read], *, limit: int = 64 * 1024) -
     return "\n".join(parts)
 
 
-def loop_runner(intelligence: Any, toolbox: Any, *, instruction: str,
-                output_contract: str | None, budgets: Any,
-                selftools: Callable[[], Any], deadline: float | None = None,
-                tracer: Any = None, on_step: Callable[[Any], None] | None = None,
+def loop_runner(intelligence: Intelligence, toolbox: AgentToolbox, *, instruction: str,
+                output_contract: str | None, budgets: RunLimits,
+                selftools: Callable[[], SelfTools], deadline: float | None = None,
+                tracer: Tracer | None = None,
+                on_step: Callable[[LoopState], None] | None = None,
                 spent: Callable[[], int] | None = None) -> RunWake:
     """A `run_wake` that runs `agentd.agent.loop.run_task` once per wake.
 
@@ -369,16 +356,18 @@ def loop_runner(intelligence: Any, toolbox: Any, *, instruction: str,
             status, partial, result = "deadline", True, state.last_content
         return WakeRun(status=status, partial=partial, result=result, steps=state.steps,
                        usage=state.usage,
-                       subscribe=list(getattr(tools, "subscriptions", ())),
-                       unsubscribe=list(getattr(tools, "unsubscriptions", ())))
+                       subscribe=list(tools.subscriptions),
+                       unsubscribe=list(tools.unsubscriptions),
+                       servers=dict(tools.subscription_servers))
 
     return run_wake
 
 
-async def run_reactive(config: Any, toolbox: Any, run_wake: RunWake, stop: asyncio.Event, *,
+async def run_reactive(config: Config, toolbox: AgentToolbox, run_wake: RunWake,
+                       stop: asyncio.Event, *,
                        run_id: str = "", waiters: Waiters | None = None,
                        router: Router | None = None) -> tuple[RunResult, int]:
-    """The whole reactive mode for `agentd.agent.run`: (the stdout object, exit code).
+    """The whole reactive mode for `agentd.app.run`: (the stdout object, exit code).
 
     Returns when `stop` is set (the caller's SIGINT/SIGTERM handler), after the
     bounded drain: status `interrupted`, exit 130."""

@@ -36,6 +36,7 @@ from typing import Any
 
 import msgspec
 
+from agentd.errors import ReactiveError
 from agentd.log import log
 from agentd.obs import metrics
 
@@ -59,7 +60,7 @@ class Wake(msgspec.Struct, frozen=True):
         return sum(self.counts.values()) + self.overflow
 
 
-class RouterClosed(Exception):
+class RouterClosed(ReactiveError):
     """`next_wake()` on a closed router with nothing left pending."""
 
 
@@ -156,7 +157,7 @@ class Router:
     """The asyncio driver around a `Coalescer`.
 
     `claim`, if given, is offered each update first (the `await_resource`
-    waiters, `agentd.reactive.awaiting.Waiters.claim`): an update it claims
+    waiters, `agentd.reactive.waiters.Waiters.claim`): an update it claims
     has been delivered to a run that was blocked waiting for exactly it and
     does not also make a wake.
     """

@@ -42,8 +42,9 @@ import orjson
 from aiohttp import web
 
 from agentd import __version__
+from agentd.errors import PeerError
 from agentd.log import log
-from agentd.mcp.server_session import current_principal
+from agentd.mcp.handler import current_principal
 from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest, SubagentBackend, UnknownHandle
 from agentd.wire import a2a as w
 
@@ -74,10 +75,8 @@ _rpc = msgspec.json.Decoder(_Rpc)
 _id_params = msgspec.json.Decoder(_IdParams)
 
 
-class _Fault(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class _Fault(PeerError):
+    """A JSON-RPC error answered to the A2A client."""
 
 
 def _text(value: Any) -> str:
@@ -184,7 +183,7 @@ class A2AServed:
         refused = self._guard(request)
         if refused is not None:
             return refused
-        principal = current_principal.get()
+        principal = current_principal.get() or "anonymous"  # as the MCP endpoint counts
         try:
             body = await request.read()
             msg = _rpc.decode(body)

@@ -19,6 +19,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from agentd.errors import TreeError
+
 SpawnMode = Literal["sync", "async", "warm", "detach"]
 TERMINAL = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "deadline"})
 
@@ -54,7 +56,7 @@ class HandleState(msgspec.Struct):
                 "partial": self.partial, "result": self.result}
 
 
-class SpawnRefused(Exception):
+class SpawnRefused(TreeError):
     """A cap or scope refusal; its text is shown to the caller as an isError result.
 
     The message always starts `spawn refused: ` (spec §2.2), e.g.
@@ -62,7 +64,7 @@ class SpawnRefused(Exception):
     """
 
 
-class UnknownHandle(Exception):
+class UnknownHandle(TreeError):
     """No such handle (never existed, or evicted)."""
 
 

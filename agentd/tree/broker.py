@@ -27,8 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from agentd.errors import PeerError, ToolFault
 from agentd.intelligence.base import CeilingReached, IntelligenceUnavailable
 from agentd.log import log
+from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of
 from agentd.tree.control import (
     IO_CEILING,
     IO_FAULT,
@@ -54,13 +56,8 @@ from agentd.tree.control import (
 __all__ = ["Broker", "BrokerError"]
 
 
-class BrokerError(Exception):
+class BrokerError(PeerError):
     """Answered to the child as a JSON-RPC error (code from agentd.tree.control)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _tee(broker: Broker, queue: Any) -> None:
@@ -163,7 +160,6 @@ class Broker:
             except IntelligenceUnavailable as exc:
                 raise BrokerError(IO_UNAVAILABLE, str(exc)) from None
             return IoCompletion(completion)
-        fault = _fault_type()
         try:
             if isinstance(req, IoCall):
                 return await self._call(handle, scope, req)
@@ -177,7 +173,7 @@ class Broker:
                 return IoDone(True)
             if isinstance(req, IoDelegate):
                 return await self._delegate(handle, scope, req)
-        except fault as exc:
+        except ToolFault as exc:
             raise BrokerError(IO_FAULT, str(exc)) from None
         raise BrokerError(IO_SCOPE, "unknown io request")  # pragma: no cover
 
@@ -212,37 +208,33 @@ class Broker:
             "task_id": req.task_id, "context_id": req.context_id}))
         return IoObservation(obs.text, bool(obs.is_error), obs.structured)
 
-    def _owner(self, scope: frozenset[str], uri: str, server: str | None) -> Any:
+    def _owner(self, scope: frozenset[str], uri: str, server: str | None, *,
+               subscribe: bool = False) -> Any:
+        """The toolbox's one ownership rule over this subagent's scope; a named
+        server outside the scope is a scope error. Raises NoOwner/AmbiguousOwner."""
         clients = self._clients(scope)
-        if server is not None:
-            client = clients.get(server)
-            if client is None:
-                raise self._scope_error(f"server {server!r}")
-            return client
-        for c in clients.values():
-            if any(r.uri == uri for r in c.resources):
-                return c
-        with_res = [c for c in clients.values() if c.capabilities.resources]
-        return with_res[0] if len(with_res) == 1 else None
+        if server is not None and server not in clients:
+            raise self._scope_error(f"server {server!r}")
+        return owner_of(uri, clients.values(), server, subscribe=subscribe)
 
     async def _read(self, scope: frozenset[str], uri: str, server: str | None) -> Any:
         from agentd.mcp.client import Observation
-
-        owner = self._owner(scope, uri, server)
-        if owner is not None:
-            return await owner.read_resource(uri)
-        for c in self._clients(scope).values():  # unlisted URI: first in scope that has it
-            if c.capabilities.resources:
-                obs = await c.read_resource(uri)
-                if not obs.is_error:
-                    return obs
-        return Observation(f"resource not found: {uri}", is_error=True)
+        try:
+            owner = self._owner(scope, uri, server)
+        except AmbiguousOwner as exc:
+            return Observation(str(exc), is_error=True)
+        except NoOwner:
+            return Observation(f"resource not found: {uri}", is_error=True)
+        return await owner.read_resource(uri)
 
     async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
                          server: str | None) -> bool:
-        owner = self._owner(scope, uri, server)
-        if owner is None:
-            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle)
+        try:
+            owner = self._owner(scope, uri, server, subscribe=True)
+        except AmbiguousOwner as exc:
+            raise BrokerError(IO_FAULT, str(exc)) from None
+        except NoOwner as exc:
+            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle, reason=exc.reason)
             return False
         key = (owner.name, uri)
         if key not in self._subs:
@@ -299,9 +291,3 @@ class Broker:
 
     def scopes(self) -> Iterable[frozenset[str]]:
         return self._catalogues.keys()
-
-
-def _fault_type() -> type[BaseException]:
-    from agentd.mcp.client import ToolFault
-
-    return ToolFault

@@ -42,12 +42,14 @@ to no pending request, or carries params of the wrong shape is a
 from __future__ import annotations
 
 import itertools
+from types import UnionType
 from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from agentd.config import ServerSpec
+from agentd.config import DEFAULT_LOG_FORMAT, DEFAULT_SECRETS_DIR, RunLimits, ServerSpec
+from agentd.errors import TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.tree.api import HandleState
 from agentd.wire import codec
@@ -143,8 +145,11 @@ class Catalogue(Struct, kw_only=True, frozen=True):
     a2a_peers: tuple[str, ...] = ()  # A2A peers in scope: a2a.delegate goes up as IoDelegate
 
 
-class ChildConfig(Struct, kw_only=True, frozen=True):
-    """The first frame: everything a child needs to run (child/configure params)."""
+class ChildConfig(RunLimits, kw_only=True, frozen=True):
+    """The first frame: everything a child needs to run (child/configure params).
+
+    The run's limits are the root's `RunLimits`, embedded (flat on the wire);
+    `token_ceiling` is what is left of the tree's ceiling at spawn time."""
 
     handle: str
     depth: int
@@ -155,21 +160,11 @@ class ChildConfig(Struct, kw_only=True, frozen=True):
     mcp: tuple[ServerSpec, ...] = ()  # the declared servers in scope (headers unresolved)
     intelligence: str | None = None
     model: str | None = None
-    max_steps: int = 50
-    deadline: float | None = None
-    token_budget: int | None = None  # what is left of the tree's token ceiling
-    max_depth: int = 4
-    max_children: int = 16
-    max_subagents: int = 256
-    observation_bytes: int = 64 * 1024
-    init_timeout: float = 10.0
-    ping_interval: float = 30.0
-    drain_timeout: float = 25.0
     max_frame: int = MAX_FRAME
-    log_format: str = "json"
+    log_format: str = DEFAULT_LOG_FORMAT
     log_level: str = "info"
     run_id: str = ""
-    secrets_dir: str = "/run/secrets/agentd"
+    secrets_dir: str = DEFAULT_SECRETS_DIR
     protocol: int = PROTOCOL
     tracing: bool = False  # record spans and relay them up (`child/spans`, agentd.obs.trace)
     # Brokered I/O: the child's intelligence and MCP calls go up io/request; it holds
@@ -330,7 +325,11 @@ class IoUpdated(Struct, frozen=True):
 
 
 # Inbound requests/notifications each side accepts, with their params type.
-_TO_CHILD: Final[dict[str, type]] = {
+# What msgspec decodes a frame's params or result into: a Struct (or dict), or a
+# tagged union of Structs (`IoRequest`, `IoResult`).
+Decodable = type | UnionType
+
+_TO_CHILD: Final[dict[str, Decodable]] = {
     "child/configure": ChildConfig,
     "child/run": MessageParams,
     "child/send": MessageParams,
@@ -339,7 +338,7 @@ _TO_CHILD: Final[dict[str, type]] = {
     "child/terminal": HandleBody,
     "io/updated": IoUpdated,
 }
-_TO_PARENT: Final[dict[str, type]] = {
+_TO_PARENT: Final[dict[str, Decodable]] = {
     "child/progress": Progress,
     "child/spans": SpanBatch,
     "tree/spawn": SpawnParams,
@@ -349,7 +348,7 @@ _TO_PARENT: Final[dict[str, type]] = {
     "io/request": IoRequest,
 }
 # Result type of each request a side sends (decoded when the answer arrives).
-_RESULTS: Final[dict[str, type]] = {
+_RESULTS: Final[dict[str, Decodable]] = {
     "child/configure": dict,
     "child/run": RunOutcome,
     "child/send": RunOutcome,
@@ -361,17 +360,17 @@ _RESULTS: Final[dict[str, type]] = {
     "tree/cancel": HandleBody,
     "io/request": IoResult,
 }
-_decoders: dict[type, msgspec.json.Decoder] = {}
+_decoders: dict[Decodable, msgspec.json.Decoder] = {}
 
 
-def _decoder(tp: type) -> msgspec.json.Decoder:
+def _decoder(tp: Decodable) -> msgspec.json.Decoder:
     d = _decoders.get(tp)
     if d is None:
         d = _decoders[tp] = msgspec.json.Decoder(tp)
     return d
 
 
-class ControlProtocolError(Exception):
+class ControlProtocolError(TreeError):
     """The peer broke the control wire; the connection cannot continue."""
 
 
@@ -456,8 +455,7 @@ class ControlSession:
             raise ControlProtocolError(f"malformed frame: {exc.message}") from None
         if isinstance(msg, Response | ErrorResponse):
             rid = msg.id
-            method = self._pending.pop(rid, None) if isinstance(rid, int) else None
-            if method is None:
+            if not isinstance(rid, int) or (method := self._pending.pop(rid, None)) is None:
                 raise ControlProtocolError(f"malformed frame: a response to no request (id {rid!r})")
             if not method:  # forgotten
                 return None
@@ -474,7 +472,7 @@ class ControlSession:
         return Incoming(msg.method, params, msg.id if isinstance(msg, Request) else None)
 
     @staticmethod
-    def _typed(tp: type, raw: Raw | UnsetType, method: str) -> Any:
+    def _typed(tp: Decodable, raw: Raw | UnsetType, method: str) -> Any:
         if raw is UNSET:
             raw = Raw(b"{}")
         try:

@@ -8,7 +8,7 @@ the GC, and then serves fork requests on a private SOCK_SEQPACKET socket (it
 forks through libc, see `_forker`): each request carries the child's three
 pipe ends (SCM_RIGHTS); the forked child starts its own session, takes them
 as fds 0/1/2 and runs exactly what an exec'd child runs
-(`agentd.tree.child.serve_wire`).  Nothing of the parent
+(`agentd.app.child.serve_wire`).  Nothing of the parent
 agentd is ever in the forkserver, so nothing of it is inherited.
 
 Two templates, each its own forkserver, started on first use: `net` has the
@@ -22,401 +22,27 @@ The forkserver reaps its children and reports each exit (`{"exit": pid,
 "code": rc}`); it dies with the parent (parent-death signal) and its children
 die with it, so a SIGKILLed root still leaves nothing behind.  On EOF of its
 socket it kills what is left and exits.
+
+This module is the parent's side (`ForkserverSpawner`); the forkserver's own
+process code is `agentd.app.forkserver`.
 """
 
 from __future__ import annotations
 
-import _signal
 import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
-FS_FD = 3
-_MSG_MAX = 65536
-WARM_ROUNDS = 12  # warm-up runs of the child path (see _warm_up)
-FORK_BATCH = 16  # queued fork requests served back to back
-LEAN, NET = "lean", "net"
-# What each template imports besides the child runtime (a missing optional one is skipped).
-_LEAN_IMPORTS = ("agentd.agent.run", "agentd.agent.loop", "agentd.intelligence",
-                 "agentd.intelligence.playback", "agentd.mcp.toolbox", "agentd.tree.brokered",
-                 "orjson", "agentd_native")
-TEMPLATES = {
-    LEAN: _LEAN_IMPORTS,
-    NET: (*_LEAN_IMPORTS, "agentd.intelligence.openai", "agentd.mcp.client",
-          "agentd.mcp.http_transport", "aiohttp", "jsonschema_rs"),
-}
+from agentd.errors import TreeError
+from agentd.tree.childflags import FAULT_ENV, FS_FD, FS_MSG_MAX, template_for
 
-
-def template_for(http: bool) -> str:
-    """The template a child forks from: `net` if it talks HTTP (MCP servers, a remote model)."""
-    return NET if http else LEAN
-
-
-# ------------------------------------------------------------------ server side
-def _arg(argv: list[str], name: str) -> str | None:
-    if name in argv and argv.index(name) + 1 < len(argv):
-        return argv[argv.index(name) + 1]
-    return None
-
-
-def _preload(template: str) -> None:
-    """Import what every child of this template will need, so that a fork starts warm."""
-    import asyncio  # noqa: F401
-
-    import msgspec  # noqa: F401
-
-    import agentd.tree.childrt
-    import agentd.tree.control  # noqa: F401
-    from agentd import runtime
-
-    runtime.loop_factory()
-    for name in TEMPLATES[template]:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
-    try:
-        _warm_up()
-    except Exception as exc:  # only a cost, never a failure
-        sys.stderr.write(f"agentd forkserver: warm-up skipped: {exc!r}\n")
-
-
-def _warm_up() -> None:
-    """Run the child's whole path (a playback turn over the control wire) in the forkserver.
-
-    First-time work (msgspec type compilation, decoder caches, imports done
-    inside functions, regex caches) then lives in the shared template instead
-    of being redone, on private copy-on-write pages, by every child.  The
-    event loop is closed again before serving: the template stays loop-free.
-    """
-    import asyncio
-    import json
-    import tempfile
-
-    import msgspec
-
-    from agentd import log as logmod
-    from agentd import runtime
-    from agentd.tree.child import first_answer
-    from agentd.tree.control import (
-        Catalogue,
-        CatalogueTool,
-        ChildConfig,
-        ControlSession,
-        HandleBody,
-        MessageParams,
-        Progress,
-        RunOutcome,
-        SpawnParams,
-    )
-
-    parent, child = ControlSession("parent"), ControlSession("child")
-    cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up")
-    for method, params in (("child/configure", cfg), ("child/run", MessageParams("x"))):
-        rid, frame = parent.request(method, params)
-        child.feed(frame)
-        parent.feed(child.response(rid, RunOutcome(status="completed") if method == "child/run"
-                                   else {"pid": 0}))
-    rid, frame = child.request("tree/spawn", SpawnParams(instruction="x"))
-    parent.feed(frame)
-    child.feed(parent.response(rid, HandleBody(handle="0.0.1", status="running")))
-    parent.feed(child.notification("child/progress", Progress(1, 1)))
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
-        json.dump({"playback": 1, "turns": [{"content": "{}"}]}, fh)
-        fh.flush()
-        # brokered, as every child is: its model call goes up the wire (io/request)
-        cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
-                          intelligence=f"playback:{fh.name}", brokered=True,
-                          catalogue=Catalogue(tools=(CatalogueTool(
-                              qualified="warm__up", server="warm", name="up",
-                              input_schema={"type": "object"}),)))
-        configure = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "child/configure",
-                                "params": msgspec.to_builtins(cfg)}).encode()
-        logmod.configure(level="error")
-        try:
-            # Several rounds: CPython 3.11 quickens a function after a few calls and
-            # then specializes its instructions in place; done here, those writes to
-            # code objects are not redone on private copy-on-write pages by every child.
-            for _ in range(WARM_ROUNDS):
-                params, _answer = first_answer(configure)
-                cfg = msgspec.convert(params, ChildConfig)
-                with asyncio.Runner(loop_factory=runtime.loop_factory()) as runner:
-                    runner.run(_warm_wire(cfg))
-        finally:
-            logmod.configure(level="info")
-
-
-async def _warm_wire(cfg) -> None:
-    """One child run end to end over pipes: the child runtime against a parent Channel."""
+if TYPE_CHECKING:  # asyncio itself is imported where it runs (a light module)
     import asyncio
 
-    from agentd.intelligence.base import Completion
-    from agentd.tree.childrt import serve as child_serve
-    from agentd.tree.control import ControlSession, IoCompletion, MessageParams
-    from agentd.tree.procs import Channel
 
-    down_r, down_w = os.pipe()
-    up_r, up_w = os.pipe()
-
-    def broker(ev) -> None:  # the parent's side of a brokered model call
-        if ev.method == "io/request":
-            parent.respond(ev.id, IoCompletion(Completion(content="{}")))
-
-    parent = Channel(ControlSession("parent"), up_r, down_w, broker)
-    await parent.start()
-    try:
-        served = asyncio.ensure_future(child_serve(cfg, down_r, up_w))
-        await parent.call("child/run", MessageParams("warm-up"))
-        await served
-    finally:
-        parent.close()
-
-
-def _trim_heap() -> None:
-    """Give the C heap's free pages back to the kernel (glibc's `malloc_trim`).
-
-    Start-up and warm-up leave ≈ 1.5 MiB of freed memory in the heap.  Each
-    fork copies the page-table entry of every present page and each child's
-    exit drops them again, so pages nobody uses are pure cost per child.
-    """
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except AttributeError:  # not glibc: nothing to trim with
-        pass
-
-
-def _forker():
-    """The forkserver's fork: libc's `fork()`, without CPython's after-fork protocol, when safe.
-
-    `os.fork()` has the child re-create the GIL and the runtime's locks, forget
-    every other thread and run the Python-level at-fork hooks of `threading`,
-    `random`, `logging` and `concurrent.futures`: code that never runs in the
-    template, so every child copies the pages it touches (≈ 50 copy-on-write
-    faults net, ≈ 5% of a playback child's CPU; docs/subagents.md).  The
-    forkserver has one thread, calls `fork()` holding the GIL (ctypes'
-    `PyDLL`) and blocks the signals it has Python handlers for around each
-    batch of forks (`serve`), so that protocol has nothing to repair: no lock
-    can be held by a thread the child lacks, the thread's ident does not
-    change, no signal is caught but not yet handled.  Only `random`'s state
-    would be shared by every child: `_child` reseeds it.  With a second
-    thread (or no /proc to tell) it is `os.fork()`.
-    """
-    import ctypes
-
-    try:
-        if len(os.listdir("/proc/self/task")) != 1:
-            return os.fork
-        libc_fork = ctypes.PyDLL(None, use_errno=True).fork
-    except (OSError, AttributeError):
-        return os.fork
-
-    def fork() -> int:
-        pid = libc_fork()
-        if pid < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-        return pid
-
-    return fork
-
-
-def _recv_fds(sock: socket.socket, flags: int) -> tuple[bytes, list[int]]:
-    """socket.recv_fds for up to three fds, with `flags` (3.11's recv_fds drops them)."""
-    import array
-
-    fds = array.array("i")
-    data, ancdata, _flags, _addr = sock.recvmsg(_MSG_MAX, socket.CMSG_LEN(3 * fds.itemsize),
-                                                flags)
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
-
-
-def _send(sock: socket.socket, obj: dict) -> None:
-    import json
-
-    try:
-        sock.send(json.dumps(obj).encode())
-    except OSError:
-        pass
-
-
-def serve(argv: list[str]) -> int:
-    from agentd.tree.child import FAULT_ENV, _set_pdeathsig
-
-    ppid_arg = _arg(argv, "--ppid")
-    sock_fd = int(_arg(argv, "--sock") or FS_FD)
-    template = _arg(argv, "--template") or NET
-    if template not in TEMPLATES:
-        sys.stderr.write(f"agentd forkserver: unknown template {template!r}\n")
-        return 2
-    _set_pdeathsig()
-    if ppid_arg and os.getppid() != int(ppid_arg):
-        return 1
-    sock = socket.socket(fileno=sock_fd)
-    os.environ.pop(FAULT_ENV, None)  # a child's fault comes with its fork request only
-    _preload(template)
-    import gc
-    import json
-    import select
-
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    os.set_blocking(wake_r, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    fork = _forker()
-    # The signals with a Python-level handler (SIGCHLD's, SIGINT's): the ones
-    # a child could otherwise inherit caught but not yet handled (see _forker).
-    caught = {sig for sig in signal.valid_signals() if callable(_signal.getsignal(sig))}
-    gc.collect()
-    _trim_heap()
-    gc.freeze()  # the heap is shared copy-on-write by every child: keep the GC off it
-    children: set[int] = set()
-    me = os.getpid()
-    _send(sock, {"ready": me})
-
-    def reap() -> None:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            children.discard(pid)
-            _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
-
-    try:
-        while True:
-            try:
-                ready, _, _ = select.select([sock, wake_r], [], [])
-            except InterruptedError:
-                continue
-            if wake_r in ready:
-                try:
-                    while os.read(wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-            reap()
-            if sock not in ready:
-                continue
-            # Take every request already queued (up to FORK_BATCH), then fork them
-            # back to back: after each fork the whole heap is shared copy-on-write
-            # again, so what runs between two forks is paid for in page faults.
-            batch: list[tuple[str | None, list[int]]] = []
-            eof = False
-            flags = 0
-            while len(batch) < FORK_BATCH:
-                try:
-                    data, fds = _recv_fds(sock, flags)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    eof = True
-                    break
-                if not data:
-                    eof = True  # the parent closed the socket (or died)
-                    break
-                flags = socket.MSG_DONTWAIT
-                try:
-                    fault = json.loads(data).get("fault")
-                except (ValueError, AttributeError):
-                    fault = None
-                batch.append((fault, fds))
-            pending = [fd for _, fds in batch for fd in fds]
-            mask = _signal.pthread_sigmask(signal.SIG_BLOCK, caught)
-            try:
-                for fault, fds in batch:
-                    if len(fds) != 3:
-                        for fd in fds:
-                            os.close(fd)
-                            pending.remove(fd)
-                        _send(sock, {"error": "a fork request needs three fds"})
-                        continue
-                    pid = fork()
-                    if pid == 0:
-                        others = [fd for fd in pending if fd not in fds]
-                        _child(sock, fds, (wake_r, wake_w, *others), fault, me, mask)
-                    for fd in fds:
-                        os.close(fd)
-                        pending.remove(fd)
-                    children.add(pid)
-                    try:
-                        sock.send(b'{"pid": %d}' % pid)
-                    except OSError:
-                        pass
-            finally:
-                _signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            if eof:
-                break
-    finally:
-        for pid in list(children):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        while children:
-            try:
-                pid, _ = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            children.discard(pid)
-    return 0
-
-
-def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: str | None,
-           server_pid: int, mask: set[int]) -> None:
-    """In the forked child: become a fresh subagent on the three fds; never returns."""
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        # The C functions: `signal.signal` turns the old handler into an enum member,
-        # a failed lookup and a caught exception that cost a forked child ≈ 30
-        # copy-on-write page faults (docs/subagents.md).
-        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-        _signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        _reseed()
-        os.setsid()
-        sock.close()
-        for fd in close:  # the forkserver's wake-up pipe, the fds of the rest of the batch
-            os.close(fd)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        from agentd.tree.child import FAULT_ENV, serve_wire
-
-        if fault:
-            os.environ[FAULT_ENV] = fault
-        code = serve_wire(server_pid)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def _reseed() -> None:
-    """What `random`'s own at-fork hook does (`_inst.seed()`): a state of the child's own."""
-    rnd = sys.modules.get("random")
-    if rnd is not None:
-        rnd._inst.seed()
-
-
-# ------------------------------------------------------------------ parent side
-class ForkserverUnavailable(OSError):
+class ForkserverUnavailable(TreeError, OSError):
     """The forkserver could not be started: the Supervisor falls back to exec."""
 
 
@@ -486,7 +112,7 @@ class Forkserver:
     def _reset(self) -> None:
         from agentd.log import log
 
-        if getattr(self, "_sock", None) is not None:
+        if self._sock is not None:
             self._sock.close()
         self.log = log.bind(component="forkserver", template=self.template)
         self._sock = None
@@ -495,10 +121,10 @@ class Forkserver:
         self._replies = []
         self._procs = {}
         self._early = {}
-        self._ready = None
+        self._ready: asyncio.Future[Any] | None = None
         self._dead = False
-        self._exited = None
-        self._starting = None
+        self._exited: asyncio.Event | None = None
+        self._starting: asyncio.Future[None] | None = None
 
     async def _start(self) -> None:
         import asyncio
@@ -525,12 +151,12 @@ class Forkserver:
             child_sock.close()
         parent_sock.setblocking(False)
         self._sock = parent_sock
-        self._ready = loop.create_future()
+        ready = self._ready = loop.create_future()
         self._exited = asyncio.Event()
         loop.add_reader(parent_sock.fileno(), self._on_readable)
         self._pidfd = os.pidfd_open(self._pid)
         loop.add_reader(self._pidfd, self._on_server_exit, self._pid, self._pidfd, self._exited)
-        await asyncio.wait_for(self._ready, 60.0)
+        await asyncio.wait_for(ready, 60.0)
 
     def _on_server_exit(self, pid: int, pidfd: int, exited) -> None:
         import asyncio
@@ -572,7 +198,7 @@ class Forkserver:
 
         while self._sock is not None:
             try:
-                data = self._sock.recv(_MSG_MAX)
+                data = self._sock.recv(FS_MSG_MAX)
             except BlockingIOError:
                 return
             except OSError:
@@ -603,7 +229,6 @@ class Forkserver:
         import asyncio
         import contextlib
 
-        from agentd.tree.child import FAULT_ENV
         from agentd.tree.procs import ChildProcess, open_channel
 
         if self._dead and not self._closed:  # it died (killed?): start a fresh one

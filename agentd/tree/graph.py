@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from agentd.errors import TreeError
 from agentd.tree.api import SpawnRefused, SpawnRequest, SubagentBackend
 
 __all__ = ["MAX_NODES", "GraphError", "install", "order", "run_graph"]
@@ -50,7 +51,7 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-class GraphError(ValueError):
+class GraphError(TreeError, ValueError):
     """The graph cannot run (its text is the isError observation)."""
 
 
@@ -157,7 +158,7 @@ async def run_graph(backend: SubagentBackend, caller: str, raw: Any) -> dict[str
 
 def install(selftools: Any, backend: SubagentBackend, caller: str) -> None:
     """Add `graph.run` (`agentd__graph_run`) to a run's self-tools."""
-    from agentd.agent.selftools import SelfTool, error, ok
+    from agentd.mcp.selftool import SelfTool, error, ok
 
     async def handler(args: dict[str, Any]) -> Any:
         try:

@@ -22,9 +22,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentd.__main__ import CHILD_FLAG
+from agentd.errors import RemoteError, TreeError
 from agentd.log import Logger, log
 from agentd.obs import metrics
+from agentd.tree.childflags import CHILD_FLAG
 from agentd.tree.control import ControlProtocolError, ControlSession, Incoming, Reply
 
 __all__ = [
@@ -100,17 +101,8 @@ def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(TreeError):
     """The control channel ended (EOF or protocol error) before an answer came."""
-
-
-class RemoteError(Exception):
-    """The peer answered a request with a JSON-RPC error."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class _Reader(asyncio.Protocol):
@@ -197,7 +189,7 @@ class Channel:
             return fut
         rid, frame = self.session.request(method, params if params is not None else {})
         self._waiters[rid] = fut
-        fut.add_done_callback(lambda _, rid=rid: self._given_up(rid))
+        fut.add_done_callback(lambda _: self._given_up(rid))
         self._send(frame)
         return fut
 
@@ -335,9 +327,9 @@ class ChildProcess:
     async def start(self) -> None:
         """Drain the child's stderr into the log (its channel is up already)."""
         loop = asyncio.get_running_loop()
-        self._stderr = _StderrDrain(self.log)
+        drain = self._stderr = _StderrDrain(self.log)
         self._stderr_transport, _ = await loop.connect_read_pipe(
-            lambda: self._stderr, os.fdopen(self._stderr_fd, "rb", buffering=0))  # type: ignore[return-value]
+            lambda: drain, os.fdopen(self._stderr_fd, "rb", buffering=0))
 
     def set_exit(self, returncode: int) -> None:
         if self.returncode is None:

@@ -10,9 +10,12 @@ schemas validated by jsonschema-rs, and two resource forms:
 
 Every ``subagent.*`` tool routes into one :class:`~agentd.tree.api.SubagentBackend`
 with the caller ``"served"`` (the backend mints ``served.{n}`` handles); a peer
-only ever sees handles under ``served.``.  Refusals (``SpawnRefused``) and
-unknown handles are ``isError: true`` tool results; malformed calls are
-JSON-RPC errors (the engine's -32601/-32602).
+only ever sees handles under ``served.``.  Their names, descriptions, schemas
+and argument parsing are the one table of :mod:`agentd.tree.spawn_tools` (the
+loop's self-tools use it too) without ``detach`` (spec §2.2).  Refusals
+(``SpawnRefused``, arguments the table refuses, e.g. ``async`` with ``warm``)
+and unknown handles are ``isError: true`` tool results in the table's words;
+calls that fail the schema are JSON-RPC errors (the engine's -32601/-32602).
 
 The emission rule: when a served run becomes terminal, every session
 subscribed to its URI gets one ``notifications/resources/updated {uri}`` and
@@ -52,13 +55,13 @@ from agentd import __version__
 from agentd.config import DEFAULT_SECRETS_DIR, Config, ServeSpec, resolve_bearers
 from agentd.log import log
 from agentd.mcp.auth import server_ssl_context
+from agentd.mcp.handler import CallContext, Handler, ResourceNotFound
 from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
-from agentd.mcp.server_session import CallContext, Handler, ResourceNotFound
+from agentd.tree import spawn_tools
 from agentd.tree.api import (
     HandleState,
     SpawnRefused,
-    SpawnRequest,
     SubagentBackend,
     Unavailable,
     UnknownHandle,
@@ -86,40 +89,14 @@ DEFAULT_KEEP_TERMINAL: Final = 1024
 _EVICTED_MEMORY: Final = 65536
 STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed per process
 
-_HANDLE: Final = {"type": "string"}
+# the subagent tools come from the one table (agentd.tree.spawn_tools), without
+# `detach` (spec §2.2: an in-loop disposition, not offered on the served socket)
+_SPAWN_TOOLS: Final = spawn_tools.tools(spawn_tools.SERVED_MODES)
+_STATUS_SCHEMA: Final = {"type": "object", "properties": {}}
+_STATUS_DESCRIPTION: Final = "Read this agent's run id, mode, version, pid and uptime."
 
 TOOL_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
-    "status": {"type": "object", "properties": {}},
-    "subagent.spawn": {  # exactly spec §2.2
-        "type": "object",
-        "properties": {
-            "instruction": {"type": "string"},
-            "output_contract": {"type": "string"},
-            "tool_scope": {"type": "array", "items": {"type": "string"}},
-            "async": {"type": "boolean", "default": False},
-            "warm": {"type": "boolean", "default": False},
-        },
-        "required": ["instruction"],
-    },
-    "subagent.send": {"type": "object",
-                      "properties": {"handle": _HANDLE, "message": {"type": "string"}},
-                      "required": ["handle", "message"]},
-    "subagent.status": {"type": "object", "properties": {"handle": _HANDLE},
-                        "required": ["handle"]},
-    "subagent.cancel": {"type": "object", "properties": {"handle": _HANDLE},
-                        "required": ["handle"]},
-}
-
-_DESCRIPTIONS: Final = {
-    "status": "Read this agent's run id, mode, version, pid and uptime.",
-    "subagent.spawn": (
-        "Delegate a task to a fresh agent. Sync (default) blocks and returns the distilled "
-        "result; async returns a handle at once (read or subscribe agent://subagent/<handle>); "
-        "warm keeps it alive as a session driven by subagent.send."),
-    "subagent.send": "Send another message into a warm session; returns its state.",
-    "subagent.status": "Read a handle's status (and its result once terminal).",
-    "subagent.cancel": "Request a graceful cancel of a run and its subtree (kill ladder).",
-}
+    "status": _STATUS_SCHEMA, **{n: t.input_schema for n, t in _SPAWN_TOOLS.items()}}
 
 
 def _top(handle: str) -> str:
@@ -160,10 +137,13 @@ class SelfMCP(Handler):
         self._evicted: OrderedDict[str, None] = OrderedDict()
         self._log = log.bind(component="selfmcp")
         self._announced_counts: dict[str, int] | None = None
-        for name, fn in (("status", self._status), ("subagent.spawn", self._spawn),
-                         ("subagent.send", self._send), ("subagent.status", self._sub_status),
+        self.add_tool("status", self._status, _STATUS_SCHEMA, description=_STATUS_DESCRIPTION)
+        for name, fn in (("subagent.spawn", self._spawn), ("subagent.send", self._send),
+                         ("subagent.status", self._sub_status),
                          ("subagent.cancel", self._cancel)):
-            self.add_tool(name, fn, TOOL_SCHEMAS[name], description=_DESCRIPTIONS[name])
+            tool = _SPAWN_TOOLS[name]
+            self.add_tool(name, self._refusing(tool, fn), tool.input_schema,
+                          description=tool.description)
         self.add_resource(STATUS_URI, self._read_status, name="status",
                           description="This agent's run id, mode, version, pid, uptime and "
                                       "spawn counts.", mime_type="application/json")
@@ -231,21 +211,25 @@ class SelfMCP(Handler):
     async def _status(self, args: dict[str, Any], ctx: CallContext) -> Any:
         return self.status_body()
 
-    async def _spawn(self, args: dict[str, Any], ctx: CallContext) -> Any:
-        mode = "warm" if args.get("warm") else "async" if args.get("async") else "sync"
-        scope = args.get("tool_scope")
-        request = SpawnRequest(instruction=args["instruction"],
-                               output_contract=args.get("output_contract"),
-                               tool_scope=tuple(scope) if scope is not None else None, mode=mode)
+    @staticmethod
+    def _refusing(tool: spawn_tools.SpawnTool, fn: Any) -> Any:
+        """`fn(parsed, ctx)` behind the table's parser; every refusal is an
+        isError result in the table's words."""
+        async def call(args: dict[str, Any], ctx: CallContext) -> Any:
+            return await spawn_tools.dispatch(tool, args, lambda a: fn(a, ctx), _refused)
+
+        return call
+
+    async def _spawn(self, request: Any, ctx: CallContext) -> Any:
         try:
             state = await self.backend.spawn(SERVED_CALLER, request)
-            # an async spawn returns with no await after minting the handle, so
-            # it is claimed before any other request runs; a sync spawn's handle
-            # belongs to nobody (unknown to all) until it returns
-            self._owners.setdefault(_top(state.handle), ctx.principal)
-        except SpawnRefused as exc:
+        except SpawnRefused:
             self._status_changed()
-            return _refused(str(exc))
+            raise
+        # an async spawn returns with no await after minting the handle, so it is
+        # claimed before any other request runs; a sync spawn's handle belongs to
+        # nobody (unknown to all) until it returns
+        self._owners.setdefault(_top(state.handle), ctx.principal)
         self._status_changed()
         if not state.done:
             return _state_result({"handle": state.handle, "status": state.status,
@@ -253,31 +237,17 @@ class SelfMCP(Handler):
         body = state.body()
         return _state_result(body, _text(body.get("result")))
 
-    async def _send(self, args: dict[str, Any], ctx: CallContext) -> Any:
-        handle = args["handle"]
-        try:
-            self.lookup(handle, ctx.principal)
-            state = await self.backend.send(SERVED_CALLER, handle, args["message"])
-        except UnknownHandle:
-            return _refused(f"unknown handle: {handle}")
-        return _state_result(state.body())
+    async def _send(self, a: spawn_tools.SendArgs, ctx: CallContext) -> Any:
+        self.lookup(a.handle, ctx.principal)
+        return _state_result((await self.backend.send(SERVED_CALLER, a.handle,
+                                                      a.message)).body())
 
-    async def _sub_status(self, args: dict[str, Any], ctx: CallContext) -> Any:
-        handle = args["handle"]
-        try:
-            state = self.lookup(handle, ctx.principal)
-        except UnknownHandle:
-            return _refused(f"unknown handle: {handle}")
-        return _state_result(state.body())
+    async def _sub_status(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
+        return _state_result(self.lookup(a.handle, ctx.principal).body())
 
-    async def _cancel(self, args: dict[str, Any], ctx: CallContext) -> Any:
-        handle = args["handle"]
-        try:
-            self.lookup(handle, ctx.principal)
-            state = await self.backend.cancel(handle)
-        except UnknownHandle:
-            return _refused(f"unknown handle: {handle}")
-        return _state_result(state.body())
+    async def _cancel(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
+        self.lookup(a.handle, ctx.principal)
+        return _state_result((await self.backend.cancel(a.handle)).body())
 
     # -------------------------------------------------------- resources
     async def _read_status(self, uri: str) -> Any:

@@ -42,11 +42,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
+
 from agentd.config import Config
 from agentd.log import log
 from agentd.obs import health, metrics, trace
 from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
-from agentd.tree.child import FAULT_ENV
+from agentd.tree.childflags import FAULT_ENV
 from agentd.tree.control import (
     CHILD_ERROR,
     IO_FAULT,
@@ -82,6 +84,11 @@ def _raise_fd_limit(want: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
     except (ImportError, ValueError, OSError):
         pass
+
+
+def _io_attrs(handle: str, req: object) -> dict[str, Any]:
+    """The `agentd.io` span's attributes (dotted names, so not keywords)."""
+    return {"agentd.handle": handle, "agentd.io": type(req).__name__}
 
 
 def _io_event(req: Any, steps: int) -> str:
@@ -315,9 +322,9 @@ class Supervisor:
         node = self._admit(caller, request)
         assert self._tg is not None, "use the Supervisor as an async context manager"
         # the spawn's span lives until the subagent ends; its child runs under it
-        node.span = trace.start("agentd.spawn", **{
-            "agentd.handle": node.handle, "agentd.depth": node.depth,
-            "agentd.mode": node.mode, "agentd.caller": caller})
+        attrs: dict[str, Any] = {"agentd.handle": node.handle, "agentd.depth": node.depth,
+                                 "agentd.mode": node.mode, "agentd.caller": caller}
+        node.span = trace.start("agentd.spawn", **attrs)
         self._tg.create_task(self._drive(node), name=f"subagent {node.handle}")
         if request.mode != "sync":
             return node.state
@@ -487,16 +494,13 @@ class Supervisor:
             budget = max(cfg.token_ceiling - self.tree_tokens, 0)
         # Brokered: no server spec, no gateway URL, no model name, no secret goes down;
         # only the catalogue of the servers in scope (the parent enforces the scope).
+        limits = msgspec.structs.asdict(cfg.limits) | {"token_ceiling": budget}
         return ChildConfig(
+            **limits,
             handle=node.handle, depth=node.depth, instruction=req.instruction,
             output_contract=req.output_contract, mode=node.mode,
             tool_scope=tuple(sorted(node.scope)), mcp=(), intelligence=None, model=None,
             brokered=True, catalogue=self.broker.catalogue(node.scope),
-            max_steps=cfg.max_steps,
-            deadline=cfg.deadline, token_budget=budget, max_depth=cfg.max_depth,
-            max_children=cfg.max_children, max_subagents=cfg.max_subagents,
-            observation_bytes=cfg.observation_bytes, init_timeout=cfg.init_timeout,
-            ping_interval=cfg.ping_interval, drain_timeout=cfg.drain_timeout,
             max_frame=self.max_frame, log_format=cfg.log_format,
             log_level=os.environ.get("AGENTD_LOG_LEVEL", "info").lower(),
             run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting)
@@ -757,9 +761,7 @@ class Supervisor:
         p = ev.params
         try:
             with trace.span("agentd.io", parent=getattr(p, "traceparent", None), kind="server",
-                            **{"agentd.handle": node.handle,
-                               "agentd.io": type(p).__name__}) if trace.enabled \
-                    else trace.NOSPAN:
+                            **_io_attrs(node.handle, p)) if trace.enabled else trace.NOSPAN:
                 t0 = time.perf_counter()
                 node.last = _io_event(p, node.steps)
                 result = await self.broker.serve(node.handle, node.scope, p)
@@ -798,7 +800,7 @@ class Supervisor:
                 with trace.span("agentd.tree.spawn", parent=p.traceparent, kind="server"):
                     state = await self.spawn(node.handle, SpawnRequest(
                         instruction=p.instruction, output_contract=p.output_contract,
-                        tool_scope=p.tool_scope, mode=p.mode))  # type: ignore[arg-type]
+                        tool_scope=p.tool_scope, mode=p.mode))
             else:
                 if not _within(p.handle, node.handle):
                     raise UnknownHandle(p.handle)

@@ -64,7 +64,7 @@ _encode: Final = _encoder.encode
 # --------------------------------------------------------------------------
 
 
-def encode(msg: Message) -> bytes:
+def encode(msg: Any) -> bytes:
     """Serialise one message (or any Struct / builtin) to JSON bytes."""
     return _encode(msg)
 
@@ -370,7 +370,9 @@ def decode_result(raw: Raw | bytes, type_: type[T], id: RequestId | None = None)
         except msgspec.ValidationError as exc:
             err = exc  # names the real problem (unknown types are accepted here)
         else:
-            return t.CallToolResult(r.content, r.isError, r.structuredContent, r._meta)  # type: ignore[return-value]
+            # the lenient blocks as they came (unknown types kept); type_ is CallToolResult here
+            return t.CallToolResult(r.content, r.isError, r.structuredContent,  # type: ignore[arg-type,return-value]
+                                    r._meta)
     name = getattr(type_, "__name__", repr(type_))
     raise ResultDecodeError(f"Malformed {name} result: {_where(err, 'result')}", id=id)
 
@@ -405,15 +407,18 @@ def decode_response(data: bytes | bytearray | memoryview | str, result_type: typ
     dec = _typed_decoders.get(result_type)
     if dec is None:
         dec = _typed_decoders[result_type] = msgspec.json.Decoder(
-            _TypedIn[result_type], dec_hook=t.dec_hook
+            _TypedIn[result_type],  # type: ignore[valid-type]  # parametrised at run time, per type
+            dec_hook=t.dec_hook
         ).decode
     try:
         m = dec(data)
     except msgspec.DecodeError:  # incl. ValidationError: let the general path explain
         pass
     else:
-        if m.method is UNSET and m.error is UNSET and m.result is not UNSET and m.id is not UNSET:
-            return Response(m.id, m.result)
+        rid = m.id
+        if m.method is UNSET and m.error is UNSET and m.result is not UNSET \
+                and isinstance(rid, (int, str)):
+            return Response(rid, m.result)
     msg = decode(data)
     if type(msg) is Response:
         return Response(msg.id, decode_result(msg.result, result_type, msg.id))

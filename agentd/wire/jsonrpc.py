@@ -12,6 +12,8 @@ from typing import Any, Final
 
 from msgspec import UNSET, Struct
 
+from agentd.errors import PeerError
+
 __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
@@ -79,7 +81,7 @@ class ErrorResponse(_Envelope):
 Message = Request | Notification | Response | ErrorResponse
 
 
-class ProtocolError(Exception):
+class ProtocolError(PeerError):
     """A JSON-RPC level fault, carrying everything needed to answer it.
 
     ``id`` is the offending request's id when it could be read, else ``None``.
@@ -92,10 +94,7 @@ class ProtocolError(Exception):
         data: Any = UNSET,
         id: RequestId | None = None,
     ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
+        super().__init__(code, message, data)
         self.id = id
 
     def to_error(self) -> ErrorObject:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentd.errors import MCPError
+
 if TYPE_CHECKING:
     from agentd.mcp.oauth.challenge import Challenge
 
 __all__ = ["AuthorizationRequired", "OAuthError"]
 
 
-class OAuthError(Exception):
+class OAuthError(MCPError):
     """Discovery, registration or a grant failed; the message is one clear line
     (never a token, never an error text from an authorization server whose
     ``iss`` did not check out)."""
 
 
-class AuthorizationRequired(Exception):
+class AuthorizationRequired(MCPError):
     """The server answered 401/403 while connecting: the slow part (discovery,
     registration, a login) runs outside the handshake's timeouts, through
     :meth:`resolve`, and then the handshake is tried again."""

@@ -237,10 +237,12 @@ class OAuth:
                 return True
             except OAuthError as exc:
                 self.log.info("oauth.refresh.failed", error=str(exc)[:300])
-        if self.kind == "client_credentials":
+        from agentd.config import ClientCredentialsAuth  # loaded: the spec is one of its types
+
+        auth = self.spec.auth
+        if isinstance(auth, ClientCredentialsAuth):  # self.kind == "client_credentials"
             answer = await self._client_credentials(meta, resource, scope)
-            self._adopt(meta, resource, answer, scope, client_id=self.spec.auth.client_id,
-                        persist=False)
+            self._adopt(meta, resource, answer, scope, client_id=auth.client_id, persist=False)
             return True
         if not self.interactive:
             why = ("more scope is needed" if status == 403 else

@@ -10,12 +10,13 @@ alive as early as the interpreter allows.  Then it:
 * moves the control wire off fds 0/1 (so nothing printed can corrupt it: fd 1
   becomes a copy of stderr, fd 0 /dev/null);
 * imports the runtime and serves the wire: `child/run` runs the instruction
-  through the real agent loop (`agentd.agent.run.run_child`), `child/send`
+  through the real agent loop (`agentd.app.run.run_child`), `child/send`
   runs another turn of a warm session, `child/cancel` cancels the turn,
   `child/shutdown` and EOF on the control pipe end the process.
 
 stderr is the child's log stream; the parent drains it as `subagent.stderr`.
-`--forkserver` turns this entry into the forkserver (agentd.tree.forkserver).
+With `--forkserver` the same argv starts the forkserver instead
+(`agentd.__main__` dispatches to agentd.app.forkserver).
 
 `AGENTD_TEST_CHILD_FAULT` (test-only, operator env) makes a child misbehave
 on purpose: `crash`, `malformed`, `oversized`, `ignore_term`, `hang`.
@@ -24,7 +25,8 @@ on purpose: `crash`, `malformed`, `oversized`, `ignore_term`, `hang`.
 import os
 import sys
 
-FAULT_ENV = "AGENTD_TEST_CHILD_FAULT"
+from agentd.tree.childflags import FAULT_ENV, ppid_of, set_pdeathsig
+
 FIRST_FRAME_MAX = 16 * 1024 * 1024
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -39,38 +41,8 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return buf
 
 
-_prctl = None  # libc's prctl, looked up once (a forked child finds it in the template)
-
-
-def _set_pdeathsig() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGKILL): die with the parent (Linux)."""
-    global _prctl
-    if not sys.platform.startswith("linux"):
-        return
-    if _prctl is None:
-        import ctypes
-
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-    _prctl(pr_set_pdeathsig, 9, 0, 0, 0)
-
-
-def _arg(argv: list[str], name: str) -> str | None:
-    if name in argv:
-        i = argv.index(name)
-        if i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
 def main(argv: list[str]) -> int:
-    if "--forkserver" in argv:
-        from agentd.tree.forkserver import serve
-
-        return serve(argv)
-    ppid_arg = _arg(argv, "--ppid")
-    ppid = int(ppid_arg) if ppid_arg and ppid_arg.isdigit() else None
-    return serve_wire(ppid)
+    return serve_wire(ppid_of(argv))
 
 
 def first_answer(body: bytes) -> tuple[dict, bytes]:
@@ -113,7 +85,7 @@ def serve_wire(ppid: int | None) -> int:
         return EXIT_USAGE
     os.write(1, len(answer).to_bytes(4, "big") + answer)
 
-    _set_pdeathsig()
+    set_pdeathsig()
     if ppid is not None and os.getppid() != ppid:
         return EXIT_FAILED  # orphaned before the death signal was armed
     wire_in, wire_out = os.dup(0), os.dup(1)
@@ -139,7 +111,7 @@ def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
     logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
     if fault:
         _early_fault(fault, wire_out)
-    from agentd.tree.childrt import serve
+    from agentd.app.childrt import serve
 
     return runtime.run_to_exit(serve(cfg, wire_in, wire_out, fault, hard_exit=True))
 

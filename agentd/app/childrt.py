@@ -1,8 +1,8 @@
-"""The subagent's runtime, imported by `agentd.tree.child` after its first answer.
+"""The subagent's runtime, imported by `agentd.app.child` after its first answer.
 
 `serve()` drives the child end of the control wire: each `child/run` /
 `child/send` is one turn of the real agent loop (`run_child`), with a
-`RemoteBackend` as its subagent backend, so the loop's `agentd__subagent_*`
+`RemoteBackend` (agentd.tree.remote) as its subagent backend, so the loop's `agentd__subagent_*`
 self-tools and `graph.run` reach the ONE chokepoint: the root's `Supervisor`
 (via `tree/spawn` etc.; the parent knows which pipe asked, so a child can
 never claim another handle).
@@ -15,117 +15,23 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from agentd.log import log
 from agentd.obs import trace
-from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.control import (
     BUSY,
-    SPAWN_REFUSED,
-    UNKNOWN_HANDLE,
     ChildConfig,
     ControlSession,
-    HandleBody,
-    HandleParams,
     Incoming,
     Progress,
     RunOutcome,
-    SendParams,
     SpanBatch,
-    SpawnParams,
-    TurnState,
 )
-from agentd.tree.procs import Channel, RemoteError
+from agentd.tree.procs import Channel
+from agentd.tree.remote import RemoteBackend
 
-__all__ = ["RemoteBackend", "serve"]
-
-
-def _state(body: HandleBody) -> HandleState:
-    return HandleState(handle=body.handle, status=body.status, partial=body.partial,
-                       result=body.result)
-
-
-class RemoteBackend:
-    """A `SubagentBackend` inside a child: every call goes to the root's Supervisor.
-
-    `status()` must be synchronous, so the states of this child's own
-    subagents are mirrored locally: the parent pushes `child/terminal` for each.
-    """
-
-    def __init__(self, handle: str, channel: Channel) -> None:
-        self.handle = handle
-        self._channel = channel
-        self._states: dict[str, HandleState] = {}
-        self._callbacks: list[Callable[[HandleState], None]] = []
-        self._counts = {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
-
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
-        params = SpawnParams(instruction=request.instruction,
-                             output_contract=request.output_contract,
-                             tool_scope=request.tool_scope, mode=request.mode,
-                             traceparent=trace.current_traceparent())
-        try:
-            body = await self._channel.call("tree/spawn", params)
-        except RemoteError as exc:
-            if exc.code == SPAWN_REFUSED:
-                self._counts["refused"] += 1
-                raise SpawnRefused(exc.message) from None
-            raise
-        self._counts["spawned"] += 1
-        return self._remember(body)
-
-    async def send(self, caller: str, handle: str, message: str) -> HandleState:
-        body = await self._call("tree/send", SendParams(handle, message))
-        if body.status in TERMINAL:
-            return self._remember(body)
-        return TurnState(handle=body.handle, status=body.status, partial=body.partial,
-                         result=body.result)
-
-    def status(self, handle: str) -> HandleState:
-        state = self._states.get(handle)
-        if state is None:
-            raise UnknownHandle(handle)
-        return state
-
-    async def cancel(self, handle: str) -> HandleState:
-        return self._remember(await self._call("tree/cancel", HandleParams(handle)))
-
-    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
-        self._callbacks.append(callback)
-
-    def counts(self) -> dict[str, int]:
-        out = dict(self._counts)
-        out["running"] = sum(1 for s in self._states.values() if not s.done)
-        for s in self._states.values():
-            if s.done:
-                out[s.status] = out.get(s.status, 0) + 1
-        return out
-
-    async def _call(self, method: str, params: Any) -> HandleBody:
-        try:
-            return await self._channel.call(method, params)
-        except RemoteError as exc:
-            if exc.code == UNKNOWN_HANDLE:
-                raise UnknownHandle(exc.message) from None
-            raise
-
-    def _remember(self, body: HandleBody) -> HandleState:
-        old = self._states.get(body.handle)
-        state = _state(body)
-        if old is not None:
-            state.started = old.started
-        self._states[body.handle] = state
-        if state.done and (old is None or not old.done):
-            for cb in self._callbacks:
-                cb(state)
-        return state
-
-    def terminal(self, body: HandleBody) -> None:
-        """The parent says one of our subagents ended."""
-        if body.status in TERMINAL:
-            self._remember(body)
+__all__ = ["serve"]
 
 
 def _outcome(result: Any) -> RunOutcome:
@@ -142,7 +48,7 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
     `child/run` is the first turn, each `child/send` of a warm session another
     (`run_child(first=False)` continues the conversation); one turn at a time.
     """
-    from agentd.agent.run import run_child  # the one call site of the agent loop
+    from agentd.app.run import run_child  # the one call site of the agent loop
 
     stop = asyncio.Event()
     turn: dict[str, asyncio.Task[None]] = {}
@@ -158,9 +64,9 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
         try:
             if fault == "hang":
                 await asyncio.Event().wait()
-            with trace.span("agentd.child.run", parent=ev.params.traceparent, **{
-                    "agentd.handle": cfg.handle, "agentd.depth": cfg.depth,
-                    "agentd.turn": "run" if first else "send"}):
+            attrs: dict[str, Any] = {"agentd.handle": cfg.handle, "agentd.depth": cfg.depth,
+                                     "agentd.turn": "run" if first else "send"}
+            with trace.span("agentd.child.run", parent=ev.params.traceparent, **attrs):
                 result = await run_child(cfg, handle=cfg.handle,
                                          instruction=ev.params.message,
                                          output_contract=cfg.output_contract,
@@ -195,11 +101,11 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
                 channel.error(ev.id, BUSY, "a turn is already running")
                 return
             turn["run"] = task = tg.create_task(do_turn(ev))
-            task.add_done_callback(lambda t, ev=ev: never_ran(t, ev))
+            task.add_done_callback(lambda t: never_ran(t, ev))
         elif m == "child/cancel":
-            task = turn.get("run")
-            if task is not None:
-                task.cancel()
+            running = turn.get("run")
+            if running is not None:
+                running.cancel()
             else:
                 stop.set()
             channel.respond(ev.id, {})
@@ -218,7 +124,9 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
     backend = RemoteBackend(cfg.handle, channel)
     if cfg.tracing:  # the parent exports: spans go up the wire (agentd.obs.trace)
         trace.setup("agentd", mode="relay",
-                    relay=lambda recs: channel.notify("child/spans", SpanBatch(recs)))
+                    # the relay's 9-tuples encode as the array_like SpanRecords they stand for
+                    relay=lambda recs: channel.notify("child/spans",
+                                                      SpanBatch(recs)))  # type: ignore[arg-type]
     io = None
     if cfg.brokered:  # intelligence and MCP through the parent (agentd.tree.broker)
         from agentd.tree.brokered import BrokeredIntelligence, BrokeredToolbox

@@ -31,17 +31,22 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentd.agent.loop import Actions, Budgets, Loop, LoopState, Outcome, Tracer, run_task
+import msgspec
+
+from agentd.agent.loop import Actions, Loop, LoopState, Outcome, Tracer, run_task
 from agentd.agent.selftools import SelfTools
 from agentd.config import Config, ConfigError
+from agentd.errors import classify
 from agentd.exitcodes import ExitCode
-from agentd.intelligence import IntelligenceUnavailable, make_intelligence
+from agentd.intelligence import make_intelligence
 from agentd.intelligence.base import Intelligence, Message, user
 from agentd.log import configure, env_level, log
 from agentd.mcp.faults import RequiredServerLost
+from agentd.mcp.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
 from agentd.tree.api import SubagentBackend, Unavailable
+from agentd.tree.control import ChildConfig
 
 # The share of --drain-timeout a reactive wake in flight at a signal may use to
 # finish; the rest is for the kill ladder and closing connections.
@@ -77,11 +82,10 @@ class RunContext:
         self.intelligence = intelligence
         self.state = state
         self.tracer = tracer
-        self.toolbox: Any = None
+        self.toolbox: AgentToolbox | None = None
         self.backend: SubagentBackend = Unavailable()
         self.selftools: SelfTools | None = None
-        self.budgets = Budgets(max_steps=config.max_steps, token_ceiling=config.token_ceiling,
-                               observation_bytes=config.observation_bytes)
+        self.budgets = config.limits
         self.on_step: Callable[[LoopState], None] | None = None
         self.spent: Callable[[], int] | None = None
         self.prior: list[Message] | None = None  # a warm session's conversation so far
@@ -130,18 +134,6 @@ def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContex
                    reconnect_stale=config.mode == "reactive")
 
 
-def _required_failed() -> type[BaseException]:
-    try:
-        from agentd.mcp.toolbox import RequiredServerFailed
-    except ImportError:  # pragma: no cover
-        return _Never
-    return RequiredServerFailed
-
-
-class _Never(Exception):
-    pass
-
-
 async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> SubagentBackend:
     """The root's subagent backend: the tree's Supervisor (the one chokepoint)."""
     from agentd.tree.broker import Broker
@@ -186,13 +178,15 @@ def make_selftools(ctx: RunContext) -> SelfTools:
                       max_subscriptions=ctx.config.max_subscriptions)
     peers = getattr(ctx.toolbox, "peers", None)
     remote = getattr(ctx.toolbox, "a2a_peers", None)  # a brokered subagent's, via the root
-    if peers is not None or remote:  # --features a2a with --a2a-peer: a2a.delegate
+    delegate = getattr(ctx.toolbox, "a2a_delegate", None)
+    if peers is not None:  # --features a2a with --a2a-peer: a2a.delegate
         from agentd.agent.a2a_delegate import install
 
-        if peers is not None:
-            install(tools, peers)
-        else:
-            install(tools, remote, perform=ctx.toolbox.a2a_delegate)
+        install(tools, peers)
+    elif remote and delegate is not None:
+        from agentd.agent.a2a_delegate import install
+
+        install(tools, remote, perform=delegate)
     from agentd.tree import graph
 
     graph.install(tools, ctx.backend, ctx.handle)
@@ -210,23 +204,26 @@ async def _serve_self(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None
 async def _run_reactive(ctx: RunContext) -> RunResult:
     """`--mode reactive`: the reactive daemon runs the loop once per wake until
     `ctx.stop` is set by a signal (agentd.reactive.daemon)."""
-    from agentd.reactive.awaiting import Waiters, await_resource_tool
+    from agentd.reactive.awaiting import await_resource_tool
     from agentd.reactive.daemon import loop_runner, run_reactive
+    from agentd.reactive.waiters import Waiters
 
     config = ctx.config
     waiters = Waiters()
+    toolbox = ctx.toolbox
+    assert toolbox is not None  # connected by `_body` before the mode runs
 
     def fresh_selftools() -> SelfTools:  # a fresh subscribe queue per wake
         tools = make_selftools(ctx)
-        tools.add(await_resource_tool(ctx.toolbox, waiters))
+        tools.add(await_resource_tool(toolbox, waiters))
         return tools
 
-    run_wake = loop_runner(ctx.intelligence, ctx.toolbox,
+    run_wake = loop_runner(ctx.intelligence, toolbox,
                            instruction=config.instruction or "",
                            output_contract=config.output_contract, budgets=ctx.budgets,
                            selftools=fresh_selftools, deadline=config.deadline,
                            tracer=ctx.tracer)
-    result, _code = await run_reactive(config, ctx.toolbox, run_wake, ctx.stop,
+    result, _code = await run_reactive(config, toolbox, run_wake, ctx.stop,
                                        run_id=ctx.run_id, waiters=waiters)
     return result
 
@@ -353,20 +350,6 @@ def _required_down(toolbox: Any) -> str | None:
     return f"required MCP servers not connected: {', '.join(sorted(down))}" if down else None
 
 
-def _classify(exc: BaseException) -> tuple[ExitCode, str, str]:
-    """(exit code, log event, message) for an exception that ended a run."""
-    leaf = _leaf(exc)
-    if isinstance(leaf, IntelligenceUnavailable):
-        return ExitCode.INTELLIGENCE, "intelligence.unavailable", str(leaf)
-    if isinstance(leaf, _required_failed()):
-        return ExitCode.MCP_REQUIRED, "mcp.required_failed", str(leaf)
-    if isinstance(leaf, RequiredServerLost):
-        return ExitCode.FAILED, "mcp.required_lost", str(leaf)
-    if isinstance(leaf, ConfigError):
-        return ExitCode.USAGE, "config.invalid", str(leaf)
-    return ExitCode.FAILED, "run.failed", f"{type(leaf).__name__}: {leaf}"
-
-
 async def execute(config: Config, *, run_id: str, handle: str = "0",
                   tracer: Tracer | None = None, serve: bool = True, signals: bool = True,
                   backend: SubagentBackend | None = None,
@@ -401,6 +384,10 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     interrupted: list[str] = []
     drain_timer: list[asyncio.TimerHandle] = []
 
+    def drain_over() -> None:
+        if not hard.done():
+            hard.set_result(None)
+
     def on_signal(name: str) -> None:
         if interrupted:
             log.warning("run.signal.again", signal=name, action="stop waiting for the drain")
@@ -421,8 +408,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
             drain_timer.append(loop.call_later(grace, ctx.interrupt))
         else:
             ctx.interrupt()
-        drain_timer.append(loop.call_later(
-            config.drain_timeout, lambda: hard.done() or hard.set_result(None)))
+        drain_timer.append(loop.call_later(config.drain_timeout, drain_over))
 
     if config.deadline and config.mode != "reactive":
         # a deadline exit drains within --drain-timeout too
@@ -462,13 +448,13 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         ctx.overran = True
         _overran.append(run_id)
     if interrupted and body.done() and not body.cancelled() and body.exception() is None \
-            and isinstance(body.result(), RunResult):
-        result = body.result()  # the reactive daemon drained and reported
-        log.info("run.interrupted", signal=interrupted[0], steps=result.steps)
-        return result, ExitCode.INTERRUPTED, state
+            and isinstance(reported := body.result(), RunResult):
+        # the reactive daemon drained and reported
+        log.info("run.interrupted", signal=interrupted[0], steps=reported.steps)
+        return reported, ExitCode.INTERRUPTED, state
     if interrupted:
-        if body.done() and not body.cancelled() and body.exception() is not None:
-            log.warning("run.drain.error", error=repr(_leaf(body.exception())))
+        if body.done() and not body.cancelled() and (failed := body.exception()) is not None:
+            log.warning("run.drain.error", error=repr(_leaf(failed)))
         log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
                 ExitCode.INTERRUPTED, state)
@@ -481,14 +467,14 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         log.error("run.cancelled", steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
                 ExitCode.INTERRUPTED, state)
-    exc = body.exception()
-    if exc is None and isinstance(body.result(), RunResult):
-        result = body.result()
-        code = EXIT_BY_STATUS.get(result.status, ExitCode.FAILED)
-        log.info("run.end", status=result.status, steps=result.steps, exit_code=int(code))
-        return result, code, state
-    if exc is None:
+    err = body.exception()
+    if err is None and isinstance(reported := body.result(), RunResult):
+        code = EXIT_BY_STATUS.get(reported.status, ExitCode.FAILED)
+        log.info("run.end", status=reported.status, steps=reported.steps, exit_code=int(code))
+        return reported, code, state
+    if err is None:
         outcome = body.result()
+        assert isinstance(outcome, Outcome)
         code = EXIT_BY_STATUS.get(outcome.status, ExitCode.FAILED)
         log.info("run.end", status=outcome.status, steps=state.steps, calls=state.calls,
                  total_tokens=state.usage.total_tokens,
@@ -496,16 +482,16 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                  reason=outcome.reason or None)
         return (_result(run_id, outcome.status, outcome.partial, outcome.result, state),
                 code, state)
-    code, event, message = _classify(exc)
+    leaf = _leaf(err)
+    code, event, message = classify(leaf)
     if code == ExitCode.FAILED:
-        log.error(event, error=message, exc_type=type(_leaf(exc)).__name__)
+        log.error(event, error=message, exc_type=type(leaf).__name__)
     else:
         log.error(event, error=message)
-    result: dict[str, Any] = {"error": message}
-    leaf = _leaf(exc)
+    failure: dict[str, Any] = {"error": message}
     if isinstance(leaf, RequiredServerLost):  # name the server and the fault
-        result.update(server=leaf.server, fault=leaf.fault)
-    return _result(run_id, "failed", False, result, state), code, state
+        failure.update(server=leaf.server, fault=leaf.fault)
+    return _result(run_id, "failed", False, failure, state), code, state
 
 
 def _kill_lingering(backend: Any) -> None:
@@ -553,24 +539,15 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
     return int(code)
 
 
-def child_config(cfg: Any, *, instruction: str, output_contract: str | None) -> Config:
-    """A subagent's Config from the `ChildConfig` its parent handed it."""
-    g = getattr
+def child_config(cfg: ChildConfig, *, instruction: str, output_contract: str | None
+                 ) -> Config:
+    """A subagent's Config from the `ChildConfig` its parent handed it: the same
+    limits (what is left of the tree's token ceiling), the task mode."""
     return Config(
-        instruction=instruction, intelligence=g(cfg, "intelligence", None),
-        model=g(cfg, "model", None), output_contract=output_contract,
-        mcp=tuple(g(cfg, "mcp", ())), mode="task",
-        max_depth=g(cfg, "max_depth", Config.max_depth),
-        max_children=g(cfg, "max_children", Config.max_children),
-        max_subagents=g(cfg, "max_subagents", Config.max_subagents),
-        max_steps=g(cfg, "max_steps", Config.max_steps),
-        deadline=g(cfg, "deadline", None), token_ceiling=g(cfg, "token_budget", None),
-        init_timeout=g(cfg, "init_timeout", Config.init_timeout),
-        ping_interval=g(cfg, "ping_interval", Config.ping_interval),
-        drain_timeout=g(cfg, "drain_timeout", Config.drain_timeout),
-        observation_bytes=g(cfg, "observation_bytes", Config.observation_bytes),
-        log_format=g(cfg, "log_format", "json"),
-        secrets_dir=g(cfg, "secrets_dir", Config.secrets_dir))
+        **msgspec.structs.asdict(cfg.limits),
+        instruction=instruction, intelligence=cfg.intelligence, model=cfg.model,
+        output_contract=output_contract, mcp=tuple(cfg.mcp), mode="task",
+        log_format=cfg.log_format, secrets_dir=cfg.secrets_dir)
 
 
 def _end_hard_if_overran(code: int) -> None:
@@ -594,13 +571,13 @@ _overran: list[str] = []  # run ids whose drain overran (the root process ends h
 _conversations: dict[str, list[Message]] = {}
 
 
-async def run_child(cfg: Any, *, handle: str, instruction: str,
+async def run_child(cfg: ChildConfig, *, handle: str, instruction: str,
                     output_contract: str | None = None,
                     backend: SubagentBackend | None = None,
                     on_progress: Callable[[int, int], None] | None = None,
                     first: bool = True, tracer: Tracer | None = None,
                     io: tuple[Any, Any] | None = None) -> RunResult:
-    """One turn of a subagent (called by the child runtime, agentd.tree.childrt).
+    """One turn of a subagent (called by the child runtime, agentd.app.childrt).
 
     `cfg` is the `ChildConfig` from the parent; `handle` the child's tree handle
     (its self-tools spawn under it, through `backend`, the root's chokepoint);
@@ -618,9 +595,9 @@ async def run_child(cfg: Any, *, handle: str, instruction: str,
             ctx.on_step = lambda st: on_progress(st.steps, st.usage.total_tokens)
 
     result, _code, state = await execute(
-        config, run_id=getattr(cfg, "run_id", "") or new_run_id(), handle=handle,
+        config, run_id=cfg.run_id or new_run_id(), handle=handle,
         serve=False, signals=False, tracer=tracer, backend=backend or Unavailable(),
         extra=setup, io=io)
-    if getattr(cfg, "mode", "sync") == "warm" and state.messages:
+    if cfg.mode == "warm" and state.messages:
         _conversations[handle] = state.messages
     return result

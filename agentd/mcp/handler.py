@@ -1,0 +1,422 @@
+"""The server's handler framework: tools and resources behind the session rules.
+
+:class:`Handler` is what a server implements (documented in ``docs/server.md``):
+subclass or instantiate it, register tools (JSON Schema 2020-12 input schemas,
+compiled once with jsonschema-rs) with async call functions and resources with
+async read functions, then serve it with ``agentd.mcp.http_server.serve``.
+``handler.notify_updated(uri)`` pushes ``notifications/resources/updated`` to
+every session subscribed to ``uri``.
+
+:class:`ServerSession` drives the sans-IO rules of ``agentd.mcp.server_session``
+for one client: it feeds them a message, runs the :class:`~agentd.mcp.server_session.Dispatch`
+they hand back on the handler (awaiting its functions, with a
+:class:`CallContext`), stamps the session's clock and logs what was served
+(``mcp.serve.session``, ``mcp.serve.call``, ``mcp.serve.read``, ...). A handler
+bug never kills the server: it is logged and answered -32603.
+:func:`run_dispatch` is the step that runs one dispatch; the 2026-07-28 driver
+(``agentd.mcp.stateless``) runs its rules' dispatches through it too.
+
+Result builders (:func:`tool_result`, :func:`resource_result`) turn what a
+function returned into the MCP result.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any, Final
+
+import jsonschema_rs
+import orjson
+from msgspec import UNSET, Raw
+
+from agentd.errors import MCPError
+from agentd.log import log
+from agentd.mcp.server_session import (
+    ORIGIN_MANAGEMENT,
+    ORIGIN_STDIO,
+    PRINCIPAL_LOCAL,
+    Dispatch,
+    SessionHub,
+    SessionState,
+)
+from agentd.mcp.server_session import ROUTES as RULES
+from agentd.wire import codec
+from agentd.wire import mcp_types as t
+from agentd.wire.jsonrpc import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    Notification,
+    ProtocolError,
+    Request,
+)
+
+__all__ = [
+    "ROUTES",
+    "CallContext",
+    "Handler",
+    "ResourceNotFound",
+    "ServerSession",
+    "ToolError",
+    "current_principal",
+    "resource_result",
+    "run_dispatch",
+    "tool_result",
+]
+
+# Who is asking, set per request by the transport's auth guard (agentd.mcp.auth):
+# ``cert:<subject>``, ``bearer:<name>``, both joined by ``+``, or ``anonymous``.
+# A context variable, so it follows the request's own task and never leaks
+# into another peer's request (docs/security.md, "Peers kept apart").
+current_principal: ContextVar[str | None] = ContextVar("agentd_principal", default=None)
+
+_log = log.bind(component="mcp.server")
+_RESULT_EMPTY: Final = Raw(b"{}")
+
+
+class ResourceNotFound(ProtocolError):
+    """-32002 with ``data.uri`` (MCP: resources/read of a URI the server does not serve)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+
+
+class ToolError(MCPError):
+    """Raised by a tool function: the tool ran and failed -> ``isError: true`` with this text."""
+
+
+# --------------------------------------------------------------------------
+# Per-request context
+# --------------------------------------------------------------------------
+
+Emit = Callable[[bytes], Awaitable[None]]
+
+
+class CallContext:
+    """What a handler function learns about the call it serves."""
+
+    __slots__ = ("_emit", "origin", "principal", "request_id", "session")
+
+    def __init__(self, session: SessionState, request_id: Any, emit: Emit | None = None) -> None:
+        self.session = session
+        self.origin = session.origin
+        self.request_id = request_id
+        self._emit = emit
+        principal = current_principal.get()
+        self.principal = principal if principal is not None else (
+            PRINCIPAL_LOCAL if session.origin == ORIGIN_STDIO else "anonymous")
+
+    async def notify(self, method: str, params: Any = UNSET) -> None:
+        """Send a request-related notification ahead of the response (over HTTP
+        the answer then becomes an SSE stream).  Without a request stream it goes
+        to the session's own stream."""
+        data = codec.encode_notification(method, params)
+        if self._emit is not None:
+            await self._emit(data)
+        else:
+            self.session.push(data)
+
+
+# --------------------------------------------------------------------------
+# The driver: the rules, the handler's functions, the clock and the log
+# --------------------------------------------------------------------------
+
+
+class ServerSession(SessionState):
+    """A session whose dispatches run on its handler (the rules' IO side)."""
+
+    __slots__ = ()
+
+    def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
+                 origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
+                 outbox: Callable[[bytes], None] | None = None) -> None:
+        super().__init__(handler, hub, session_id, origin=origin, auth=auth, client=client,
+                         outbox=outbox, now=time.monotonic())
+
+    async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:
+        """Handle one decoded message; the encoded response, or None (notification/response)."""
+        self.last_active = time.monotonic()
+        if type(msg) is Request:
+            return await self.request(msg, emit)
+        if type(msg) is Notification and not self.notification(msg) and _log.enabled("debug"):
+            _log.debug("mcp.serve.notification.ignored", method=msg.method, origin=self.origin)
+        return None  # a response / error response: we send no requests, ignore
+
+    async def request(self, req: Request, emit: Emit | None = None) -> bytes:
+        method = req.method
+        try:
+            route = ROUTES.get(method)
+            if route is None:
+                raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
+            return self.answer(req.id, await route(self, req, emit))
+        except ProtocolError as exc:
+            if _log.enabled("debug"):
+                _log.debug("mcp.serve.error", method=method, code=exc.code, origin=self.origin)
+            return self.refuse(req.id, exc)
+        except Exception as exc:  # a handler bug never kills the server
+            _log.error("mcp.serve.internal_error", method=method, origin=self.origin,
+                       error=type(exc).__name__, detail=str(exc)[:500])
+            return self.internal_error(req.id)
+
+
+async def run_dispatch(s: SessionState, req: Request, d: Dispatch, emit: Emit | None) -> Any:
+    """Carry out what the rules dispatched, on the session's handler (both revisions)."""
+    p = d.params
+    h = s.handler
+    if d.method == t.TOOLS_CALL:
+        _log.info("mcp.serve.call", origin=s.origin, auth=s.auth, session=s.id[:8], tool=p.name)
+        return await h.call_tool(p.name, p.arguments or {}, CallContext(s, req.id, emit))
+    if d.method == t.RESOURCES_READ:
+        _log.info("mcp.serve.read", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
+        return await h.read_resource(p.uri, CallContext(s, req.id, emit))
+    if d.method == t.RESOURCES_SUBSCRIBE:
+        _log.info("mcp.serve.subscribe", origin=s.origin, auth=s.auth, session=s.id[:8],
+                  uri=p.uri)
+        h.subscribe(p.uri, CallContext(s, req.id, emit))
+        return _RESULT_EMPTY
+    _log.info("mcp.serve.unsubscribe", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
+    h.unsubscribe(p.uri, CallContext(s, req.id, emit))
+    return _RESULT_EMPTY
+
+
+AsyncRoute = Callable[[SessionState, Request, "Emit | None"], Awaitable[Any]]
+
+
+def _driven(rule: Callable[[SessionState, Request], Any]) -> AsyncRoute:
+    async def route(s: SessionState, req: Request, emit: Emit | None) -> Any:
+        out = rule(s, req)
+        if type(out) is Dispatch:
+            return await run_dispatch(s, req, out, emit)
+        if req.method == t.INITIALIZE:
+            _log.info("mcp.serve.session", session=s.id[:8], origin=s.origin, auth=s.auth,
+                      client=s.client_info.name if s.client_info else "",
+                      version=s.protocol_version, requested=s.requested_version)
+        return out
+    return route
+
+
+# Every served 2025-11-25 method as an async route.
+ROUTES: Final[dict[str, AsyncRoute]] = {method: _driven(rule) for method, rule in RULES.items()}
+
+
+# --------------------------------------------------------------------------
+# The handler
+# --------------------------------------------------------------------------
+
+ToolFn = Callable[[dict[str, Any], CallContext], Awaitable[Any]]
+ReadFn = Callable[[str], Awaitable[Any]]
+
+
+class _ToolEntry:
+    __slots__ = ("fn", "is_valid", "requires", "tool", "validator")
+
+    def __init__(self, tool: t.Tool, fn: ToolFn, requires: dict[str, Any] | None = None) -> None:
+        self.tool = tool
+        self.fn = fn
+        self.requires = requires
+        self.validator = jsonschema_rs.Draft202012Validator(tool.inputSchema)
+        self.is_valid = self.validator.is_valid
+
+
+class Handler:
+    """A server's tools and resources, served by the engine.
+
+    ``Handler(name, version)``; ``@handler.tool(name, input_schema, description=...)``
+    on ``async def fn(arguments: dict, ctx: CallContext)`` returning a ``str``
+    (one text block), a ``dict`` (JSON text + ``structuredContent``), a list of
+    content blocks, or a :class:`~agentd.wire.mcp_types.CallToolResult`;
+    raising :class:`ToolError` gives ``isError: true``.
+    ``@handler.resource(uri, name=..., description=..., mime_type=...)`` on
+    ``async def read(uri)`` returning ``str`` / ``bytes`` / ``dict`` (JSON) /
+    a ``ReadResourceResult``; ``handler.resource_prefix(prefix, read)`` serves
+    unlisted URIs under a prefix (``read`` raises :class:`ResourceNotFound`).
+    ``subscribe=True`` advertises ``resources.subscribe``; then
+    ``handler.notify_updated(uri)`` reaches every subscribed session.
+
+    Capabilities are frozen at the first ``initialize`` (tools always; resources
+    when any resource is registered or subscribe is on).
+    """
+
+    def __init__(self, name: str, version: str, *, instructions: str | None = None,
+                 subscribe: bool = False, title: str | None = None) -> None:
+        self.server_info = t.Implementation(name=name, version=version,
+                                            title=title if title else UNSET)
+        self.instructions = instructions
+        self.can_subscribe = subscribe
+        self.hub = SessionHub()
+        self._tools: dict[str, _ToolEntry] = {}
+        self._resources: dict[str, tuple[t.Resource, ReadFn]] = {}
+        self._prefixes: list[tuple[str, ReadFn]] = []
+        self._tools_raw: Raw | None = None
+        self._resources_raw: Raw | None = None
+        self._caps: t.ServerCapabilities | None = None
+
+    # -- registration ----------------------------------------------------
+    def add_tool(self, name: str, fn: ToolFn, input_schema: dict[str, Any], *,
+                 description: str | None = None, title: str | None = None,
+                 output_schema: dict[str, Any] | None = None,
+                 annotations: t.ToolAnnotations | None = None,
+                 requires: dict[str, Any] | None = None) -> None:
+        """``requires``: client capabilities the tool needs (2026-07-28 answers -32021
+        when the request's envelope lacks one; a 2025 session is not checked)."""
+        if not jsonschema_rs.meta.is_valid(input_schema):
+            raise ValueError(f"tool {name!r}: inputSchema is not a valid JSON Schema")
+        tool = t.Tool(name=name, inputSchema=input_schema,
+                      description=description if description is not None else UNSET,
+                      title=title if title else UNSET,
+                      outputSchema=output_schema if output_schema is not None else UNSET,
+                      annotations=annotations if annotations is not None else UNSET)
+        self._tools[name] = _ToolEntry(tool, fn, requires)
+        self._tools_raw = None
+
+    def tool(self, name: str, input_schema: dict[str, Any], **kw: Any) -> Callable[[ToolFn], ToolFn]:
+        def deco(fn: ToolFn) -> ToolFn:
+            self.add_tool(name, fn, input_schema, **kw)
+            return fn
+        return deco
+
+    def add_resource(self, uri: str, read: ReadFn, *, name: str, description: str | None = None,
+                     mime_type: str | None = None, title: str | None = None) -> None:
+        res = t.Resource(uri=uri, name=name, title=title if title else UNSET,
+                         description=description if description is not None else UNSET,
+                         mimeType=mime_type if mime_type else UNSET)
+        self._resources[uri] = (res, read)
+        self._resources_raw = None
+
+    def resource(self, uri: str, **kw: Any) -> Callable[[ReadFn], ReadFn]:
+        def deco(fn: ReadFn) -> ReadFn:
+            self.add_resource(uri, fn, **kw)
+            return fn
+        return deco
+
+    def resource_prefix(self, prefix: str, read: ReadFn) -> None:
+        """Serve (unlisted) every URI starting with ``prefix`` through ``read``."""
+        self._prefixes.append((prefix, read))
+
+    # -- what the session asks -------------------------------------------
+    @property
+    def has_resources(self) -> bool:
+        return bool(self._resources or self._prefixes or self.can_subscribe)
+
+    @property
+    def capabilities(self) -> t.ServerCapabilities:
+        if self._caps is None:
+            res: Any = UNSET
+            if self.has_resources:
+                res = t.ResourcesCapability(subscribe=True if self.can_subscribe else UNSET)
+            self._caps = t.ServerCapabilities(tools=t.ToolsCapability(), resources=res)
+        return self._caps
+
+    def tools_list_raw(self) -> Raw:
+        raw = self._tools_raw
+        if raw is None:
+            raw = self._tools_raw = Raw(codec.encode(
+                t.ListToolsResult(tools=[e.tool for e in self._tools.values()])))
+        return raw
+
+    def resources_list_raw(self) -> Raw:
+        if not self.has_resources:
+            raise ProtocolError(METHOD_NOT_FOUND, "Method not found: resources/list")
+        raw = self._resources_raw
+        if raw is None:
+            raw = self._resources_raw = Raw(codec.encode(
+                t.ListResourcesResult(resources=[r for r, _ in self._resources.values()])))
+        return raw
+
+    def tool_names(self) -> list[str]:
+        return list(self._tools)
+
+    def tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        entry = self._tools.get(name)
+        return entry.tool.inputSchema if entry is not None else None
+
+    def tool_requirements(self, name: str) -> dict[str, Any] | None:
+        entry = self._tools.get(name)
+        return entry.requires if entry is not None else None
+
+    def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]:
+        """``(ttlMs, cacheScope)`` of a 2026-07-28 list/read/discover result.
+
+        The generic engine promises nothing: ``(0, "private")`` (stale at once,
+        not shareable across authorization contexts).  A handler that knows its
+        catalogue is fixed overrides this (the self-MCP does; docs/server.md)."""
+        return 0, "private"
+
+    def subscription_is_persistent(self, uri: str) -> bool:
+        """Whether a subscription to ``uri`` stays after an update (the default),
+        or is consumed by its one update (the self-MCP's run URIs)."""
+        return True
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> Any:
+        entry = self._tools.get(name)
+        if entry is None:
+            raise ProtocolError(METHOD_NOT_FOUND, f"Unknown tool: {name}")
+        if not entry.is_valid(arguments):
+            raise ProtocolError(INVALID_PARAMS, f"Invalid arguments for tool {name}: "
+                                f"{_first_error(entry.validator, arguments)}")
+        try:
+            out = await entry.fn(arguments, ctx)
+        except ToolError as exc:
+            return t.CallToolResult(content=[t.TextContent(text=str(exc))], isError=True)
+        return tool_result(out)
+
+    async def read_resource(self, uri: str, ctx: CallContext) -> Any:
+        entry = self._resources.get(uri)
+        if entry is not None:
+            res, read = entry
+            return resource_result(uri, await read(uri),
+                                   res.mimeType if res.mimeType else None)
+        for prefix, read in self._prefixes:
+            if uri.startswith(prefix):
+                return resource_result(uri, await read(uri), None)
+        raise ResourceNotFound(uri)
+
+    def subscribe(self, uri: str, ctx: CallContext) -> None:
+        """Default: track any URI for this session (override to restrict)."""
+        ctx.session.subscribe(uri)
+
+    def unsubscribe(self, uri: str, ctx: CallContext) -> None:
+        ctx.session.unsubscribe(uri)
+
+    def notify_updated(self, uri: str, *, consume: bool = False) -> int:
+        """``notifications/resources/updated {uri}`` to every subscribed session."""
+        return self.hub.resource_updated(uri, consume=consume)
+
+
+def _first_error(validator: Any, instance: Any) -> str:
+    for err in validator.iter_errors(instance):
+        path = "/".join(str(p) for p in err.instance_path)
+        return f"{err.message} at /{path}" if path else err.message
+    return "invalid"
+
+
+def tool_result(out: Any) -> Any:
+    """Normalise what a tool function returned into a CallToolResult."""
+    if isinstance(out, t.CallToolResult):
+        return out
+    if isinstance(out, str):
+        return t.CallToolResult(content=[t.TextContent(text=out)])
+    if isinstance(out, dict):
+        return t.CallToolResult(content=[t.TextContent(text=orjson.dumps(out).decode())],
+                                structuredContent=out)
+    if isinstance(out, list):
+        return t.CallToolResult(content=out)
+    return t.CallToolResult(content=[t.TextContent(text=orjson.dumps(out, default=str).decode())])
+
+
+def resource_result(uri: str, out: Any, mime: str | None) -> Any:
+    """Normalise what a read function returned into a ReadResourceResult."""
+    if isinstance(out, t.ReadResourceResult):
+        return out
+    if isinstance(out, str):
+        item: Any = t.TextResourceContents(uri=uri, text=out, mimeType=mime or "text/plain")
+    elif isinstance(out, bytes | bytearray):
+        item = t.BlobResourceContents(uri=uri, blob=base64.b64encode(out).decode(),
+                                      mimeType=mime or "application/octet-stream")
+    else:
+        item = t.TextResourceContents(uri=uri, text=orjson.dumps(out, default=str).decode(),
+                                      mimeType=mime or "application/json")
+    return t.ReadResourceResult(contents=[item])

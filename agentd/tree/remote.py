@@ -1,0 +1,113 @@
+"""`RemoteBackend`: a subagent's own `SubagentBackend`, over the control wire.
+
+Inside a child process every spawn/send/cancel goes up the wire to the root's
+`Supervisor` (`tree/spawn`, `tree/send`, `tree/cancel`): the ONE chokepoint,
+which knows which pipe asked, so a child can never claim another handle.  The
+child runtime (`agentd.app.childrt`) wires it into the child's self-tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentd.obs import trace
+from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.tree.control import (
+    SPAWN_REFUSED,
+    UNKNOWN_HANDLE,
+    HandleBody,
+    HandleParams,
+    SendParams,
+    SpawnParams,
+    TurnState,
+)
+from agentd.tree.procs import Channel, RemoteError
+
+__all__ = ["RemoteBackend"]
+
+
+def _state(body: HandleBody) -> HandleState:
+    return HandleState(handle=body.handle, status=body.status, partial=body.partial,
+                       result=body.result)
+
+
+class RemoteBackend:
+    """A `SubagentBackend` inside a child: every call goes to the root's Supervisor.
+
+    `status()` must be synchronous, so the states of this child's own
+    subagents are mirrored locally: the parent pushes `child/terminal` for each.
+    """
+
+    def __init__(self, handle: str, channel: Channel) -> None:
+        self.handle = handle
+        self._channel = channel
+        self._states: dict[str, HandleState] = {}
+        self._callbacks: list[Callable[[HandleState], None]] = []
+        self._counts = {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
+
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+        params = SpawnParams(instruction=request.instruction,
+                             output_contract=request.output_contract,
+                             tool_scope=request.tool_scope, mode=request.mode,
+                             traceparent=trace.current_traceparent())
+        try:
+            body = await self._channel.call("tree/spawn", params)
+        except RemoteError as exc:
+            if exc.code == SPAWN_REFUSED:
+                self._counts["refused"] += 1
+                raise SpawnRefused(exc.message) from None
+            raise
+        self._counts["spawned"] += 1
+        return self._remember(body)
+
+    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+        body = await self._call("tree/send", SendParams(handle, message))
+        if body.status in TERMINAL:
+            return self._remember(body)
+        return TurnState(handle=body.handle, status=body.status, partial=body.partial,
+                         result=body.result)
+
+    def status(self, handle: str) -> HandleState:
+        state = self._states.get(handle)
+        if state is None:
+            raise UnknownHandle(handle)
+        return state
+
+    async def cancel(self, handle: str) -> HandleState:
+        return self._remember(await self._call("tree/cancel", HandleParams(handle)))
+
+    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
+        self._callbacks.append(callback)
+
+    def counts(self) -> dict[str, int]:
+        out = dict(self._counts)
+        out["running"] = sum(1 for s in self._states.values() if not s.done)
+        for s in self._states.values():
+            if s.done:
+                out[s.status] = out.get(s.status, 0) + 1
+        return out
+
+    async def _call(self, method: str, params: Any) -> HandleBody:
+        try:
+            return await self._channel.call(method, params)
+        except RemoteError as exc:
+            if exc.code == UNKNOWN_HANDLE:
+                raise UnknownHandle(exc.message) from None
+            raise
+
+    def _remember(self, body: HandleBody) -> HandleState:
+        old = self._states.get(body.handle)
+        state = _state(body)
+        if old is not None:
+            state.started = old.started
+        self._states[body.handle] = state
+        if state.done and (old is None or not old.done):
+            for cb in self._callbacks:
+                cb(state)
+        return state
+
+    def terminal(self, body: HandleBody) -> None:
+        """The parent says one of our subagents ended."""
+        if body.status in TERMINAL:
+            self._remember(body)

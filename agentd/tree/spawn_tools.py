@@ -1,0 +1,202 @@
+"""The subagent tools, specified once: name, description, input schema and the
+argument parser of each, and the words of every refusal.
+
+Two surfaces offer these tools over the one `SubagentBackend`: the agent loop's
+self-tools (`agent/selftools.py`; the model sees `agentd__subagent_spawn`, ...)
+and the self-MCP served to peers (`tree/selfmcp.py`; spec §2.2: `subagent.spawn`,
+...). Both take their table from `tools(modes)` and answer with the words made
+here, so the model and a peer are told the same thing for the same mistake.
+
+The surfaces differ only where the spec makes them differ: `detach` is an
+in-loop orchestrator disposition, not offered on the served socket (spec
+§2.2), so the self-MCP builds its table with `SERVED_MODES` and its spawn
+schema is exactly the spec's. A mode that is not offered, or two modes at once,
+is refused in words, never guessed.
+
+It imports only the tree's contract (`tree/api`) so that both the agent layer
+and the tree may use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from agentd.tree.api import SpawnRefused, SpawnRequest, TreeError, UnknownHandle
+
+R = TypeVar("R")
+
+__all__ = [
+    "LOOP_MODES",
+    "SERVED_MODES",
+    "BadArguments",
+    "HandleArgs",
+    "SendArgs",
+    "SpawnTool",
+    "dispatch",
+    "scope_arg",
+    "str_arg",
+    "tools",
+    "unknown_handle",
+]
+
+LOOP_MODES: Final = ("async", "warm", "detach")  # the agent's own loop
+SERVED_MODES: Final = ("async", "warm")  # the self-MCP (spec §2.2)
+
+
+class BadArguments(TreeError, ValueError):
+    """Arguments a subagent tool refuses; its text is the refusal, on both surfaces."""
+
+
+class SendArgs(msgspec.Struct, frozen=True):
+    handle: str
+    message: str
+
+
+class HandleArgs(msgspec.Struct, frozen=True):
+    handle: str
+
+
+class SpawnTool(msgspec.Struct, frozen=True):
+    """One subagent tool: `parse(arguments)` is its typed request (a
+    `SpawnRequest`, `SendArgs` or `HandleArgs`) or raises BadArguments."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    parse: Callable[[dict[str, Any]], Any]
+
+
+def unknown_handle(handle: str) -> str:
+    """The one answer for a handle that never existed, was evicted, or is not the
+    caller's (docs/security.md: all three look alike)."""
+    return f"unknown handle: {handle}"
+
+
+async def dispatch(tool: SpawnTool, args: dict[str, Any], act: Callable[[Any], Awaitable[R]],
+                   refuse: Callable[[str], R]) -> R:
+    """`act(parsed arguments)`, with every refusal -- arguments the table refuses,
+    a `SpawnRefused`, an `UnknownHandle` -- turned into `refuse(words)`: the
+    surfaces differ only in how they wrap the words (an isError result)."""
+    try:
+        parsed = tool.parse(args)
+    except BadArguments as exc:
+        return refuse(str(exc))
+    try:
+        return await act(parsed)
+    except SpawnRefused as exc:
+        return refuse(str(exc))
+    except UnknownHandle as exc:
+        return refuse(unknown_handle(getattr(parsed, "handle", None) or str(exc)))
+
+
+def str_arg(tool: str, args: dict[str, Any], key: str, *, required: bool = False
+            ) -> str | None:
+    """A string argument of `tool` (None when absent and not required)."""
+    value = args.get(key)
+    if value is None:
+        if required:
+            raise BadArguments(f"{tool}: missing required argument {key!r}")
+        return None
+    if not isinstance(value, str):
+        raise BadArguments(f"{tool}: argument {key!r} must be a string")
+    return value
+
+
+def scope_arg(tool: str, value: Any) -> tuple[str, ...] | None:
+    """A `tool_scope` argument: None (the caller's whole scope) or server names."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise BadArguments(f"{tool}: argument 'tool_scope' must be an array of strings")
+    return tuple(value)
+
+
+def _flag(tool: str, args: dict[str, Any], key: str) -> bool:
+    value = args.get(key, False)
+    if not isinstance(value, bool):
+        raise BadArguments(f"{tool}: argument {key!r} must be a boolean")
+    return value
+
+
+_ALL_MODES: Final = ("async", "warm", "detach")
+_HANDLE_SCHEMA: Final = {"type": "object", "properties": {"handle": {"type": "string"}},
+                         "required": ["handle"]}
+
+
+def _spawn_parser(modes: Sequence[str]) -> Callable[[dict[str, Any]], SpawnRequest]:
+    name = "subagent.spawn"
+
+    def parse(args: dict[str, Any]) -> SpawnRequest:
+        instruction = str_arg(name, args, "instruction", required=True) or ""
+        if not instruction.strip():
+            raise BadArguments(f"{name}: the instruction is empty")
+        contract = str_arg(name, args, "output_contract")
+        scope = scope_arg(name, args.get("tool_scope"))
+        chosen = [m for m in _ALL_MODES if _flag(name, args, m)]
+        if len(chosen) > 1:
+            raise BadArguments(f"{name}: choose at most one spawn mode "
+                               f"(got {' and '.join(chosen)})")
+        if chosen and chosen[0] not in modes:
+            raise BadArguments(f"{name}: the {chosen[0]} mode is not offered here "
+                               f"(offered: sync, {', '.join(modes)})")
+        return SpawnRequest(instruction=instruction, output_contract=contract,
+                            tool_scope=scope,
+                            mode=chosen[0] if chosen else "sync")  # type: ignore[arg-type]
+
+    return parse
+
+
+def _parse_send(args: dict[str, Any]) -> SendArgs:
+    return SendArgs(handle=str_arg("subagent.send", args, "handle", required=True) or "",
+                    message=str_arg("subagent.send", args, "message", required=True) or "")
+
+
+def _handle_parser(name: str) -> Callable[[dict[str, Any]], HandleArgs]:
+    def parse(args: dict[str, Any]) -> HandleArgs:
+        return HandleArgs(handle=str_arg(name, args, "handle", required=True) or "")
+
+    return parse
+
+
+def tools(modes: Sequence[str] = LOOP_MODES) -> dict[str, SpawnTool]:
+    """The four subagent tools (spec names) for a surface offering `modes`
+    besides sync: `LOOP_MODES` for the loop, `SERVED_MODES` for the self-MCP."""
+    unknown = [m for m in modes if m not in _ALL_MODES]
+    if unknown:
+        raise ValueError(f"unknown spawn modes {unknown}")
+    props: dict[str, Any] = {
+        "instruction": {"type": "string"},
+        "output_contract": {"type": "string"},
+        "tool_scope": {"type": "array", "items": {"type": "string"}},
+    }
+    for m in modes:
+        props[m] = {"type": "boolean", "default": False}
+    about = {
+        "async": "async returns a handle at once (poll its status, or read or subscribe "
+                 "agent://subagent/<handle>)",
+        "warm": "warm keeps it alive as a session driven by subagent.send",
+        "detach": "detach lets it run on its own",
+    }
+    spawn = SpawnTool(
+        "subagent.spawn",
+        "Delegate a task to a fresh subagent and get its distilled result. sync (default) "
+        "blocks until it is done; " + "; ".join(about[m] for m in modes)
+        + ". tool_scope narrows the MCP servers it may use.",
+        {"type": "object", "properties": props, "required": ["instruction"]},
+        _spawn_parser(tuple(modes)))
+    send = SpawnTool(
+        "subagent.send", "Send another message into a warm subagent session; returns its state.",
+        {"type": "object",
+         "properties": {"handle": {"type": "string"}, "message": {"type": "string"}},
+         "required": ["handle", "message"]},
+        _parse_send)
+    status = SpawnTool(
+        "subagent.status", "Read a subagent's status (and its result once done).",
+        dict(_HANDLE_SCHEMA), _handle_parser("subagent.status"))
+    cancel = SpawnTool(
+        "subagent.cancel", "Cancel a subagent and its whole subtree (the kill ladder).",
+        dict(_HANDLE_SCHEMA), _handle_parser("subagent.cancel"))
+    return {t.name: t for t in (spawn, send, status, cancel)}

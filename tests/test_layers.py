@@ -1,0 +1,234 @@
+"""The import graph of `agentd` has no circle and never looks up a layer.
+
+Every module of the package is parsed with `ast` (nothing is imported, so a
+module that would fail to import still gets checked); every `import x` and
+`from x import y` counts, at module level and inside functions, with relative
+imports resolved. `from pkg import name` counts as an import of `pkg.name` when
+that is a module (like `import pkg.name`), else of `pkg`. A module's own parent packages are not edges: Python
+initialises them before the module whatever it imports. The layer map below is the one docs/architecture.md
+draws; a module belongs to the longest prefix that names it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+PACKAGE = "agentd"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+# module prefix -> rank. A module may import modules of its own rank or lower.
+LAYERS: dict[str, int] = {
+    # 0: leaves every layer may use (no agentd imports of their own above this rank)
+    "agentd": 0,  # the package's own __init__ (lazy __version__)
+    "agentd.errors": 0,
+    "agentd.exitcodes": 0,
+    "agentd.log": 0,
+    "agentd.log_bridge": 0,
+    "agentd.output": 0,  # the run's stdout object: data every layer reports into
+    "agentd.runtime": 0,  # event-loop start-up; imports only log
+    # 1: messages
+    "agentd.wire": 1,
+    # 2: sessions (sans-IO) and the data shared by every layer above
+    "agentd.config": 2,
+    "agentd.mcp": 2,  # the package __init__ (lazy names only)
+    "agentd.mcp.client_session": 2,
+    "agentd.mcp.server_session": 2,
+    "agentd.mcp.schema": 2,
+    "agentd.mcp.param_headers": 2,
+    "agentd.mcp.stateless_session": 2,  # the 2026-07-28 server rules
+    "agentd.obs": 2,
+    # 3: transport, clients, servers, observability exporters
+    "agentd.mcp.auth": 3,
+    "agentd.mcp.oauth": 3,
+    "agentd.mcp.retry": 3,
+    "agentd.mcp.faults": 3,
+    "agentd.mcp.http_checks": 3,
+    "agentd.mcp.http_limits": 3,
+    "agentd.mcp.http_transport": 3,
+    "agentd.mcp.http_server": 3,
+    "agentd.mcp.handler": 3,  # the handler framework: drives the server rules
+    "agentd.mcp.stateless": 3,  # drives the 2026-07-28 rules on the handler
+    "agentd.mcp.client": 3,
+    "agentd.mcp.toolbox": 3,
+    "agentd.mcp.seams": 3,  # the Protocols the loop and the daemon name a toolbox by
+    "agentd.mcp.selftool": 3,  # tools agentd serves itself, beside the toolbox's
+    "agentd.a2a": 3,
+    # 4: intelligence
+    "agentd.intelligence": 4,
+    # 5: agent
+    "agentd.agent": 5,
+    # the tree's contract with the agent (SpawnRequest, SubagentBackend): declared
+    # where the agent's self-tools can name it, implemented by the tree above
+    "agentd.tree.api": 5,
+    "agentd.tree.spawn_tools": 5,  # the subagent tools' one table (schema, parser)
+    # 6: tree
+    "agentd.tree": 6,
+    # 7: reactive
+    "agentd.reactive": 7,
+    # 8: app (entry points, composition roots, demo, terminal views)
+    "agentd.app": 8,
+    "agentd.demo": 8,
+    "agentd.top": 8,
+    # 9: cli
+    "agentd.cli": 9,
+    "agentd.auth_cli": 9,
+    "agentd.flags": 9,
+    "agentd.__main__": 9,
+}
+
+
+def module_name(path: Path, root: Path = ROOT, package: str = PACKAGE) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = [package, *rel.parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
+    """Absolute name of `from <level dots><target> import ...` inside `module`."""
+    if level == 0:
+        return target or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, target] if target else base)
+
+
+def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The `agentd` modules `source` imports, anywhere in the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, is_package, node.level, node.module)
+            for alias in node.names:  # a submodule, else a name defined in `base`
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    edges: set[str] = set()
+    for name in found:
+        # the longest known module that `name` is or lies inside
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != module and not module.startswith(name + "."):
+            edges.add(name)
+    return edges
+
+
+def build_graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
+    files = {module_name(p, root, package): p for p in sorted(root.rglob("*.py"))}
+    known = set(files)
+    return {m: imports_of(p.read_text(), m, p.name == "__init__.py", known)
+            for m, p in files.items()}
+
+
+def rank(module: str, layers: Mapping[str, int] = LAYERS) -> int | None:
+    name = module
+    while name:
+        if name in layers:
+            return layers[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        work = [(v, iter(sorted(graph.get(v, ()))))]
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                    advanced = True
+                    break
+                if w in on_stack:
+                    low[node] = min(low[node], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def violations(graph: Mapping[str, Iterable[str]],
+               layers: Mapping[str, int] = LAYERS) -> tuple[list[list[str]], list[str], list[str]]:
+    """(circles, upward imports, modules the layer map does not place)."""
+    upward: list[str] = []
+    unplaced = sorted(m for m in graph if rank(m, layers) is None)
+    for src in sorted(graph):
+        for dst in sorted(graph[src]):
+            rs, rd = rank(src, layers), rank(dst, layers)
+            if rs is not None and rd is not None and rd > rs:
+                upward.append(f"{src} (rank {rs}) imports {dst} (rank {rd})")
+    return cycles(graph), upward, unplaced
+
+
+def test_checker_reports_a_circle_and_an_upward_import() -> None:
+    graph = {"p.low": {"p.high"}, "p.high": {"p.mid"}, "p.mid": {"p.high"}, "p.free": set()}
+    circles, upward, unplaced = violations(graph, {"p.low": 0, "p.mid": 1, "p.high": 1})
+    assert circles == [["p.high", "p.mid"]]
+    assert upward == ["p.low (rank 0) imports p.high (rank 1)"]
+    assert unplaced == ["p.free"]
+
+
+def test_relative_and_function_level_imports_count() -> None:
+    known = {"p", "p.a", "p.b", "p.sub", "p.sub.y"}
+    src = "from . import y\n\ndef f():\n    from ..a import thing\n    import p.b\n"
+    assert imports_of(src, "p.sub.x", False, known) == {"p.sub.y", "p.a", "p.b"}
+    # a package's `from . import y` is its own child; its parents are never edges
+    assert imports_of("from . import y", "p.sub", True, known) == {"p.sub.y"}
+
+
+def test_agentd_imports_only_look_down_and_never_circle() -> None:
+    circles, upward, unplaced = violations(build_graph())
+    assert not unplaced, f"modules missing from the layer map: {unplaced}"
+    assert not circles, f"import circles: {circles}"
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+
+
+if __name__ == "__main__":  # the figures docs/architecture.md quotes
+    g = build_graph()
+    c, u, _ = violations(g)
+    print(f"{len(g)} modules, {sum(map(len, g.values()))} edges, "
+          f"{len(c)} circles {c}, {len(u)} upward imports")
+    for line in u:
+        print("  ", line)
