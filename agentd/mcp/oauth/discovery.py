@@ -21,6 +21,7 @@ Metadata (RFC 8414 and OpenID Connect Discovery), in the MCP spec's order.
 
 from __future__ import annotations
 
+from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -28,6 +29,8 @@ import msgspec
 from agentd.mcp.oauth.challenge import Challenge
 from agentd.mcp.oauth.errors import OAuthError
 from agentd.mcp.oauth.http import Http, check_url, origin
+
+_Doc = TypeVar("_Doc")
 
 __all__ = ["ASMetadata", "ProtectedResource", "canonical_resource", "discover_as",
            "discover_prm", "resource_matches"]
@@ -102,17 +105,24 @@ def _prm_candidates(server_url: str, challenge: Challenge | None) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+async def _fetch(http: Http, url: str, what: str, type_: type[_Doc]) -> _Doc | None:
+    """One well-known document, validated into ``type_``; None when there is none."""
+    doc = await http.get_json(url, what)
+    if doc is None:
+        return None
+    try:
+        return msgspec.convert(doc, type_)
+    except msgspec.ValidationError as exc:
+        raise OAuthError(f"{what} {url}: {exc}") from None
+
+
 async def discover_prm(http: Http, server_url: str,
                        challenge: Challenge | None) -> ProtectedResource | None:
     """The server's PRM, validated; None when it publishes none (2025-03-26)."""
     for url in _prm_candidates(server_url, challenge):
-        doc = await http.get_json(url, "protected resource metadata")
-        if doc is None:
+        prm = await _fetch(http, url, "protected resource metadata", ProtectedResource)
+        if prm is None:
             continue
-        try:
-            prm = msgspec.convert(doc, ProtectedResource)
-        except msgspec.ValidationError as exc:
-            raise OAuthError(f"protected resource metadata {url}: {exc}") from None
         if not prm.resource or not resource_matches(prm.resource, server_url):
             raise OAuthError(f"protected resource metadata {url} names the resource "
                              f"{prm.resource!r}, not this server ({server_url}): refused")
@@ -141,13 +151,9 @@ async def discover_as(http: Http, issuer: str, *, legacy: bool = False) -> ASMet
     """The authorization server's metadata, validated (see the module docstring)."""
     check_url(issuer, "authorization server")
     for url in _as_candidates(issuer):
-        doc = await http.get_json(url, "authorization server metadata")
-        if doc is None:
+        meta = await _fetch(http, url, "authorization server metadata", ASMetadata)
+        if meta is None:
             continue
-        try:
-            meta = msgspec.convert(doc, ASMetadata)
-        except msgspec.ValidationError as exc:
-            raise OAuthError(f"authorization server metadata {url}: {exc}") from None
         if legacy:
             # 2025-03-26: no recorded issuer to compare with; it must at least be
             # the server's own origin
