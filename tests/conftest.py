@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
@@ -36,3 +37,15 @@ def agentd_bin() -> str:
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def logs():
+    """agentd's log lines, JSON at `info`, into a buffer for this test (read them
+    back with `logcapture.events`); stderr again afterwards."""
+    from agentd import log
+
+    buf = io.StringIO()
+    log.configure(stream=buf, fmt="json", level="info")
+    yield buf
+    log.configure(stream=sys.stderr)

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import re
-import sys
 import urllib.request
 
-import orjson
 import pytest
+from logcapture import events
 from peers import python_peer, require_modules
 
-from agentd import log as _log
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox, ToolFault
 
@@ -51,16 +48,6 @@ def legacy():
         yield peer
 
 
-@pytest.fixture
-def logs():
-    buf = io.StringIO()
-    _log.configure(stream=buf, fmt="json", level="info")
-    yield buf
-    _log.configure(stream=sys.stderr)
-
-
-def events(buf: io.StringIO, name: str) -> list[dict]:
-    return [r for r in map(orjson.loads, buf.getvalue().splitlines()) if r["event"] == name]
 
 
 def http(peer, path: str, method: str = "GET") -> dict:

@@ -5,12 +5,10 @@ asserted — never durations."""
 from __future__ import annotations
 
 import asyncio
-import io
 
-import orjson
 import pytest
+from logcapture import events
 
-from agentd import log as _log
 from agentd.reactive.router import Coalescer, Router, RouterClosed
 from agentd.reactive.waiters import Waiters
 
@@ -84,18 +82,6 @@ def test_negative_window_rejected() -> None:
 
 # -- the asyncio driver ----------------------------------------------------
 
-@pytest.fixture
-def logs():
-    buf = io.StringIO()
-    _log.configure(stream=buf, fmt="json", level="info")
-    yield buf
-    import sys
-
-    _log.configure(stream=sys.stderr)
-
-
-def _events(buf: io.StringIO, name: str) -> list[dict]:
-    return [r for r in map(orjson.loads, buf.getvalue().splitlines()) if r["event"] == name]
 
 
 async def test_burst_of_1000_gives_few_wakes_last_sees_final_state(logs) -> None:
@@ -134,7 +120,7 @@ async def test_burst_of_1000_gives_few_wakes_last_sees_final_state(logs) -> None
     assert 1 <= len(seen) <= 40  # a few wakes, not 1,000
     assert seen[-1] == 1000  # the last wake saw the final state
     assert seen == sorted(seen)
-    wakes = _events(logs, "reactive.wake")
+    wakes = events(logs, "reactive.wake")
     assert len(wakes) == len(seen)
     assert sum(w["coalesced"] for w in wakes) == 1000
     assert all(w["uris"] == ["file:///inbox"] for w in wakes)

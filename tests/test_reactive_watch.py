@@ -15,16 +15,14 @@ below only bound a wait for something that must happen.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import sys
 
 import aiohttp
 import orjson
 import peers
 import pytest
+from logcapture import events
 
-from agentd import log as _log
 from agentd.agent.selftools import SelfTools
 from agentd.config import ServerSpec
 from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, Toolbox, owner_of
@@ -36,16 +34,6 @@ WAIT = 60.0  # bound on waiting for an expected event (not an assertion)
 A, B = "watch://counter/a", "watch://counter/b"
 
 
-@pytest.fixture
-def logs():
-    buf = io.StringIO()
-    _log.configure(stream=buf, fmt="json", level="info")
-    yield buf
-    _log.configure(stream=sys.stderr)
-
-
-def events(buf: io.StringIO, name: str) -> list[dict]:
-    return [r for r in map(orjson.loads, buf.getvalue().splitlines()) if r["event"] == name]
 
 
 class Recorder:
