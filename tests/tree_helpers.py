@@ -41,7 +41,10 @@ PLAYBACK = {
 
 def precompile() -> None:
     """Byte-compile agentd once, so that 256 re-exec'd children do not each compile it."""
-    compileall.compile_dir(str(Path(agentd.__file__).parent), quiet=1)
+    import agentd_native
+
+    for package in (agentd, agentd_native):
+        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
 
 
 def playback_file(tmp_path: Path) -> str:

@@ -1,9 +1,11 @@
-"""The subagent's entry: `python -m agentd --agentd-control-child --ppid N`.
+"""The subagent's entry: `python -P -S -m agentd --agentd-control-child --ppid N`.
 
-`main(argv)` answers the first control frame (`child/configure`) using only
-os-level reads and the stdlib `json` module, *before* importing the runtime
-(asyncio, uvloop, msgspec, aiohttp cost ~200 ms), so a parent sees its child
-alive as early as the interpreter allows.  Then it:
+The interpreter starts without `site` and with its parent's import path as
+PYTHONPATH (`agentd.tree.procs.child_argv` / `child_env`).  `main(argv)`
+answers the first control frame (`child/configure`) using only os-level reads
+and the stdlib `json` module, *before* importing the runtime (asyncio, uvloop,
+msgspec: most of a child's start-up), so a parent sees its child alive as
+early as the interpreter allows.  Then it:
 
 * sets the Linux parent-death signal (SIGKILL when the parent dies, by any
   signal) and exits at once if the parent is already gone;
@@ -97,22 +99,32 @@ def serve_wire(ppid: int | None) -> int:
 
 
 def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
-    import msgspec
+    import gc
 
-    from agentd import log as logmod
-    from agentd import runtime
-    from agentd.tree.control import ChildConfig
-
+    # The import burst below makes long-lived objects only (modules, classes,
+    # functions): a collection during it scans them all and frees nothing.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        cfg = msgspec.convert(params, ChildConfig)
-    except msgspec.ValidationError as exc:
-        sys.stderr.write(f"agentd child: bad child/configure: {exc}\n")
-        return EXIT_USAGE
-    logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
-    if fault:
-        _early_fault(fault, wire_out)
-    from agentd.app.childrt import serve
+        import msgspec
 
+        from agentd import log as logmod
+        from agentd import runtime
+        from agentd.tree.control import ChildConfig
+
+        try:
+            cfg = msgspec.convert(params, ChildConfig)
+        except msgspec.ValidationError as exc:
+            sys.stderr.write(f"agentd child: bad child/configure: {exc}\n")
+            return EXIT_USAGE
+        logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
+        if fault:
+            _early_fault(fault, wire_out)
+        import agentd.app.run  # noqa: F401  (the agent loop: `serve` needs it first thing)
+        from agentd.app.childrt import serve
+    finally:
+        if collecting:
+            gc.enable()
     return runtime.run_to_exit(serve(cfg, wire_in, wire_out, fault, hard_exit=True))
 
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentd.config import (
     DEFAULT_INIT_TIMEOUT,
@@ -28,20 +28,18 @@ from agentd.config import (
     DEFAULT_SECRETS_DIR,
     ServerSpec,
 )
-from agentd.errors import MCPError
+from agentd.errors import MCPError, ToolFault
 from agentd.exitcodes import ExitCode
 from agentd.log import log
-from agentd.mcp.client import (
-    HandshakeError,
-    MCPClient,
-    Observation,
-    ResourceInfo,
-    ToolFault,
-    ToolInfo,
-)
 from agentd.mcp.faults import RequiredServerLost, Verdict, call_with_policy
-from agentd.mcp.retry import RetryPolicy
 from agentd.mcp.seams import AgentToolbox, ResourceServer
+
+if TYPE_CHECKING:
+    # The client (its session, retry and schema modules with it) is imported where
+    # a Toolbox connects or answers: the ownership rule alone (`owner_of`, which a
+    # brokered child and the reactive side import) needs none of it.
+    from agentd.mcp.client import MCPClient, Observation, ResourceInfo, ToolInfo
+    from agentd.mcp.retry import RetryPolicy
 
 __all__ = [
     "MAX_TOOL_NAME",
@@ -60,6 +58,15 @@ __all__ = [
 
 MAX_TOOL_NAME: Final = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def __getattr__(name: str) -> Any:
+    """`Observation` is still importable from here, loaded on first use."""
+    if name == "Observation":
+        from agentd.mcp.client import Observation
+
+        return Observation
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RequiredServerFailed(MCPError):
@@ -229,6 +236,8 @@ class Toolbox:
         await stack.__aenter__()
         self._stack = stack
         self.lost = asyncio.get_running_loop().create_future()
+        from agentd.mcp.client import HandshakeError, MCPClient
+
         clients = {s.name: MCPClient(s, updates=self.updates, on_gone=self._on_gone,
                                      **self._options)
                    for s in self.specs}
@@ -326,6 +335,8 @@ class Toolbox:
     async def call(self, qualified_name: str, arguments: Mapping[str, Any] | str | bytes | None
                    = None, *, time_limit: float | None = None) -> Observation:
         """Call a tool by qualified name.  An unknown name is an observation."""
+        from agentd.mcp.client import Observation
+
         entry = self.tools.get(qualified_name)
         if entry is None:
             return Observation(f"unknown tool {qualified_name!r}", is_error=True)
@@ -363,6 +374,8 @@ class Toolbox:
                 self.lost.set_result(exc)
             raise exc
         await self.drop(server, reason)
+        from agentd.mcp.client import Observation
+
         return Observation(f"MCP server {server!r} was left out of the catalogue after a "
                            f"fault ({reason}); its tools and resources are no longer "
                            "available.", is_error=True)
@@ -408,6 +421,8 @@ class Toolbox:
     async def read_resource(self, uri: str, *, server: str | None = None) -> Observation:
         """The current body of ``uri`` from its owner; no owner, or an ambiguous
         one, is an error observation (the model can name the server)."""
+        from agentd.mcp.client import Observation
+
         try:
             client = self.owner(uri, server)
         except AmbiguousOwner as exc:

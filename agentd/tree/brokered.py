@@ -95,7 +95,7 @@ class BrokeredToolbox:
         try:
             return await self._channel.call("io/request", req)
         except RemoteError as exc:
-            from agentd.mcp.client import ToolFault
+            from agentd.errors import ToolFault
 
             raise ToolFault("broker", exc.message, retryable=False, code=exc.code) from None
 

@@ -1,10 +1,11 @@
 """`--spawn forkserver`: fork each subagent from a pristine, pre-imported agentd.
 
 The forkserver is itself a re-exec of the trusted binary
-(`sys.executable -P -m agentd --agentd-control-child --forkserver --sock 3
---template lean|net`).  It imports the runtime once (asyncio, uvloop, msgspec,
-the agent loop), never starts an event loop or a thread, freezes its heap for
-the GC, and then serves fork requests on a private SOCK_SEQPACKET socket (it
+(`sys.executable -P -S -m agentd --agentd-control-child --forkserver --sock
+3 --template lean|net`, see `agentd.tree.procs.child_argv`).  It imports the
+runtime once (asyncio, uvloop, msgspec, the agent loop), never starts an event
+loop or a thread, freezes its heap for the GC, and then serves fork requests
+on a private SOCK_SEQPACKET socket (it
 forks through libc, see `_forker`): each request carries the child's three
 pipe ends (SCM_RIGHTS); the forked child starts its own session, takes them
 as fds 0/1/2 and runs exactly what an exec'd child runs

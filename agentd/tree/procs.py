@@ -1,11 +1,11 @@
 """Subagent processes: spawn, the control channel over their pipes, stderr, kill ladder.
 
-A child is always `sys.executable -P -m agentd --agentd-control-child` (never a
-PATH lookup, never anything else), in its own session and process group, with
-its stdin/stdout carrying the control wire and its stderr drained line by line
-into this process's log as `subagent.stderr` (tagged by handle).  Exits are
-watched through a pidfd (no SIGCHLD handler, no watcher threads) and every
-child is reaped.
+A child is always `sys.executable -P -S -m agentd --agentd-control-child`
+(never a PATH lookup, never anything else; `child_argv`), in its own session
+and process group, with its stdin/stdout carrying the control wire and its
+stderr drained line by line into this process's log as `subagent.stderr`
+(tagged by handle).  Exits are watched through a pidfd (no SIGCHLD handler, no
+watcher threads) and every child is reaped.
 
 The kill ladder (`ChildProcess.ladder`) is: ask over the wire → close stdin
 (EOF) → wait → SIGTERM to the process group → wait → SIGKILL → reap; each wait
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -37,6 +38,7 @@ __all__ = [
     "RemoteError",
     "child_argv",
     "child_env",
+    "import_path",
     "open_channel",
 ]
 
@@ -49,18 +51,33 @@ ASK_SHARE, EOF_SHARE, TERM_SHARE = 0.4, 0.2, 0.3
 
 
 def child_argv(*extra: str) -> list[str]:
-    """The one command line a subagent ever has.
+    """The one command line a subagent (or a forkserver) ever has.
 
     `-P`: the child's working directory is never put on its import path, so a
-    stray `agentd/` there cannot stand in for the real one (see `child_env`).
+    stray `agentd/` there cannot stand in for the real one.  `-S`: no `site`,
+    whose `.pth` files (import hooks, certificate patching) would run again in
+    every child for nothing: a brokered child talks to no network, and its
+    import path comes ready-made from `child_env`.  The exception is a coverage
+    run that measures subprocesses: its hook is a `.pth` file, which only
+    `site` runs.
     """
-    return [sys.executable, "-P", *CHILD_ARGV, "--ppid", str(os.getpid()), *extra]
+    site = () if _coverage_hooked(os.environ) else ("-S",)
+    return [sys.executable, "-P", *site, *CHILD_ARGV, "--ppid", str(os.getpid()), *extra]
 
 
-def _agentd_root() -> str:
+def _coverage_hooked(env: Mapping[str, str]) -> bool:
+    """Is a coverage run measuring subprocesses (pytest-cov, coverage's own hook)?"""
+    return "COV_CORE_SOURCE" in env or "COVERAGE_PROCESS_START" in env
+
+
+def _agentd_roots() -> list[str]:
+    """The directories holding `agentd` and `agentd_native` (one, unless split)."""
     import agentd
+    import agentd_native
 
-    return os.path.dirname(os.path.dirname(os.path.abspath(agentd.__file__)))
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(m.__file__ or "")))
+             for m in (agentd, agentd_native)]
+    return list(dict.fromkeys(roots))
 
 
 # What a child (and a forkserver, whose environment every forked child inherits)
@@ -83,22 +100,34 @@ def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: ours scrubbed (`scrub_env`), with the directory of
-    *this* agentd on its path.
-
-    Installed (site-packages) it is found anyway and nothing is added; from a
-    source tree it is put first on PYTHONPATH, so the child runs exactly the
-    code of its parent.
-    """
+    """The child's environment: ours scrubbed (`scrub_env`), with our import path
+    as its PYTHONPATH (`import_path`), so it resolves every module as we do."""
     out = scrub_env(os.environ if env is None else env)
-    root = _agentd_root()
+    out["PYTHONPATH"] = os.pathsep.join(import_path(tuple(sys.path), out.get("PYTHONPATH", "")))
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def import_path(path: tuple[str, ...], given: str = "") -> tuple[str, ...]:
+    """A child's import path beyond the standard library: ours, made explicit.
+
+    The child runs without `site` (`child_argv`), so what `site` gave us
+    (site-packages, a venv's, the user site, directories named by `.pth`
+    files) must come from here: every entry of our `sys.path` that exists,
+    in our order, after the entries of `given` (a PYTHONPATH).  The directory
+    of *this* agentd goes first, so a child runs exactly the code of its
+    parent, unless it is installed in site-packages (found anyway; first, it
+    would put site-packages ahead of the standard library).  Never the empty
+    entry (the working directory) nor one that does not exist (an import hook's
+    pseudo-entry); the hooks themselves, `.pth` import lines such as an editable
+    install's finder, do not run in a child, hence agentd's own directories.
+    """
     import site
 
     installed = {os.path.abspath(p) for p in site.getsitepackages()}
-    if root not in installed:
-        parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
-        out["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    return out
+    roots = [r for r in _agentd_roots() if r not in installed]
+    entries = [os.path.abspath(p) for p in (*given.split(os.pathsep), *path) if p]
+    return tuple(dict.fromkeys([*roots, *(p for p in entries if os.path.exists(p))]))
 
 
 class ChannelClosed(TreeError):
