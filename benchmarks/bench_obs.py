@@ -1,6 +1,7 @@
 """What tracing costs: the loop step and self-MCP calls/s, tracing off / on / exporting.
 
     python benchmarks/bench_obs.py [--steps N] [--calls N] [--spans N] [--rounds R]
+                                   [--only mcp,inproc,selfmcp,spans]
 
 Four modes, measured in one run and one process, R rounds; within a round
 each benchmark runs in the four modes one after the other, and the order
@@ -47,7 +48,8 @@ one (paired within the round, so a burst of load on the shared machine
 cancels out; for calls/s the slowdown, off/mode minus one, so that a positive
 figure is always a cost); `off_vs_baseline_pct` is the same for off against
 the baseline.
-Nothing here asserts a time.
+`--only` runs some of the benchmarks (a comma list; the lines of the others
+are left out). Nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 MODES = ("baseline", "off", "record", "export")
+BENCHES = ("mcp", "inproc", "selfmcp", "spans")
 # the modules whose tracing call sites the measured paths run through
 _SITES = ("agentd.agent.loop", "agentd.obs.calls", "agentd.mcp.client",
           "agentd.mcp.http_transport")
@@ -351,8 +354,9 @@ def _otel_sdk_spans(n: int, export: bool) -> float | None:
     return took
 
 
-async def _run(echo_url: str, steps: int, calls: int, spans: int,
-               rounds: int) -> tuple[dict[str, dict[str, list[float]]], dict[str, list]]:
+async def _run(echo_url: str, steps: int, calls: int, spans: int, rounds: int,
+               only: frozenset[str] = frozenset(BENCHES)
+               ) -> tuple[dict[str, dict[str, list[float]]], dict[str, list]]:
     from bench_loop import direct_calls, script
 
     from agentd import log as logmod
@@ -387,16 +391,19 @@ async def _run(echo_url: str, steps: int, calls: int, spans: int,
                 pb_mcp = script(Path(tmp) / "mcp.json", "noop__echo")
                 pb_self = script(Path(tmp) / "self.json", "agentd__noop")
                 await direct_calls(toolbox, "noop__echo", 200)  # warm up
+                kinds = [k for k in ("mcp", "inproc", "selfmcp") if k in only]
                 for mode in MODES:
-                    for kind in ("mcp", "inproc", "selfmcp"):
+                    for kind in kinds:
                         await _one(mode, kind, patches, pb_mcp, pb_self, actions, 100, 100,
                                    lambda *a: None)
                 for r in range(rounds):
                     order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
-                    for kind in ("mcp", "inproc", "selfmcp"):
+                    for kind in kinds:
                         for mode in order:
                             await _one(mode, kind, patches, pb_mcp, pb_self, actions, steps,
                                        calls, add)
+                    if "spans" not in only:
+                        continue
                     for mode in ("record", "export"):
                         assert trace.setup("agentd-bench", mode=mode)
                         try:
@@ -481,7 +488,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=600)
     ap.add_argument("--spans", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--only", default=",".join(BENCHES),
+                    help="the benchmarks to run, a comma list of " + ", ".join(BENCHES))
     a = ap.parse_args()
+    only = frozenset(b.strip() for b in a.only.split(",") if b.strip())
+    if not only or not only <= set(BENCHES):
+        ap.error(f"--only: a comma list of {', '.join(BENCHES)}")
     import uvloop
     from bench_loop import start_server
     from bench_server import free_port
@@ -500,20 +512,27 @@ def main() -> None:
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{rport}"
     load0 = os.getloadavg()[0]
     try:
-        res, span_cost = uvloop.run(_run(peer.url, a.steps, a.calls, a.spans, a.rounds))
+        res, span_cost = uvloop.run(_run(peer.url, a.steps, a.calls, a.spans, a.rounds,
+                                               only))
     finally:
         receiver.stop()
         peer.stop()
     common = {"rounds": a.rounds, "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
-    print(json.dumps(_line("obs_loop_step_mcp", res, {"step_us": "wall_us",
-                                                      "step_cpu_us": "cpu_us"}, set(),
-                           {"steps": a.steps, "server": engine, **common})))
-    print(json.dumps(_line("obs_loop_step_inproc", res, {"inproc_step_us": "wall_us",
-                                                         "inproc_step_cpu_us": "cpu_us"},
-                           set(), {"steps": a.steps, **common})))
-    print(json.dumps(_line("obs_selfmcp_calls", res, {"calls_per_s": "calls_per_s",
-                                                      "cpu_us_per_call": "cpu_us_per_call"},
-                           {"calls_per_s"}, {"calls": a.calls, **common})))
+    if "mcp" in only:
+        print(json.dumps(_line("obs_loop_step_mcp", res, {"step_us": "wall_us",
+                                                          "step_cpu_us": "cpu_us"}, set(),
+                               {"steps": a.steps, "server": engine, **common})))
+    if "inproc" in only:
+        print(json.dumps(_line("obs_loop_step_inproc", res, {"inproc_step_us": "wall_us",
+                                                             "inproc_step_cpu_us": "cpu_us"},
+                               set(), {"steps": a.steps, **common})))
+    if "selfmcp" in only:
+        print(json.dumps(_line("obs_selfmcp_calls", res,
+                               {"calls_per_s": "calls_per_s",
+                                "cpu_us_per_call": "cpu_us_per_call"},
+                               {"calls_per_s"}, {"calls": a.calls, **common})))
+    if "spans" not in only:
+        return
     cost: dict[str, Any] = {"bench": "obs_span_cost", "unit": "cpu_us_per_span",
                             "spans": a.spans // 3 * 3}
     for k, v in span_cost.items():

@@ -321,6 +321,46 @@ async def test_an_inbound_self_mcp_request_continues_its_callers_trace(monkeypat
     assert otlp.named("mcp.server initialize")  # a request without context: a new trace
 
 
+async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkeypatch) -> None:
+    """The MCP endpoint makes its server spans itself; the other POST route of the
+    listener (`--serve-a2a`) is wrapped at start-up and continues a W3C header."""
+    import aiohttp
+
+    from agentd.config import ServeSpec
+    from agentd.obs import trace
+    from agentd.tree.a2a_served import PATH
+    from agentd.tree.api import Unavailable
+    from agentd.tree.selfmcp import serve_self_mcp
+
+    assert trace.setup("agentd-serve", mode="record")
+    got: list[tuple] = []
+    monkeypatch.setattr(trace, "_sink", got.append)
+    tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+    port = free_port()
+    runner = await serve_self_mcp(ServeSpec(url=f"http://127.0.0.1:{port}", host="127.0.0.1",
+                                            port=port, scheme="http"), Unavailable(),
+                                  run_id="served", a2a=True)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{port}{PATH}", json={
+                    "jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "t"}},
+                    headers={"traceparent": f"00-{tid}-00f067aa0ba902b7-01"}) as r:
+                await r.read()
+            async with http.post(f"http://127.0.0.1:{port}/mcp", json={
+                    "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"}}},
+                    headers={"Accept": "application/json, text/event-stream"}) as r:
+                assert r.status == 200
+    finally:
+        await runner.stop()
+        trace.shutdown()
+    assert sorted(rec[0] for rec in got) == ["mcp.server initialize", "mcp.server tasks/get"]
+    spans = {rec[0]: rec for rec in got}  # one span per request, the MCP one not wrapped twice
+    assert f"{spans['mcp.server tasks/get'][1]:032x}" == tid
+    assert spans["mcp.server initialize"][7] == {"mcp.method.name": "initialize"}
+
+
 def test_a_full_queue_drops_the_oldest_and_counts_them(monkeypatch) -> None:
     """Past OTEL_BSP_MAX_QUEUE_SIZE a span is dropped (never waited for) and counted
     in agentd_trace_spans_dropped_total; the batch that was kept is sent at a flush."""
@@ -343,6 +383,71 @@ def test_a_full_queue_drops_the_oldest_and_counts_them(monkeypatch) -> None:
         assert metrics.SPANS_DROPPED.get("export_failed") - failed_before == 3
     finally:
         exporter.stop()
+
+
+async def test_the_exporter_speaks_http_with_collectors_of_every_answer_shape(
+        monkeypatch) -> None:
+    """The exporter's own HTTP/1.1 POST (`agentd.obs.otlp_http`) against an aiohttp
+    collector answering, in turn: 503 with a chunked body (retried), 200 chunked,
+    200 after an interim 100 Continue, 200 closing the connection (the next POST
+    reconnects), 200 with a Content-Length. Every span arrives once."""
+    require_modules("opentelemetry.proto")
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from agentd.obs.otlp import Exporter
+
+    names: list[str] = []
+    answers = ["503-chunked", "chunked", "continue", "close", "plain"]
+    peers: set[int] = set()
+
+    async def traces(request: web.Request) -> web.StreamResponse:
+        msg = ExportTraceServiceRequest.FromString(await request.read())
+        shape = answers.pop(0) if answers else "plain"
+        peers.add(request.transport.get_extra_info("peername")[1])
+        if shape == "continue":
+            request.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if shape.endswith("chunked"):
+            resp = web.StreamResponse(status=503 if shape.startswith("503") else 200)
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            await resp.write(b"part one;")
+            await resp.write(b"part two")
+            await resp.write_eof()
+            if resp.status == 503:
+                return resp
+        else:
+            resp = web.Response(body=b"ok", content_type="application/x-protobuf")
+            if shape == "close":
+                resp.force_close()
+        names.extend(sp.name for rs in msg.resource_spans for ss in rs.scope_spans
+                     for sp in ss.spans)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    for k in list(os.environ):
+        if k.startswith("OTEL_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
+    try:
+        for i in range(4):
+            exporter.put((f"s{i}", 1, i + 1, 0, "internal", 1, 2, {}, None))
+            await asyncio.to_thread(exporter.flush, 10.0)
+        assert names == ["s0", "s1", "s2", "s3"]
+        assert exporter.exported == 4 and exporter.failures == 0
+        assert len(peers) == 2  # one kept-alive connection, and one after the close
+    finally:
+        await asyncio.to_thread(exporter.stop)
+        await runner.cleanup()
 
 
 def test_the_encoder_scrubs_a_secret_registered_after_a_value_was_cached() -> None:

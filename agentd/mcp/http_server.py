@@ -42,6 +42,11 @@ One endpoint path (``/mcp``) serves a :class:`~agentd.mcp.handler.Handler`:
   checked by ``agentd.mcp.http_checks``.  401s and limit hits are logged
   throttled (``agentd.log_bridge``).
 
+While tracing is on (``agentd.obs.trace``), each POST is handled inside its
+``mcp.server {method}`` span, which continues the caller's trace
+(``agentd.obs.served``: ``_meta.traceparent``, else the ``traceparent``
+header), made from the message as decoded here.
+
 Everything is owned by aiohttp's runner: request handlers (including SSE
 streams) are its tasks, and the idle-session reaper lives in the app's
 ``cleanup_ctx``.  A peer's mistake is answered and logged, never raised.
@@ -81,6 +86,7 @@ from agentd.mcp.http_limits import (
     env_limits,
 )
 from agentd.mcp.server_session import ORIGIN_MANAGEMENT, SERVED_METHODS
+from agentd.obs import served, trace
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
@@ -195,6 +201,9 @@ class _PostStream:
 
 class HttpServer:
     """The aiohttp application serving one handler at ``path``."""
+
+    # its POST routes make their own server span (``agentd.obs.http`` leaves them be)
+    traces_requests: Final = True
 
     def __init__(self, handler: Handler, *, limits: Limits | None = None,
                  bearer: str | None = None, mtls: bool = False, loopback: bool = True,
@@ -333,7 +342,18 @@ class HttpServer:
             msg = codec.decode(body)
         except ProtocolError as exc:
             return _rpc_error(400, exc)
+        if not trace.enabled:
+            return await self._route(request, msg, accept_json, accept_sse)
+        # tracing: the request's server span continues its caller's trace (from the
+        # message decoded here: `agentd.obs.served` reads `_meta` of its raw params)
+        with served.span(getattr(msg, "method", None), getattr(msg, "params", None),
+                         request.headers):
+            return await self._route(request, msg, accept_json, accept_sse)
 
+    async def _route(self, request: web.Request, msg: Any, accept_json: bool,
+                     accept_sse: bool) -> web.StreamResponse:
+        """One decoded message: a 2026-07-28 exchange, an ``initialize``, or a
+        message of a session."""
         sid = request.headers.get("Mcp-Session-Id")
         req = msg if type(msg) is Request else None
         version = request.headers.get("MCP-Protocol-Version")

@@ -13,14 +13,13 @@ certificate, and they tell nothing but "ok" or the names of failed checks.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from agentd.obs import health, metrics, trace
+from agentd.obs import health, metrics, served, trace
 
 __all__ = ["mount", "serve_standalone"]
 
@@ -57,29 +56,21 @@ def mount(app: web.Application, guard: Guard | None = None) -> None:
     app.router.add_route("GET", "/readyz", get_readyz)
 
 
-class _Meta(msgspec.Struct, gc=False):
-    traceparent: Any = None
-    tracestate: Any = None
-
-
-class _Params(msgspec.Struct, gc=False):
-    _meta: _Meta | None = None
-    name: Any = None
-
-
 class _Peek(msgspec.Struct, gc=False):
     method: Any = None
-    params: _Params | None = None
+    params: msgspec.Raw = msgspec.Raw()  # absent: empty, which decodes to nothing
 
 
 _peek = msgspec.json.Decoder(_Peek)
-_NAME = re.compile(r"[A-Za-z0-9_./-]{1,64}")
 _PEEK_MAX = 1 << 20
 
 
 async def _trace_posts(app: web.Application) -> None:
-    """Run every POST route's handler inside `_continue_trace` (at start-up: the
-    routes mounted after this module's are included).
+    """Run the handler of every POST route that does not make its own server span
+    inside `_continue_trace` (at start-up: the routes mounted after this
+    module's are included). The MCP server engine's routes make theirs from the
+    message they decode (`agentd.mcp.http_server`, `agentd.obs.served`); the
+    others (the A2A endpoint) are wrapped here.
 
     Why the routes and not an aiohttp middleware: with any middleware aiohttp
     runs its middleware machinery for every request of the listener (a cached
@@ -93,6 +84,8 @@ async def _trace_posts(app: web.Application) -> None:
         return
     for route in posts:
         inner = route._handler
+        if getattr(getattr(inner, "__self__", None), "traces_requests", False):
+            continue
 
         async def traced(request: web.Request, inner: Any = inner) -> web.StreamResponse:
             return await _continue_trace(request, inner)
@@ -101,63 +94,21 @@ async def _trace_posts(app: web.Application) -> None:
 
 
 async def _continue_trace(request: web.Request, handler: Any) -> web.StreamResponse:
-    """An inbound MCP request continues its caller's trace (only while tracing is on).
-
-    The parent context comes from the request's `_meta.traceparent` (SEP-414) or,
-    failing that, the W3C `traceparent` header; the request is handled inside a
-    server span named for its method.
-    """
-    if request.method != "POST" or not trace.enabled:
+    """A POST request continues its caller's trace (only while tracing is on), in
+    the server span `agentd.obs.served` makes from the JSON-RPC body."""
+    if request.method != "POST" or not trace.enabled or \
+            getattr(getattr(handler, "__self__", None), "traces_requests", False):
         return await handler(request)
-    params = None
+    peek = None
     length = request.content_length
     if length is not None and length <= _PEEK_MAX:
         try:
             peek = _peek.decode(await request.read())
         except (msgspec.DecodeError, web.HTTPException):
             peek = None
-        if peek is not None:
-            method = _plain(peek.method) or "unknown"
-            params = peek.params
-        else:
-            method = "unknown"
-    else:
-        method = "unknown"
-    meta = params._meta if params is not None else None
-    tp = meta.traceparent if meta is not None else None
-    if meta is not None and isinstance(tp, str):  # `_meta` first (SEP-414), then the W3C headers
-        ts = meta.tracestate if isinstance(meta.tracestate, str) else None
-    else:
-        tp, ts = trace.parent_from(request.headers)
-    tool = _plain(params.name) if method == "tools/call" and params is not None else None
-    with trace.span(_SPAN_NAMES.get(method) or _span_name(method), parent=tp, tracestate=ts,
-                    kind="server", root=True,
-                    **{"mcp.method.name": method, "gen_ai.tool.name": tool}):
+    with served.span(peek.method if peek is not None else None,
+                     peek.params if peek is not None else None, request.headers):
         return await handler(request)
-
-
-_PLAIN: dict[str, bool] = {}  # a peer's method or tool name -> it is a plain name
-_SPAN_NAMES: dict[str, str] = {}
-
-
-def _plain(name: Any) -> str | None:
-    """`name` if it is a plain method or tool name (a peer's text: nothing else is
-    kept in a span), else None; the answer is remembered for the names seen."""
-    if not isinstance(name, str):
-        return None
-    ok = _PLAIN.get(name)
-    if ok is None:
-        ok = _NAME.fullmatch(name) is not None
-        if len(_PLAIN) < 1024:
-            _PLAIN[name] = ok
-    return name if ok else None
-
-
-def _span_name(method: str) -> str:
-    name = f"mcp.server {method}"
-    if len(_SPAN_NAMES) < 1024:
-        _SPAN_NAMES[method] = name
-    return name
 
 
 class Standalone:

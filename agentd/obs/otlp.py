@@ -12,10 +12,13 @@ Where the cost goes: the event loop only appends a finished span's tuple to a
 bounded deque (`Exporter.put`). The exporter thread wakes when a batch is
 full or the schedule delay has passed, encodes the batch (`SpanEncoder`:
 what repeats is encoded once and cached) and POSTs it on one kept-alive
-connection. Why a thread rather than idle slices of the loop: a busy loop
-has no idle slices to give, and the thread also waits out a slow collector
-without the loop noticing; its encoding holds the GIL, which is why the
-encoder's work per span is kept to a few byte joins.
+connection (`agentd.obs.otlp_http`). Why a thread rather than idle slices of
+the loop: a busy loop has no idle slices to give, and the thread also waits
+out a slow collector without the loop noticing. Its price is the GIL: the
+encoding holds it, which is why the encoder's work per span is kept to a
+few byte joins, and each time the thread wants it back (after a wake-up or
+a socket call) a busy loop pays for the hand-over, which is why a POST is as
+few socket calls as HTTP allows.
 
 The standard environment is honoured (each also in its `_TRACES_` form, which
 wins): `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended) or
@@ -41,7 +44,6 @@ skips None values and scrubs strings of the registered secrets).
 from __future__ import annotations
 
 import gzip
-import http.client
 import os
 import ssl
 import struct
@@ -53,6 +55,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from agentd.obs import metrics
+from agentd.obs.otlp_http import Poster
 
 __all__ = ["Exporter", "SpanEncoder", "encode_request", "resource_attributes"]
 
@@ -116,10 +119,12 @@ def _attributes(field: int, attrs: Mapping[str, Any]) -> bytes:
                     if v is not None)
 
 
-_FLAGS = b"\x85\x01" + struct.pack("<I", 0x01)  # flags = 16 (fixed32): sampled
-_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano = 7, end = 8 (fixed64)
+# start_time_unix_nano = 7, end = 8 (fixed64), then flags = 16 (fixed32, tag 0x85 0x01):
+# sampled. Protobuf fields may come in any order: the flags ride with the times.
+_TIMES_FLAGS = struct.Struct("<BQBQBBI").pack
 _ID = struct.Struct(">BBQ").pack  # a tag, length 8, an 8-byte id
 _IDS = struct.Struct(">BBQBBQ").pack
+_SPAN_HEADS = [b"\x12" + _varint(n) for n in range(2048)]  # `spans = 2` and a length
 _CACHE_MAX = 4096  # entries per cache: names and attribute values repeat, but a bound
 
 
@@ -143,18 +148,22 @@ class SpanEncoder:
         self._secrets_of = secrets
         self._secrets: tuple[str, ...] = ()
         self._keys: dict[str, bytes] = {}
-        self._values: dict[tuple[str, Any], bytes] = {}
-        self._heads: dict[tuple[str, str], bytes] = {}
+        self._values: dict[str, dict[Any, bytes]] = {}  # key -> value -> KeyValue bytes
+        self._nvalues = 0
+        self._heads: dict[str, dict[str, bytes]] = {}  # kind -> name -> name and kind bytes
 
     def request(self, records: list[tuple]) -> bytes:
         secrets = tuple(self._secrets_of())  # a snapshot: the loop thread may add one
         if secrets != self._secrets:
             self._secrets = secrets
             self._values.clear()
+            self._nvalues = 0
         traces: dict[int, bytes] = {}
+        parts: list[bytes] = []
         span = self._span
-        spans = b"".join([span(r, traces) for r in records])
-        return _len(1, self._resource + _len(2, self._scope + spans))
+        for r in records:
+            span(r, traces, parts)
+        return _len(1, self._resource + _len(2, self._scope + b"".join(parts)))
 
     def _scrub(self, text: str) -> str:
         for s in self._secrets:
@@ -179,44 +188,65 @@ class SpanEncoder:
             return _any([self._scrub(str(x)) for x in v])
         return _str(1, self._scrub(str(v)))
 
-    def _span(self, rec: tuple, traces: dict[int, bytes]) -> bytes:
+    def _span(self, rec: tuple, traces: dict[int, bytes], parts: list[bytes]) -> None:
+        """Append one `Span` (field `spans = 2` of ScopeSpans) to `parts`.
+
+        The dictionaries are keyed by plain strings (no tuple to build and
+        hash per span) and the times and flags are one struct.
+        """
         name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
         tid = traces.get(trace_id)
         if tid is None:
             tid = traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
-        head = self._heads.get((name, kind))
+        heads = self._heads.get(kind)
+        head = heads.get(name) if heads is not None else None
         if head is None:
-            head = _str(5, name) + b"\x30" + _varint(_KIND.get(kind, 1))  # name, kind
-            if len(self._heads) < _CACHE_MAX:
-                self._heads[(name, kind)] = head
+            head = self._head(name, kind)
         out = [tid, _IDS(0x12, 8, span_id, 0x22, 8, parent_id) if parent_id  # span_id = 2,
                else _ID(0x12, 8, span_id),  # parent_span_id = 4 (bytes, big-endian)
-               head, _TIMES(0x39, start_ns, 0x41, end_ns)]
-        values, keys = self._values, self._keys
-        for k, v in attrs.items():
-            tv = type(v)
-            if tv is str or tv is bool:
-                kv = values.get((k, v))
-                if kv is None:
+               head, _TIMES_FLAGS(0x39, start_ns, 0x41, end_ns, 0x85, 0x01, 0x01)]
+        if attrs:
+            values = self._values
+            for k, v in attrs.items():
+                tv = type(v)
+                if tv is str or tv is bool:
+                    by_value = values.get(k)
+                    kv = by_value.get(v) if by_value is not None else None
+                    if kv is None:
+                        kv = self._cached_kv(k, v)
+                elif tv is int and -(1 << 63) <= v < (1 << 63):  # a step, a token count
+                    val = b"\x18" + _varint(v)  # int_value = 3: at most 11 bytes
+                    inner = self._key(k) + b"\x12" + _SMALL[len(val)] + val
+                    n = len(inner)
+                    kv = b"\x4a" + _SMALL[n] if n < 128 else _TAG[9] + _varint(n)
+                    kv += inner
+                elif v is None:
+                    continue
+                else:
                     kv = _kv(9, self._key(k), self._value(v))
-                    if len(values) < _CACHE_MAX:
-                        values[(k, v)] = kv
-            elif tv is int and -(1 << 63) <= v < (1 << 63):  # a step, a token count
-                val = b"\x18" + _varint(v)  # int_value = 3: at most 11 bytes
-                inner = (keys.get(k) or self._key(k)) + b"\x12" + _SMALL[len(val)] + val
-                n = len(inner)
-                kv = b"\x4a" + _SMALL[n] + inner if n < 128 else _len(9, inner)
-            elif v is None:
-                continue
-            else:
-                kv = _kv(9, self._key(k), self._value(v))
-            out.append(kv)
+                out.append(kv)
         if error:  # status {message, code ERROR}
             out.append(_len(15, _str(2, self._scrub(str(error))) + b"\x18\x02"))
-        out.append(_FLAGS)
         body = b"".join(out)
-        n = len(body)  # spans = 2 of ScopeSpans
-        return b"\x12" + (_SMALL[n] if n < 128 else _varint(n)) + body
+        n = len(body)
+        parts.append(_SPAN_HEADS[n] if n < 2048 else b"\x12" + _varint(n))
+        parts.append(body)
+
+    def _head(self, name: str, kind: str) -> bytes:
+        """The name and kind fields of a span, cached (a bounded number of names)."""
+        head = _str(5, name) + b"\x30" + _varint(_KIND.get(kind, 1))  # name, kind
+        heads = self._heads.setdefault(kind, {})
+        if len(heads) < _CACHE_MAX:
+            heads[name] = head
+        return head
+
+    def _cached_kv(self, k: str, v: str | bool) -> bytes:
+        """A KeyValue whose value is a string or a bool, encoded (and scrubbed) once."""
+        kv = _kv(9, self._key(k), self._value(v))
+        if self._nvalues < _CACHE_MAX:
+            self._values.setdefault(k, {})[v] = kv
+            self._nvalues += 1
+        return kv
 
 
 def encode_request(records: list[tuple], resource: Mapping[str, Any],
@@ -278,15 +308,13 @@ class Exporter:
         url = urllib.parse.urlsplit(self.endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"OTLP endpoint {self.endpoint!r} is not http(s)")
-        self._host, self._port = url.hostname, url.port  # ValueError: a bad port
-        self._path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        self._conn: http.client.HTTPConnection | None = None  # kept alive between batches
-        self._headers = {**_pairs(_env("HEADERS")),
-                         "Content-Type": "application/x-protobuf",
-                         "User-Agent": f"agentd/{scope[1]}"}
+        port = url.port or (443 if url.scheme == "https" else 80)  # ValueError: a bad port
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        headers = {**_pairs(_env("HEADERS")), "Content-Type": "application/x-protobuf",
+                   "User-Agent": f"agentd/{scope[1]}"}
         self._gzip = (_env("COMPRESSION", "none") or "none").strip().lower() == "gzip"
         if self._gzip:
-            self._headers["Content-Encoding"] = "gzip"
+            headers["Content-Encoding"] = "gzip"
         try:
             self._timeout = max(float(_env("TIMEOUT", "10000") or 10000) / 1000, 0.1)
         except ValueError:
@@ -297,6 +325,9 @@ class Exporter:
             cert, key = _env("CLIENT_CERTIFICATE"), _env("CLIENT_KEY")
             if cert:
                 self._ssl.load_cert_chain(cert, key)
+        # kept alive between batches; ValueError: a header that cannot be sent
+        self._poster = Poster(url.hostname, port, path, url.netloc.rpartition("@")[2],
+                              headers, self._ssl)
         self._encoder = SpanEncoder(resource, scope, secrets)
         self._delay = max(_int_env("OTEL_BSP_SCHEDULE_DELAY", 5000), 1) / 1000
         self._batch = max(_int_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), 1)
@@ -398,40 +429,22 @@ class Exporter:
     def _post(self, body: bytes, timeout: float) -> tuple[bool, str] | None:
         """One POST on the kept-alive connection (a new one if there is none, or if
         the collector closed the one kept); None when the collector took it."""
+        poster = self._poster
         for _ in range(2):
-            conn, fresh = self._conn, self._conn is None
+            fresh = not poster.connected
             try:
-                if conn is None:
-                    conn = self._conn = self._connect(timeout)
-                else:
-                    conn.timeout = timeout
-                    if conn.sock is not None:
-                        conn.sock.settimeout(timeout)
-                conn.request("POST", self._path, body=body, headers=self._headers)
-                resp = conn.getresponse()
-                resp.read()
-            except (OSError, http.client.HTTPException) as exc:
-                self._close()
+                status = poster.post(body, timeout)
+            except (OSError, ValueError) as exc:
                 if fresh:
                     return True, f"{type(exc).__name__}: {exc}"
                 continue  # a kept connection the collector had closed: once more, anew
-            if resp.will_close:
-                self._close()
-            if 200 <= resp.status < 300:
+            if 200 <= status < 300:
                 return None
-            return resp.status in _RETRY_STATUS, f"HTTP {resp.status}"
+            return status in _RETRY_STATUS, f"HTTP {status}"
         return True, "connection closed"
 
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._ssl is not None:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
-                                               context=self._ssl)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-
     def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        self._poster.close()
 
     def _failed(self, count: int, why: str) -> None:
         self.failures += 1

@@ -57,6 +57,7 @@ from typing import Any, Literal
 
 __all__ = [
     "NOSPAN",
+    "ServerSpan",
     "current_traceparent",
     "enabled",
     "flush",
@@ -87,6 +88,8 @@ _relay: Any = None  # the _Relay of a child (relay mode)
 _root_sampled: Callable[[int], bool] = lambda trace_id: True  # noqa: E731
 _parent_based = True
 _rand = random.Random()
+_getrandbits = _rand.getrandbits  # setup() reseeds `_rand` in place
+_time_ns = time.time_ns
 
 
 # ------------------------------------------------------------------ spans
@@ -141,21 +144,21 @@ class _Span:
         self.kind = kind
         self.attrs = attrs  # as given: cleaned where they leave the process (encoder, relay)
         self._tp: str | None = None
-        self.span_id = _rand.getrandbits(64) or 1
+        self.span_id = _getrandbits(64) or 1
         if parent is not None:
             self.trace_id = parent.trace_id
             self.parent_id = parent.span_id
             self.sampled = parent.sampled if _parent_based else _root_sampled(self.trace_id)
             self.tracestate = parent.tracestate
         else:
-            self.trace_id = trace_id or (_rand.getrandbits(128) or 1)
+            self.trace_id = trace_id or (_getrandbits(128) or 1)
             self.parent_id = 0
             self.sampled = _root_sampled(self.trace_id)
             self.tracestate = None
         self.error: str | None = None
         self.end_ns = 0
         self._token: Any = None
-        self.start_ns = time.time_ns()
+        self.start_ns = _time_ns()
 
     def __enter__(self) -> _Span:
         self._token = _current.set(self)
@@ -168,8 +171,9 @@ class _Span:
             else:
                 self.attrs["error.type"] = type(exc).__name__
                 self.error = type(exc).__name__
-        token, self._token = self._token, None
+        token = self._token
         if token is not None:
+            self._token = None
             try:
                 _current.reset(token)
             except ValueError:  # left in another context (a cancelled task): harmless
@@ -186,7 +190,7 @@ class _Span:
         """End the span (a `start()`ed one; `with` ends its own). Idempotent."""
         if self.end_ns:
             return
-        self.end_ns = time.time_ns()
+        self.end_ns = _time_ns()
         sink = _sink
         if self.sampled and sink is not None:
             sink((self.name, self.trace_id, self.span_id, self.parent_id, self.kind,
@@ -199,6 +203,40 @@ class _Span:
             tp = self._tp = (f"00-{self.trace_id:032x}-{self.span_id:016x}-"
                              f"{'01' if self.sampled else '00'}")
         return tp
+
+
+class ServerSpan(_Span):
+    """The span of one inbound request (kind server), made only while tracing is
+    on: it continues `traceparent` (the request's W3C value) or, when that is
+    absent or invalid, starts a new trace; `attrs` becomes the span's own dict.
+
+    What `span(name, parent=tp, tracestate=ts, kind="server", root=True, **attrs)`
+    makes, in one step: a served request pays for its span on its request path.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str, traceparent: str | None, tracestate: str | None,
+                 attrs: dict[str, Any]) -> None:
+        self.name = name
+        self.kind = "server"
+        self.attrs = attrs
+        self._tp = None
+        self.span_id = _getrandbits(64) or 1
+        parsed = parse_traceparent(traceparent) if traceparent is not None else None
+        if parsed is not None:
+            self.trace_id, self.parent_id, sampled = parsed
+            self.sampled = sampled if _parent_based else _root_sampled(self.trace_id)
+            self.tracestate = _tracestate(tracestate) if tracestate else None
+        else:
+            self.trace_id = _getrandbits(128) or 1
+            self.parent_id = 0
+            self.sampled = _root_sampled(self.trace_id)
+            self.tracestate = None
+        self.error = None
+        self.end_ns = 0
+        self._token = None
+        self.start_ns = _time_ns()
 
 
 class NoSteps:
@@ -379,19 +417,27 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f
 
 
 def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
-    """(trace id, parent span id, sampled) of a W3C traceparent, or None if invalid."""
+    """(trace id, parent span id, sampled) of a W3C traceparent, or None if invalid.
+
+    Every inbound request that carries one is parsed, so the fields are read
+    by position once the pattern matched (they have fixed widths).
+    """
     if not isinstance(value, str):
         return None
-    m = _TRACEPARENT.fullmatch(value.strip())
-    if m is None:
+    if _TRACEPARENT.fullmatch(value) is None:
+        value = value.strip()
+        if _TRACEPARENT.fullmatch(value) is None:
+            return None
+    version = value[:2]
+    if version == "ff" or (version == "00" and len(value) != 55):  # 00 has no extra fields
         return None
-    version, tid, sid, flags, rest = m.groups()
-    if version == "ff" or (version == "00" and rest is not None):
-        return None
-    trace_id, span_id = int(tid, 16), int(sid, 16)
+    trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
     if not trace_id or not span_id:
         return None
-    return trace_id, span_id, bool(int(flags, 16) & 1)
+    return trace_id, span_id, value[54] in _ODD_HEX
+
+
+_ODD_HEX = frozenset("13579bdf")  # the last digit of the flags: the sampled bit
 
 
 def trace_id_for_run(run_id: str) -> int:
@@ -571,13 +617,16 @@ def _make_exporter(service: str, resource: dict[str, Any]) -> Any:
 
 # ------------------------------------------------------------------ internals
 
+def _tracestate(value: str | None) -> str | None:
+    """A tracestate that arrived, if it is one to carry on (bounded, printable)."""
+    return value if value and len(value) <= 512 and value.isprintable() else None
+
+
 def _parent(tp: str | None, tracestate: str | None, root: bool) -> Any:
     if tp is not None:
         parsed = parse_traceparent(tp)
         if parsed is not None:
-            ts = tracestate if tracestate and len(tracestate) <= 512 \
-                and tracestate.isprintable() else None
-            return _Remote(parsed[0], parsed[1], parsed[2], ts)
+            return _Remote(parsed[0], parsed[1], parsed[2], _tracestate(tracestate))
     return None if root else _current.get()
 
 
