@@ -20,6 +20,13 @@ session) per asyncio task, and bare aiohttp with pooled connections and one
 MCP session (the floor, no isolation); plus the parent's CPU per brokered call
 (the broker's path on a pair of sans-IO control sessions, with a provider that
 answers at once: what the parent adds beyond the HTTP request it makes anyway).
+Where the CPU goes, per child: `parent_cpu_ms_per_child` (this process: the
+self-MCP, the spawns, the brokered HTTP requests, the spawning client),
+`peers_cpu_ms_per_child` (the gateway and the MCP server), and for forked
+children `child_cpu_ms_per_child` / `child_faults_per_child` (the children
+themselves, fork to exit, as charged to the forkserver that reaps them) with
+`cap_from_child_cpu_per_s`: the machine's CPUs divided by that cost, the rate
+the children alone would allow if nothing else ran.
 
 The fan-out goes over the self-MCP (`--via selfmcp`, the default): the
 self-MCP is served on loopback over the Supervisor and agentd's own MCP client
@@ -169,6 +176,32 @@ async def fanout_configure_only(cfg: Config, n: int, via: str) -> dict:
     return {k: res[k] for k in ("n", "children_per_s", "busy_cpu_ms_per_child", "statuses")}
 
 
+def forked_children_cost(sup: Supervisor) -> tuple[float, int, float] | None:
+    """(CPU seconds, minor faults) of every reaped child of the supervisor's forkserver(s):
+    what the children cost from fork to exit, kernel exit included, as the kernel
+    charges it to their reaper (`cutime + cstime`, `cminflt` of /proc/PID/stat);
+    then the forkserver's own CPU seconds (its forks and reaping)."""
+    servers = getattr(getattr(sup, "_spawner", None), "_servers", None)
+    if not servers:
+        return None
+    cpu, faults, own = 0.0, 0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for server in servers.values():
+        pid = getattr(server, "_pid", None)
+        if pid is None:
+            continue
+        with open(f"/proc/{pid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        cpu += (int(f[13]) + int(f[14])) / tick
+        faults += int(f[8])
+        own += (int(f[11]) + int(f[12])) / tick
+    return cpu, faults, own
+
+
+def all_reaped(pids: list[int]) -> bool:
+    return not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
 async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
     async with Supervisor(cfg, spawn=mode) as sup, contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(self_mcp(sup)) if via == "selfmcp" else None
@@ -183,6 +216,9 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
         if mode == "forkserver":  # it starts with the first spawn: not what is measured
             await sup.spawn("served", SpawnRequest("prime"))
         sup.on_terminal(terminal)
+        if mode == "forkserver":  # the prime child reaped: only the measured ones count
+            await asyncio.sleep(0.05)
+        kids0 = forked_children_cost(sup)
         cpu0 = busy_cpu_s()
         t0 = time.perf_counter()
         if client is not None:  # over HTTP, as a peer does: subagent.spawn {async}
@@ -196,6 +232,21 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
         await all_done.wait()
         wall = time.perf_counter() - t0
         cpu = busy_cpu_s() - cpu0
+        kids: dict = {}
+        if kids0 is not None:
+            pids = [p.pid for p in map(sup.process, (a.handle for a in acks)) if p is not None]
+            for _ in range(250):  # until every child is reaped (terminal comes before exit)
+                if all_reaped(pids):
+                    break
+                await asyncio.sleep(0.02)
+            now = forked_children_cost(sup) or kids0
+            per = (now[0] - kids0[0]) * 1000 / n
+            kids = {"child_cpu_ms_per_child": round(per, 2),
+                    "child_faults_per_child": round((now[1] - kids0[1]) / n),
+                    "forkserver_cpu_ms_per_child": round((now[2] - kids0[2]) * 1000 / n, 2),
+                    # the children alone, if nothing else ran: the machine's CPUs / their cost
+                    "cap_from_child_cpu_per_s": round((os.cpu_count() or 1) * 1000 / per)
+                    if per > 0 else None}
         states = [sup.status(a.handle) for a in acks]
         statuses = {s.status for s in states}
         failures = [s.result for s in states if s.status != "completed"][:3]
@@ -207,7 +258,8 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
     return {"n": n, "all_terminal_s": round(wall, 3), "children_per_s": round(n / wall, 1),
             "busy_cpu_ms_per_child": round(cpu * 1000 / n, 2),
             "first_frame_p50_ms": pct(firsts, 50), "first_frame_p99_ms": pct(firsts, 99),
-            "statuses": sorted(statuses), **({"failures": failures} if failures else {})}
+            "statuses": sorted(statuses), **kids,
+            **({"failures": failures} if failures else {})}
 
 
 async def idle_latency(cfg: Config, mode: str, reps: int) -> dict:
@@ -294,6 +346,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+PEER_PIDS: list[int] = []  # the gateway's and the MCP server's, while io_peers runs
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.asynccontextmanager
 async def io_peers():
     """(gateway URL, MCP URL): each in a process of its own, on loopback."""
@@ -311,8 +373,10 @@ async def io_peers():
                     if s.connect_ex(("127.0.0.1", port)) == 0:
                         break
                 await asyncio.sleep(0.05)
+        PEER_PIDS[:] = [p.pid for p in procs]
         yield f"http://127.0.0.1:{gw_port}/v1", f"http://127.0.0.1:{mcp_port}/mcp"
     finally:
+        PEER_PIDS.clear()
         for p in procs:
             p.terminate()
             await p.wait()
@@ -400,8 +464,10 @@ async def fanout_io(cfg: Config, mode: str, n: int, via: str) -> dict:
         return ru.ru_utime + ru.ru_stime
 
     c0 = own()
+    p0 = sum(map(proc_cpu_s, PEER_PIDS))
     res = await fanout(cfg, mode, n, via)
     res["parent_cpu_ms_per_child"] = round((own() - c0) * 1000 / n, 2)
+    res["peers_cpu_ms_per_child"] = round((sum(map(proc_cpu_s, PEER_PIDS)) - p0) * 1000 / n, 2)
     return res
 
 
@@ -492,7 +558,8 @@ if __name__ == "__main__":
                     help="playback children (no I/O), or issue 17's: 2 model calls + 1 MCP call")
     a = ap.parse_args()
     if not a.no_compile:
-        compileall.compile_dir(str(ROOT / "agentd"), quiet=1)
+        for package in ("agentd", "agentd_native"):  # what every exec'd child imports
+            compileall.compile_dir(str(ROOT / package), quiet=1)
     os.environ["AGENTD_LOG_LEVEL"] = "warning"  # children's info lines would be the benchmark
     agentd_log.configure(level="warning")
     print(json.dumps(runtime.run(main_io(a) if a.workload == "io" else main(a))), flush=True)

@@ -81,6 +81,8 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+    # the warm-up (a child's whole turn, tool step included) ran to its end
+    assert "warm-up skipped" not in proc.stderr, proc.stderr
     imported = set(proc.stdout.split())
     assert {"agentd.app.run", "agentd.intelligence.playback", "uvloop"} <= imported
     assert not imported & {"aiohttp", "jsonschema_rs", "importlib.metadata", "tomllib",

@@ -130,20 +130,41 @@ def _warm_up() -> None:
 
 
 async def _warm_wire(cfg) -> None:
-    """One child run end to end over pipes: the child runtime against a parent Channel."""
+    """One child run end to end over pipes: the child runtime against a parent Channel.
+
+    The turn is the common one: a model call that asks for a tool, the brokered
+    tool call, a second model call that answers. Code a child first runs in its
+    own turn would be quickened (written) on its private copy-on-write pages.
+    """
     import asyncio
 
     from agentd.app.childrt import serve as child_serve
-    from agentd.intelligence.base import Completion
-    from agentd.tree.control import ControlSession, IoCompletion, MessageParams
+    from agentd.intelligence.base import Completion, FunctionCall, ToolCall, Usage
+    from agentd.tree.control import (
+        ControlSession,
+        IoCall,
+        IoCompletion,
+        IoObservation,
+        MessageParams,
+    )
     from agentd.tree.procs import Channel
 
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
 
-    def broker(ev) -> None:  # the parent's side of a brokered model call
-        if ev.method == "io/request":
-            parent.respond(ev.id, IoCompletion(Completion(content="{}")))
+    def broker(ev) -> None:  # the parent's side: a tool step, its tool call, then the answer
+        if ev.method != "io/request":
+            return
+        req = ev.params
+        if isinstance(req, IoCall):
+            parent.respond(ev.id, IoObservation("up"))
+        elif any(m.role == "tool" for m in req.messages):
+            parent.respond(ev.id, IoCompletion(Completion(content="{}", usage=Usage(3, 2, 5))))
+        else:
+            call = ToolCall(id="w1", function=FunctionCall(name="warm__up",
+                                                           arguments='{"text": "x"}'))
+            parent.respond(ev.id, IoCompletion(Completion(tool_calls=[call],
+                                                          usage=Usage(3, 2, 5))))
 
     parent = Channel(ControlSession("parent"), up_r, down_w, broker)
     await parent.start()

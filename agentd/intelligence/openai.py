@@ -29,6 +29,7 @@ import aiohttp
 import msgspec
 import orjson
 from msgspec import UNSET, Struct, UnsetType
+from yarl import URL
 
 from agentd import __version__
 from agentd import log as _logmod
@@ -234,6 +235,16 @@ class OpenAICompatible:
             _logmod.register_secret(key)
             self._headers["Authorization"] = f"Bearer {key}"
         self._session: aiohttp.ClientSession | None = None
+        # What every request repeats, built once: the parsed URL, the timeout, the
+        # headers (session-wide ones merged in), so the per-request path only sends.
+        self._url = URL(self.url)
+        if stream:
+            self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout,
+                                                  sock_read=timeout)
+            self._request_headers = {**self._headers, "Accept": "text/event-stream"}
+        else:
+            self._timeout = aiohttp.ClientTimeout(total=timeout)
+            self._request_headers = {**self._headers, "Accept": "application/json"}
         # The tree's FlowGate (agentd.intelligence.flow), set by the ledger's meter:
         # a 429 / Retry-After pauses every call of the tree, not just this one.
         self.gate: Any = None
@@ -249,7 +260,9 @@ class OpenAICompatible:
                 # as many connections as the tree may have calls in flight (the gate's M)
                 connector=aiohttp.TCPConnector(
                     ssl=ssl, limit=max(16, getattr(self.gate, "max_inflight", 16))),
-                headers=self._headers, skip_auto_headers=("Accept-Encoding",))
+                # no cookie jar: a gateway's cookies are not state this client keeps
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("Accept-Encoding", "User-Agent"))
         return self._session
 
     async def __aenter__(self) -> OpenAICompatible:
@@ -299,18 +312,12 @@ class OpenAICompatible:
             f"intelligence gateway {self.url} failing after {self.attempts} attempts: {last}")
 
     async def _attempt(self, body: bytes) -> Completion:
-        if self.stream:
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
-                                            sock_read=self.timeout)
-            headers = {"Accept": "text/event-stream"}
-        else:
-            timeout = aiohttp.ClientTimeout(total=self.timeout)
-            headers = {"Accept": "application/json"}
+        headers = self._request_headers
         if trace.enabled:  # the gateway may continue the trace (W3C headers)
-            headers.update(trace.headers())
+            headers = {**headers, **dict(trace.headers())}
         try:
-            async with self._client().post(self.url, data=body, headers=headers,
-                                           timeout=timeout) as resp:
+            async with self._client().post(self._url, data=body, headers=headers,
+                                           timeout=self._timeout) as resp:
                 if resp.status != 200:
                     await self._refuse(resp)
                 ctype = resp.headers.get("Content-Type", "")
