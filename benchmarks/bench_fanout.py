@@ -173,7 +173,9 @@ async def fanout_configure_only(cfg: Config, n: int, via: str) -> dict:
         res = await fanout(cfg, "forkserver", n, via)
     finally:
         del os.environ[FAULT_ENV]
-    return {k: res[k] for k in ("n", "children_per_s", "busy_cpu_ms_per_child", "statuses")}
+    keep = ("n", "children_per_s", "busy_cpu_ms_per_child", "child_cpu_ms_per_child",
+            "child_faults_per_child", "forkserver_cpu_ms_per_child", "statuses")
+    return {k: res[k] for k in keep if k in res}
 
 
 def forked_children_cost(sup: Supervisor) -> tuple[float, int, float] | None:
