@@ -45,7 +45,6 @@ __all__ = [
     "MAX_TOOL_NAME",
     "AmbiguousOwner",
     "NoOwner",
-    "Observation",
     "RequiredServerFailed",
     "RequiredServerLost",
     "ToolEntry",
@@ -58,15 +57,6 @@ __all__ = [
 
 MAX_TOOL_NAME: Final = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def __getattr__(name: str) -> Any:
-    """`Observation` is still importable from here, loaded on first use."""
-    if name == "Observation":
-        from agentd.mcp.client import Observation
-
-        return Observation
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RequiredServerFailed(MCPError):

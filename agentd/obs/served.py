@@ -70,7 +70,7 @@ def span(method: Any, params: Any, headers: Mapping[str, str]) -> Any:
         tp = headers.get("traceparent")
         if tp is not None:
             ts = headers.get("tracestate")
-    return trace.ServerSpan(name, tp, ts if type(ts) is str else None, attrs)
+    return trace.server_span(name, tp, ts if type(ts) is str else None, attrs)
 
 
 def _method(method: Any) -> tuple[str, str]:

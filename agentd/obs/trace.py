@@ -57,7 +57,6 @@ from typing import Any, Literal
 
 __all__ = [
     "NOSPAN",
-    "ServerSpan",
     "current_traceparent",
     "enabled",
     "flush",
@@ -66,6 +65,7 @@ __all__ = [
     "parse_traceparent",
     "relay_in",
     "run_span",
+    "server_span",
     "setup",
     "shutdown",
     "span",
@@ -205,38 +205,17 @@ class _Span:
         return tp
 
 
-class ServerSpan(_Span):
+def server_span(name: str, traceparent: str | None, tracestate: str | None,
+                attrs: dict[str, Any]) -> _Span:
     """The span of one inbound request (kind server), made only while tracing is
     on: it continues `traceparent` (the request's W3C value) or, when that is
     absent or invalid, starts a new trace; `attrs` becomes the span's own dict.
 
     What `span(name, parent=tp, tracestate=ts, kind="server", root=True, **attrs)`
-    makes, in one step: a served request pays for its span on its request path.
+    makes, without the keyword packing: a served request pays for its span on
+    its request path.
     """
-
-    __slots__ = ()
-
-    def __init__(self, name: str, traceparent: str | None, tracestate: str | None,
-                 attrs: dict[str, Any]) -> None:
-        self.name = name
-        self.kind = "server"
-        self.attrs = attrs
-        self._tp = None
-        self.span_id = _getrandbits(64) or 1
-        parsed = parse_traceparent(traceparent) if traceparent is not None else None
-        if parsed is not None:
-            self.trace_id, self.parent_id, sampled = parsed
-            self.sampled = sampled if _parent_based else _root_sampled(self.trace_id)
-            self.tracestate = _tracestate(tracestate) if tracestate else None
-        else:
-            self.trace_id = _getrandbits(128) or 1
-            self.parent_id = 0
-            self.sampled = _root_sampled(self.trace_id)
-            self.tracestate = None
-        self.error = None
-        self.end_ns = 0
-        self._token = None
-        self.start_ns = _time_ns()
+    return _Span(name, _parent(traceparent, tracestate, True), "server", attrs)
 
 
 class NoSteps:
