@@ -1,12 +1,11 @@
 """Build script: compiles ``agentd_native`` with Cython when it can.
 
 All metadata lives in ``pyproject.toml``; this file only adds the optional C
-extensions.  ``agentd_native/framing.py`` and ``agentd_native/sse.py`` are
-compiled in Cython's pure Python mode, using the C types declared in the
-``.pxd`` beside each, into ``agentd_native/framing.<abi>.so`` and
-``agentd_native/sse.<abi>.so``.  Extension modules are found before source
-modules on import, so the compiled twin shadows the ``.py``, which stays in
-place as the fallback.
+extensions.  Each ``agentd_native/<name>.py`` of ``NATIVE_MODULES`` (framing,
+sse, otlp, traceparent) is compiled in Cython's pure Python mode, using the C types
+declared in the ``.pxd`` beside it, into ``agentd_native/<name>.<abi>.so``.
+Extension modules are found before source modules on import, so the compiled
+twin shadows the ``.py``, which stays in place as the fallback.
 
 The build is optional.  If Cython is missing, cythonizing fails, there is no
 working C compiler, or ``AGENTD_NO_NATIVE=1`` is set, a warning is printed and
@@ -21,7 +20,7 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-NATIVE_MODULES = ("framing", "sse")
+NATIVE_MODULES = ("framing", "sse", "otlp", "traceparent")
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -1,14 +1,19 @@
-"""agentd's byte layer: length-prefixed frames and an incremental SSE parser.
+"""agentd's byte layer: frames, an SSE parser, OTLP spans, W3C traceparent values.
 
 Each module exists as a compiled Cython extension and as its pure-Python
 source twin (the same file; see ``docs/native.md``).  Python imports the
 extension when it was built and the ``.py`` otherwise.  ``NATIVE`` says which
 one is in use; this package never logs -- the CLI reports ``native.fallback``.
 
-Importing this package is cheap: it pulls in nothing but its own modules.
+Importing this package is cheap: it pulls in nothing but its own framing and
+SSE modules; the tracing ones (`otlp`, `traceparent`) are imported by tracing
+only, so a subagent that does not trace never loads them.
 """
 
 from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
 
 from agentd_native import framing as _framing
 from agentd_native import sse as _sse
@@ -26,5 +31,16 @@ __all__ = [
     "encode_frame",
 ]
 
-#: True iff both modules were loaded as compiled extensions.
-NATIVE: bool = bool(_framing.COMPILED and _sse.COMPILED)
+
+
+def _built(name: str) -> bool:
+    """Is agentd_native.<name> the compiled extension (found, not imported)?"""
+    spec = importlib.util.find_spec(f"agentd_native.{name}")
+    origin = (spec.origin if spec is not None else None) or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+#: True iff every module with a compiled twin (framing, sse, otlp, traceparent) is
+#: the compiled one.
+NATIVE: bool = bool(_framing.COMPILED and _sse.COMPILED and _built("otlp")
+                    and _built("traceparent"))

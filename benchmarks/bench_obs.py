@@ -5,8 +5,8 @@
 
 Four modes, measured in one run and one process, R rounds; within a round
 each benchmark runs in the four modes one after the other, and the order
-rotates from round to round (so no mode always runs first, or right after the
-export thread was busy):
+rotates from round to round (so no mode always runs first, or right after an
+export):
 
 * `baseline`: the tree with its tracing call sites compiled out: every
   function of the modules on the measured path (`_SITES`) that refers to
@@ -18,7 +18,7 @@ export thread was busy):
 * `off`: no `OTEL_EXPORTER_OTLP_*` environment: the facade's no-op path;
 * `record`: spans are made and dropped, no exporter (the cost of tracing
   itself);
-* `export`: spans are made and exported over OTLP/HTTP by the batch thread to
+* `export`: spans are made and exported over OTLP/HTTP by the event loop to
   a local receiver (an aiohttp server in its own process that reads and
   discards each body), with the OpenTelemetry default batching.
 
@@ -40,9 +40,8 @@ The benchmarks, each printed as one JSON line:
   `BatchSpanProcessor` and the SDK's OTLP/HTTP protobuf exporter to the same
   receiver): the figure behind agentd keeping its own recorder and encoder.
 
-Each time covers the work and the flush of what it exported (`trace.flush()`
-waits for the export thread), wall and CPU (this process, the export thread
-included). A figure is the median over rounds, with its spread (min, max);
+Each time covers the work and the flush of what it exported (`trace.aflush()`
+waits for the POST in flight and sends the rest), wall and CPU (this process). A figure is the median over rounds, with its spread (min, max);
 `vs_off_pct` is the median over rounds of each round's mode/off ratio, minus
 one (paired within the round, so a burst of load on the shared machine
 cancels out; for calls/s the slowdown, off/mode minus one, so that a positive
@@ -262,7 +261,7 @@ async def _steps(intelligence: Any, actions: Any, steps: int) -> tuple[float, fl
     c0, t0 = time.process_time(), time.perf_counter()
     with trace.run_span("agentd.run", "bench"):
         outcome = await loop.run(messages)
-    trace.flush()
+    await trace.aflush()
     t1, c1 = time.perf_counter(), time.process_time()
     assert outcome.status == "budget_exhausted" and loop.state.steps == steps
     return (t1 - t0) / steps, (c1 - c0) / steps
@@ -285,11 +284,11 @@ async def _selfmcp(calls: int) -> tuple[float, float]:
     try:
         for _ in range(100):
             await once()
-        trace.flush()
+        await trace.aflush()
         c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(calls):
             await once()
-        trace.flush()
+        await trace.aflush()
         t1, c1 = time.perf_counter(), time.process_time()
     finally:
         await http.close()

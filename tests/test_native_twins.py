@@ -27,6 +27,7 @@ from peers import unavailable
 import agentd_native
 from agentd_native import FrameTooLarge
 from agentd_native import framing as native_framing
+from agentd_native import otlp as native_otlp
 from agentd_native import sse as native_sse
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -34,6 +35,7 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 
 pure_framing = load_pure("framing")
+pure_otlp = load_pure("otlp")
 pure_sse = load_pure("sse")
 
 
@@ -44,8 +46,9 @@ def native():
 
 
 def test_twins_are_distinct_modules(native):
-    assert native_framing.COMPILED and native_sse.COMPILED
-    assert not pure_framing.COMPILED and not pure_sse.COMPILED
+    assert native_framing.COMPILED and native_sse.COMPILED and native_otlp.COMPILED
+    assert not pure_framing.COMPILED and not pure_sse.COMPILED and not pure_otlp.COMPILED
+    assert native_otlp.__file__ != pure_otlp.__file__  # its tests: test_native_otlp.py
     assert native_framing.__file__ != pure_framing.__file__
     assert Path(pure_sse.__file__).suffix == ".py"
     assert pure_framing.FrameTooLarge is native_framing.FrameTooLarge is FrameTooLarge

@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -180,6 +181,15 @@ def test_traceparent_parsing() -> None:
         assert parse_traceparent(bad) is None, bad
 
 
+def _no_otel_env(monkeypatch, **env: str) -> None:
+    """No OTEL_* variable of the machine's environment reaches the test; `env` does."""
+    for k in list(os.environ):
+        if k.startswith("OTEL_"):
+            monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
 async def test_otlp_exporter_against_a_receiver(monkeypatch) -> None:
     """agentd's own OTLP encoder and exporter, decoded by the official types:
     headers and gzip from the standard environment, a parent chain, attribute
@@ -189,9 +199,7 @@ async def test_otlp_exporter_against_a_receiver(monkeypatch) -> None:
     from agentd.obs import trace
 
     async with OtlpReceiver() as otlp:
-        for k in list(os.environ):
-            if k.startswith("OTEL_"):
-                monkeypatch.delenv(k)
+        _no_otel_env(monkeypatch)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=blue%20team,x-key=k1")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
@@ -235,9 +243,7 @@ async def test_otlp_exporter_against_a_receiver(monkeypatch) -> None:
 
 def _dead_collector_env(monkeypatch, timeout_ms: str) -> None:
     """No OTEL_* but an OTLP endpoint where nobody listens, and a short timeout."""
-    for k in list(os.environ):
-        if k.startswith("OTEL_"):
-            monkeypatch.delenv(k)
+    _no_otel_env(monkeypatch)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                        f"http://127.0.0.1:{free_port()}/v1/traces")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", timeout_ms)
@@ -275,9 +281,7 @@ async def test_an_inbound_self_mcp_request_continues_its_callers_trace(monkeypat
     t1, p1 = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
     t2, p2 = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     async with OtlpReceiver() as otlp:
-        for k in list(os.environ):
-            if k.startswith("OTEL_"):
-                monkeypatch.delenv(k)
+        _no_otel_env(monkeypatch)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
         assert trace.setup("agentd-serve")
         port = free_port()
@@ -361,9 +365,36 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
     assert spans["mcp.server initialize"][7] == {"mcp.method.name": "initialize"}
 
 
-def test_a_full_queue_drops_the_oldest_and_counts_them(monkeypatch) -> None:
-    """Past OTEL_BSP_MAX_QUEUE_SIZE a span is dropped (never waited for) and counted
-    in agentd_trace_spans_dropped_total; the batch that was kept is sent at a flush."""
+async def test_the_loop_exports_full_batches_and_late_spans_without_a_flush(
+        monkeypatch) -> None:
+    """No thread and no flush: a full batch is POSTed by the event loop that put its
+    last span, and a partial one once the schedule delay has passed."""
+    require_modules("opentelemetry.proto")
+    from agentd.obs.otlp import Exporter
+
+    async with OtlpReceiver() as otlp:
+        _no_otel_env(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=otlp.endpoint,
+                     OTEL_BSP_MAX_EXPORT_BATCH_SIZE="4", OTEL_BSP_SCHEDULE_DELAY="300")
+        threads = {t.name for t in threading.enumerate()}
+        exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
+        try:
+            for i in range(4):
+                exporter.put((f"s{i}", 1, i + 1, 0, "internal", 1, 2, {}, None))
+            await otlp.wait_for("s3")
+            assert otlp.requests == 1 and [s.name for s in otlp.spans] == ["s0", "s1", "s2", "s3"]
+            exporter.put(("late", 1, 9, 0, "internal", 1, 2, {}, None))
+            await otlp.wait_for("late")
+            await exporter.aflush()  # nothing left to send; waits for the answer in flight
+            assert otlp.requests == 2 and exporter.exported == 5
+            assert {t.name for t in threading.enumerate()} == threads
+        finally:
+            await exporter.astop()
+
+
+def test_a_full_queue_drops_new_spans_and_counts_them(monkeypatch) -> None:
+    """Past OTEL_BSP_MAX_QUEUE_SIZE spans waiting, a span that ends is dropped (never
+    waited for, as the OTel SDK drops it) and counted in
+    agentd_trace_spans_dropped_total; the spans kept are sent at a flush."""
     from agentd.obs import metrics
     from agentd.obs.otlp import Exporter
 
@@ -387,7 +418,7 @@ def test_a_full_queue_drops_the_oldest_and_counts_them(monkeypatch) -> None:
 
 async def test_the_exporter_speaks_http_with_collectors_of_every_answer_shape(
         monkeypatch) -> None:
-    """The exporter's own HTTP/1.1 POST (`agentd.obs.otlp_http`) against an aiohttp
+    """The exporter's POSTs, from the event loop, against an aiohttp
     collector answering, in turn: 503 with a chunked body (retried), 200 chunked,
     200 after an interim 100 Continue, 200 closing the connection (the next POST
     reconnects), 200 with a Content-Length. Every span arrives once."""
@@ -432,21 +463,19 @@ async def test_the_exporter_speaks_http_with_collectors_of_every_answer_shape(
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    for k in list(os.environ):
-        if k.startswith("OTEL_"):
-            monkeypatch.delenv(k)
+    _no_otel_env(monkeypatch)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
     exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
     try:
         for i in range(4):
             exporter.put((f"s{i}", 1, i + 1, 0, "internal", 1, 2, {}, None))
-            await asyncio.to_thread(exporter.flush, 10.0)
+            await exporter.aflush()
         assert names == ["s0", "s1", "s2", "s3"]
         assert exporter.exported == 4 and exporter.failures == 0
         assert len(peers) == 2  # one kept-alive connection, and one after the close
     finally:
-        await asyncio.to_thread(exporter.stop)
+        await exporter.astop()
         await runner.cleanup()
 
 

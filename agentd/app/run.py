@@ -532,7 +532,7 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
         span.set(**{"agentd.status": result.status, "agentd.steps": result.steps,
                     "agentd.exit_code": int(code)})
     metrics.RUNS.inc(result.status)
-    trace.shutdown()
+    await trace.ashutdown()
     if code != ExitCode.USAGE:
         print_result(result, stdout)
     _end_hard_if_overran(code)

@@ -240,7 +240,7 @@ SPANS_DROPPED = _c("agentd_trace_spans_dropped_total",
                    "Finished spans not exported, by reason (queue_full: past "
                    "OTEL_BSP_MAX_QUEUE_SIZE; export_failed: the collector refused or "
                    "was unreachable).", "reason")
-for _reason in ("queue_full", "export_failed"):  # the exporter thread adds to these
+for _reason in ("queue_full", "export_failed"):  # the exporter adds to these
     SPANS_DROPPED.values[(_reason,)] = 0
 READY = _g("agentd_ready", "1 when /readyz answers ready.")
 INFO = _g("agentd_build_info", "Always 1; the labels tell the version.", "version")

@@ -1,24 +1,29 @@
-"""OTLP/HTTP trace export: spans encoded as protobuf by hand, POSTed from a thread.
+"""OTLP/HTTP trace export: spans encoded as protobuf, POSTed by the event loop.
 
 Why not the OpenTelemetry SDK's exporter: its Python-side encoder builds a
 message object per span, attribute and value, and its span and batch
 processor cost a large multiple of agentd's per span (`benchmarks/bench_obs.py`,
 the `obs_span_cost` line); the OTLP trace message is small and stable, so
 agentd writes its bytes directly (field numbers from
-`opentelemetry/proto/trace/v1/trace.proto`). The tests decode every export
-with the official `opentelemetry-proto` types, the way a collector does.
+`opentelemetry/proto/trace/v1/trace.proto`). The encoder, `SpanEncoder`, lives
+in `agentd_native.otlp` (re-exported here), a compiled twin of the byte layer
+(`docs/native.md`) that writes each span into one buffer, about a tenth of
+what its interpreted fallback costs. The tests decode every export with the
+official `opentelemetry-proto` types, the way a collector does.
 
-Where the cost goes: the event loop only appends a finished span's tuple to a
-bounded deque (`Exporter.put`). The exporter thread wakes when a batch is
-full or the schedule delay has passed, encodes the batch (`SpanEncoder`:
-what repeats is encoded once and cached) and POSTs it on one kept-alive
-connection (`agentd.obs.otlp_http`). Why a thread rather than idle slices of
-the loop: a busy loop has no idle slices to give, and the thread also waits
-out a slow collector without the loop noticing. Its price is the GIL: the
-encoding holds it, which is why the encoder's work per span is kept to a
-few byte joins, and each time the thread wants it back (after a wake-up or
-a socket call) a busy loop pays for the hand-over, which is why a POST is as
-few socket calls as HTTP allows.
+Where the cost goes: a finished span's tuple is appended to a bounded deque
+(`Exporter.put`). When a batch is full, or the schedule delay has passed
+since the first span of one, the loop that put it encodes the batch and POSTs
+it with aiohttp on one kept-alive connection, in a task of the exporter's
+own (one POST in flight; the spans that end meanwhile wait in the deque),
+and goes on: the loop never waits for the collector. Why not a thread: the
+loop holds the GIL while it runs, and a thread gets it back after every
+wake-up and socket call only when it happens to win it from a busy loop
+(measured: tens of milliseconds), while each of the loop's hand-overs in the
+meantime wakes it for nothing; that cost a busy process more than encoding
+did. A span that ends where no loop runs waits for the next put on a loop,
+or for a flush. `flush()` (from code that cannot await) sends on a private
+loop, `aflush()` on the exporting one.
 
 The standard environment is honoured (each also in its `_TRACES_` form, which
 wins): `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended) or
@@ -27,8 +32,9 @@ wins): `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended) or
 10000); `..._COMPRESSION` (`gzip` or `none`); `..._CERTIFICATE` (a CA file),
 `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (mTLS to the collector).
 Batching: `OTEL_BSP_SCHEDULE_DELAY` (ms, default 5000),
-`OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512), `OTEL_BSP_MAX_QUEUE_SIZE` (2048; past
-it the oldest spans are dropped, never waited for, and counted in
+`OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512), `OTEL_BSP_MAX_QUEUE_SIZE` (2048 spans
+waiting to be sent; past it a span that ends is dropped, as the OTel SDK
+drops it, never waited for, and counted in
 `agentd_trace_spans_dropped_total{reason="queue_full"}`). Failed posts
 (connection errors, 429, 502, 503, 504) are retried with backoff within the
 timeout; anything else drops the batch with one `obs.otel.export_failed` log
@@ -43,216 +49,22 @@ skips None values and scrubs strings of the registered secrets).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import ssl
-import struct
 import threading
-import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from agentd.obs import metrics
-from agentd.obs.otlp_http import Poster
+from agentd_native.otlp import SpanEncoder, encode_request
 
 __all__ = ["Exporter", "SpanEncoder", "encode_request", "resource_attributes"]
 
-_KIND = {"internal": 1, "server": 2, "client": 3}
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
-
-
-# ------------------------------------------------------------------ protobuf bytes
-
-_SMALL = [bytes((i,)) for i in range(128)]
-
-
-def _varint(n: int) -> bytes:
-    if 0 <= n < 128:
-        return _SMALL[n]
-    if n < 0:
-        n += 1 << 64  # int64: two's complement, ten bytes
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_TAG = [_varint(f << 3 | 2) for f in range(16)]  # length-delimited field tags
-
-
-def _len(field: int, payload: bytes) -> bytes:
-    n = len(payload)
-    return _TAG[field] + (_SMALL[n] if n < 128 else _varint(n)) + payload
-
-
-def _str(field: int, text: str) -> bytes:
-    return _len(field, text.encode("utf-8", "replace"))
-
-
-def _any(value: Any) -> bytes:
-    if isinstance(value, str):
-        return _str(1, value)  # string_value = 1
-    if isinstance(value, bool):
-        return b"\x10\x01" if value else b"\x10\x00"  # bool_value = 2
-    if isinstance(value, int):
-        if -(1 << 63) <= value < (1 << 63):
-            return b"\x18" + _varint(value)  # int_value = 3
-        return _str(1, str(value))
-    if isinstance(value, float):
-        return b"\x21" + struct.pack("<d", value)  # double_value = 4
-    if isinstance(value, list | tuple):
-        return _len(5, b"".join(_len(1, _any(v)) for v in value))  # array_value
-    return _str(1, str(value))
-
-
-def _kv(field: int, key: bytes, value: bytes) -> bytes:
-    """A `KeyValue` (its `key` field already encoded) as field `field`."""
-    return _len(field, key + _len(2, value))
-
-
-def _attributes(field: int, attrs: Mapping[str, Any]) -> bytes:
-    return b"".join(_kv(field, _str(1, str(k)), _any(v)) for k, v in attrs.items()
-                    if v is not None)
-
-
-# start_time_unix_nano = 7, end = 8 (fixed64), then flags = 16 (fixed32, tag 0x85 0x01):
-# sampled. Protobuf fields may come in any order: the flags ride with the times.
-_TIMES_FLAGS = struct.Struct("<BQBQBBI").pack
-_ID = struct.Struct(">BBQ").pack  # a tag, length 8, an 8-byte id
-_IDS = struct.Struct(">BBQBBQ").pack
-_SPAN_HEADS = [b"\x12" + _varint(n) for n in range(2048)]  # `spans = 2` and a length
-_CACHE_MAX = 4096  # entries per cache: names and attribute values repeat, but a bound
-
-
-class SpanEncoder:
-    """Records to `ExportTraceServiceRequest` bytes, with what repeats encoded once.
-
-    Why caches: the exporter thread holds the GIL while it encodes, so its cost
-    per span is what the event loop loses. The resource and scope are encoded
-    once; a span's name and kind, an attribute's key, and whole attributes whose
-    value is a string or a bool (a model, a server, a tool, an outcome) are
-    encoded the first time they are seen; trace ids repeat within a batch. What
-    is left per span is a few byte joins. String values are scrubbed of the
-    registered secrets (`secrets()`) when first encoded; the caches are emptied
-    when that set changes.
-    """
-
-    def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str],
-                 secrets: Callable[[], Collection[str]] = tuple) -> None:
-        self._resource = _len(1, _attributes(1, resource))
-        self._scope = _len(1, _str(1, scope[0]) + _str(2, scope[1]))
-        self._secrets_of = secrets
-        self._secrets: tuple[str, ...] = ()
-        self._keys: dict[str, bytes] = {}
-        self._values: dict[str, dict[Any, bytes]] = {}  # key -> value -> KeyValue bytes
-        self._nvalues = 0
-        self._heads: dict[str, dict[str, bytes]] = {}  # kind -> name -> name and kind bytes
-
-    def request(self, records: list[tuple]) -> bytes:
-        secrets = tuple(self._secrets_of())  # a snapshot: the loop thread may add one
-        if secrets != self._secrets:
-            self._secrets = secrets
-            self._values.clear()
-            self._nvalues = 0
-        traces: dict[int, bytes] = {}
-        parts: list[bytes] = []
-        span = self._span
-        for r in records:
-            span(r, traces, parts)
-        return _len(1, self._resource + _len(2, self._scope + b"".join(parts)))
-
-    def _scrub(self, text: str) -> str:
-        for s in self._secrets:
-            if s in text:
-                text = text.replace(s, "***")
-        return text
-
-    def _key(self, k: str) -> bytes:
-        key = self._keys.get(k)
-        if key is None:
-            key = _str(1, str(k))
-            if len(self._keys) < _CACHE_MAX:
-                self._keys[k] = key
-        return key
-
-    def _value(self, v: Any) -> bytes:
-        if isinstance(v, str):
-            return _str(1, self._scrub(v))
-        if isinstance(v, bool | int | float):
-            return _any(v)
-        if isinstance(v, list | tuple):
-            return _any([self._scrub(str(x)) for x in v])
-        return _str(1, self._scrub(str(v)))
-
-    def _span(self, rec: tuple, traces: dict[int, bytes], parts: list[bytes]) -> None:
-        """Append one `Span` (field `spans = 2` of ScopeSpans) to `parts`.
-
-        The dictionaries are keyed by plain strings (no tuple to build and
-        hash per span) and the times and flags are one struct.
-        """
-        name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
-        tid = traces.get(trace_id)
-        if tid is None:
-            tid = traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
-        heads = self._heads.get(kind)
-        head = heads.get(name) if heads is not None else None
-        if head is None:
-            head = self._head(name, kind)
-        out = [tid, _IDS(0x12, 8, span_id, 0x22, 8, parent_id) if parent_id  # span_id = 2,
-               else _ID(0x12, 8, span_id),  # parent_span_id = 4 (bytes, big-endian)
-               head, _TIMES_FLAGS(0x39, start_ns, 0x41, end_ns, 0x85, 0x01, 0x01)]
-        if attrs:
-            values = self._values
-            for k, v in attrs.items():
-                tv = type(v)
-                if tv is str or tv is bool:
-                    by_value = values.get(k)
-                    kv = by_value.get(v) if by_value is not None else None
-                    if kv is None:
-                        kv = self._cached_kv(k, v)
-                elif tv is int and -(1 << 63) <= v < (1 << 63):  # a step, a token count
-                    val = b"\x18" + _varint(v)  # int_value = 3: at most 11 bytes
-                    inner = self._key(k) + b"\x12" + _SMALL[len(val)] + val
-                    n = len(inner)
-                    kv = b"\x4a" + _SMALL[n] if n < 128 else _TAG[9] + _varint(n)
-                    kv += inner
-                elif v is None:
-                    continue
-                else:
-                    kv = _kv(9, self._key(k), self._value(v))
-                out.append(kv)
-        if error:  # status {message, code ERROR}
-            out.append(_len(15, _str(2, self._scrub(str(error))) + b"\x18\x02"))
-        body = b"".join(out)
-        n = len(body)
-        parts.append(_SPAN_HEADS[n] if n < 2048 else b"\x12" + _varint(n))
-        parts.append(body)
-
-    def _head(self, name: str, kind: str) -> bytes:
-        """The name and kind fields of a span, cached (a bounded number of names)."""
-        head = _str(5, name) + b"\x30" + _varint(_KIND.get(kind, 1))  # name, kind
-        heads = self._heads.setdefault(kind, {})
-        if len(heads) < _CACHE_MAX:
-            heads[name] = head
-        return head
-
-    def _cached_kv(self, k: str, v: str | bool) -> bytes:
-        """A KeyValue whose value is a string or a bool, encoded (and scrubbed) once."""
-        kv = _kv(9, self._key(k), self._value(v))
-        if self._nvalues < _CACHE_MAX:
-            self._values.setdefault(k, {})[v] = kv
-            self._nvalues += 1
-        return kv
-
-
-def encode_request(records: list[tuple], resource: Mapping[str, Any],
-                   scope: tuple[str, str]) -> bytes:
-    """An `ExportTraceServiceRequest` holding `records` under one resource and scope."""
-    return SpanEncoder(resource, scope).request(records)
 
 
 # ------------------------------------------------------------------ configuration
@@ -295,7 +107,14 @@ def _int_env(name: str, default: int) -> int:
 # ------------------------------------------------------------------ the exporter
 
 class Exporter:
-    """A batch exporter thread: records in (`put`, from the event loop), OTLP out."""
+    """A batch exporter driven by the event loop: records in (`put`), OTLP out.
+
+    A finished span's record goes into a bounded deque. When a batch is full,
+    or the schedule delay has passed since the first record of one, the loop
+    that put it encodes the batch and POSTs it (aiohttp, one kept-alive
+    connection, one POST in flight); the loop never waits for the collector.
+    `flush()` and `aflush()` send what was put until then; `stop()` ends it.
+    """
 
     def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str], *,
                  secrets: Callable[[], Collection[str]] = tuple) -> None:
@@ -308,143 +127,249 @@ class Exporter:
         url = urllib.parse.urlsplit(self.endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"OTLP endpoint {self.endpoint!r} is not http(s)")
-        port = url.port or (443 if url.scheme == "https" else 80)  # ValueError: a bad port
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        _ = url.port  # ValueError: a bad port
         headers = {**_pairs(_env("HEADERS")), "Content-Type": "application/x-protobuf",
                    "User-Agent": f"agentd/{scope[1]}"}
+        for name, value in headers.items():
+            if any(c in name or c in value for c in "\r\n\0") or ":" in name or not name:
+                raise ValueError(f"an OTLP header that cannot be sent: {name!r}")
         self._gzip = (_env("COMPRESSION", "none") or "none").strip().lower() == "gzip"
         if self._gzip:
             headers["Content-Encoding"] = "gzip"
+        self._headers = headers
         try:
             self._timeout = max(float(_env("TIMEOUT", "10000") or 10000) / 1000, 0.1)
         except ValueError:
             self._timeout = 10.0
-        self._ssl: ssl.SSLContext | None = None
-        if self.endpoint.startswith("https:"):
+        self._ssl: ssl.SSLContext | bool = True
+        if url.scheme == "https":
             self._ssl = ssl.create_default_context(cafile=_env("CERTIFICATE"))
             cert, key = _env("CLIENT_CERTIFICATE"), _env("CLIENT_KEY")
             if cert:
                 self._ssl.load_cert_chain(cert, key)
-        # kept alive between batches; ValueError: a header that cannot be sent
-        self._poster = Poster(url.hostname, port, path, url.netloc.rpartition("@")[2],
-                              headers, self._ssl)
         self._encoder = SpanEncoder(resource, scope, secrets)
+        self._encoding = threading.Lock()  # a flush from another thread takes spans too
         self._delay = max(_int_env("OTEL_BSP_SCHEDULE_DELAY", 5000), 1) / 1000
-        self._batch = max(_int_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), 1)
-        self._queue: deque[tuple] = deque(maxlen=max(_int_env("OTEL_BSP_MAX_QUEUE_SIZE",
-                                                              2048), 1))
-        self._batch = min(self._batch, self._queue.maxlen or 1)  # as the OTel SDK
+        self._max_queue = max(_int_env("OTEL_BSP_MAX_QUEUE_SIZE", 2048), 1)
+        self._batch = min(max(_int_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), 1),
+                          self._max_queue)  # as the OTel SDK
+        self._ready: deque[tuple[bytes, int]] = deque()  # encoded batches, and their spans
+        self._queued = 0  # spans waiting: in the encoder and in `_ready`
         self.dropped = 0
         self.exported = 0
         self.failures = 0
-        self._puts = 0  # records put (event loop) ...
-        self._handled = 0  # ... and taken off the queue and sent or dropped (the thread)
-        self._wake = threading.Event()
-        self._flushing = False  # flush() asks for the partial batch too
-        self._done = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="agentd-otlp", daemon=True)
-        self._thread.start()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that exports
+        self._session: Any = None  # its aiohttp session
+        self._sending: asyncio.Task | None = None  # the one POST in flight there
+        self._timer: asyncio.TimerHandle | None = None
+        self._kicked = False
+        self._stopped = False
+
+    # ------------------------------------------------------------ the loop's side
 
     def put(self, record: tuple) -> None:
-        """Queue a finished span (the event loop's whole share of exporting).
+        """Encode a finished span into the batch being built (a few bytes kept,
+        not its record), and now and then schedule a POST.
 
-        Never blocks: past `OTEL_BSP_MAX_QUEUE_SIZE` the oldest span is dropped
-        and counted (`agentd_trace_spans_dropped_total{reason="queue_full"}`).
+        Never blocks and never raises: past `OTEL_BSP_MAX_QUEUE_SIZE` spans
+        waiting, a span is dropped, as the OTel SDK's batch processor drops
+        it, and counted (`agentd_trace_spans_dropped_total{reason="queue_full"}`);
+        a record that cannot be encoded is dropped and logged.
         """
-        q = self._queue
-        self._puts += 1
-        if len(q) == q.maxlen:
+        if self._queued >= self._max_queue:
             self.dropped += 1
             metrics.SPANS_DROPPED.inc("queue_full")
-        q.append(record)
-        if len(q) >= self._batch and not self._wake.is_set():
-            self._wake.set()
-
-    def flush(self, timeout_s: float = 5.0) -> None:
-        """Send what was put until now, and wait until it is sent (or dropped);
-        bounded: the caller never hangs on a dead collector."""
-        target = self._puts
-
-        def done() -> bool:
-            return self._handled + self.dropped >= target or not self._thread.is_alive()
-
-        if done():
             return
-        with self._done:
-            self._flushing = True
-            self._wake.set()
-            self._done.wait_for(done, timeout_s)
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop = True
-        self._wake.set()
-        self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        """Full batches when the queue fills one; the rest when the schedule delay
-        passes quietly, or at a flush. Why not drain to empty after a full batch:
-        the spans that arrive while it is posted would go out a few at a time,
-        and one post costs as much as encoding a great many spans."""
-        while True:
-            timed_out = not self._wake.wait(self._delay)
-            self._wake.clear()
-            drain = timed_out or self._flushing or self._stop
-            self._flushing = False
-            q = self._queue
-            while q and (drain or len(q) >= self._batch):
-                batch: list[tuple] = []
-                while q and len(batch) < self._batch:
-                    batch.append(q.popleft())
-                self._send(batch)
-                with self._done:
-                    self._handled += len(batch)
-                    self._done.notify_all()
-            if self._stop:
-                self._close()
+        enc = self._encoder
+        with self._encoding:
+            try:
+                enc.add(record)
+            except Exception as exc:
+                self._failed(1, f"encode: {type(exc).__name__}: {exc}")
                 return
-
-    def _send(self, batch: list[tuple]) -> None:
+            self._queued += 1
+            full = enc.pending >= self._batch
+            if full:
+                self._ready.append((enc.take(), self._batch))
+        if self._kicked or self._sending is not None or (self._timer is not None and not full):
+            return  # a callback is due already
         try:
-            body = self._encoder.request(batch)
-        except Exception as exc:  # a record we cannot encode: drop the batch, say so
-            self._failed(len(batch), f"encode: {type(exc).__name__}: {exc}")
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a span ended outside any loop: a later put or flush sends it
             return
+        self._adopt(loop)
+        if full:
+            self._kicked = True
+            loop.call_soon(self._pump, False)
+        elif self._timer is None and not self._stopped:
+            self._timer = loop.call_later(self._delay, self._pump, True)
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Export on `loop` from now on, if the loop that did is gone (or none did)."""
+        if self._loop is not loop and (self._loop is None or self._loop.is_closed()):
+            self._loop, self._session, self._sending, self._timer = loop, None, None, None
+
+    def _pump(self, due: bool) -> None:
+        """Start the next POST: a full batch, or (the schedule delay passed) what
+        there is; nothing while one is in flight (its end pumps again)."""
+        self._kicked = False
+        if due:
+            self._timer = None
+        if self._sending is not None or self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        batch = self._next(due)
+        if batch is not None:
+            self._sending = task = loop.create_task(self._send(*batch, loop))
+            task.add_done_callback(self._sent)
+        if self._queued and self._timer is None:
+            self._timer = loop.call_later(self._delay, self._pump, True)
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self._sending = None
+        if not task.cancelled() and self._ready:
+            self._pump(False)
+
+    def _next(self, partial: bool) -> tuple[bytes, int] | None:
+        """The next encoded batch to send: a full one, else (`partial`) what the
+        encoder holds; None when there is none."""
+        with self._encoding:
+            if self._ready:
+                body, n = self._ready.popleft()
+            elif partial and self._encoder.pending:
+                n = self._encoder.pending
+                body = self._encoder.take()
+            else:
+                return None
+            self._queued -= n
+            return body, n
+
+    # ------------------------------------------------------------ sending
+
+    async def _send(self, body: bytes, count: int, loop: asyncio.AbstractEventLoop) -> None:
+        """POST one encoded batch of `count` spans; retried with backoff (connection
+        errors, 429, 502, 503, 504) within the timeout, else dropped and counted."""
         if self._gzip:
             body = gzip.compress(body)
-        deadline = time.monotonic() + self._timeout
+        deadline = loop.time() + self._timeout
         delay = 0.5
         while True:
-            why = self._post(body, max(deadline - time.monotonic(), 0.1))
+            why = await self._post(body, max(deadline - loop.time(), 0.1), loop)
             if why is None:
-                self.exported += len(batch)
+                self.exported += count
                 return
             retry, text = why
-            if not retry or self._stop or time.monotonic() + delay >= deadline:
-                self._failed(len(batch), text)
+            if not retry or self._stopped or loop.time() + delay >= deadline:
+                self._failed(count, text)
                 return
-            time.sleep(delay)
+            await asyncio.sleep(delay)
             delay *= 2
 
-    def _post(self, body: bytes, timeout: float) -> tuple[bool, str] | None:
-        """One POST on the kept-alive connection (a new one if there is none, or if
-        the collector closed the one kept); None when the collector took it."""
-        poster = self._poster
-        for _ in range(2):
-            fresh = not poster.connected
-            try:
-                status = poster.post(body, timeout)
-            except (OSError, ValueError) as exc:
-                if fresh:
-                    return True, f"{type(exc).__name__}: {exc}"
-                continue  # a kept connection the collector had closed: once more, anew
-            if 200 <= status < 300:
-                return None
-            return status in _RETRY_STATUS, f"HTTP {status}"
-        return True, "connection closed"
+    async def _post(self, body: bytes, limit_s: float,
+                    loop: asyncio.AbstractEventLoop) -> tuple[bool, str] | None:
+        """One POST; None when the collector took it, else (retry?, why). The
+        exporting loop keeps its session (and connection); a flush's private
+        loop uses one for the POST."""
+        import aiohttp
 
-    def _close(self) -> None:
-        self._poster.close()
+        session = self._session if self._loop is loop else None
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(
+                cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+                connector=aiohttp.TCPConnector(limit=1, ssl=self._ssl))
+            if self._loop is loop:
+                self._session = session
+        try:
+            async with session.post(self.endpoint, data=body, headers=self._headers,
+                                    timeout=aiohttp.ClientTimeout(total=limit_s),
+                                    allow_redirects=False) as resp:
+                await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return True, f"{type(exc).__name__}: {exc}"
+        finally:
+            if session is not self._session:
+                await session.close()
+        if 200 <= status < 300:
+            return None
+        return status in _RETRY_STATUS, f"HTTP {status}"
+
+    # ------------------------------------------------------------ flushing
+
+    async def aflush(self) -> None:
+        """Send what was put until now (on this loop) and wait for it to be sent
+        or dropped: the POST in flight first, then the rest, batch by batch."""
+        loop = asyncio.get_running_loop()
+        self._adopt(loop)
+        if self._sending is not None and self._loop is loop:
+            await asyncio.wait([self._sending])
+        while (batch := self._next(True)) is not None:
+            await self._send(*batch, loop)
+
+    def flush(self, timeout_s: float = 5.0) -> None:
+        """`aflush()` for code that cannot await: run on a private loop, in this
+        thread or (when this thread runs a loop, which then waits) a short-lived
+        one; bounded by `timeout_s`. A POST in flight on the exporting loop is
+        left to it: `aflush()` there waits for it."""
+
+        async def flush() -> None:
+            async with asyncio.timeout(timeout_s):
+                while (batch := self._next(True)) is not None:
+                    await self._send(*batch, asyncio.get_running_loop())
+
+        if not self._queued:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            _run_quietly(flush)
+            return
+        worker = threading.Thread(target=_run_quietly, args=(flush,), name="agentd-otlp-flush",
+                                  daemon=True)
+        worker.start()
+        worker.join(timeout_s + 1)
+
+    async def astop(self) -> None:
+        """Flush, then close the connection; a span put after this is not sent."""
+        await self.aflush()
+        session = self._close()
+        if session is not None and self._loop is asyncio.get_running_loop():
+            await session.close()
+        elif session is not None:
+            self._close_elsewhere(session)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Flush (bounded) and stop; from any thread."""
+        self.flush(timeout_s)
+        session = self._close()
+        if session is not None:
+            self._close_elsewhere(session)
+
+    def _close(self) -> Any:
+        """Stopped: no timer, no more POSTs from the loop; the session to close."""
+        self._stopped = True
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        session, self._session = self._session, None
+        return session
+
+    def _close_elsewhere(self, session: Any) -> None:
+        """Close the exporting loop's session from outside it (or it is gone with it)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.create_task(session.close())
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
+        except RuntimeError:  # that loop is closing
+            pass
 
     def _failed(self, count: int, why: str) -> None:
         self.failures += 1
@@ -453,3 +378,11 @@ class Exporter:
 
         log.warning("obs.otel.export_failed", spans=count, error=why[:300],
                     endpoint_scheme=urllib.parse.urlsplit(self.endpoint).scheme)
+
+
+def _run_quietly(flush: Callable[[], Any]) -> None:
+    """`asyncio.run(flush())`, a timeout being the end of it, not an error."""
+    try:
+        asyncio.run(flush())
+    except TimeoutError:
+        pass

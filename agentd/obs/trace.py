@@ -7,8 +7,8 @@ switched on by `setup()`.
 Why our own span objects and exporter, not the OpenTelemetry SDK: a span here
 is a small slotted object whose context is one `ContextVar`; a finished
 (sampled) span becomes one tuple in a bounded queue, holding its attributes as
-given (the encoder drops None values and scrubs secrets, off the loop), which
-a background thread encodes in batches as OTLP protobuf and POSTs
+given (the encoder drops None values and scrubs secrets), which the event loop
+encodes in batches as OTLP protobuf and POSTs without waiting for the answer
 (`agentd.obs.otlp`). The SDK's span and batch processor cost a large multiple
 of that per span, made and exported (`benchmarks/bench_obs.py`, its
 `obs_span_cost` line; docs/operations.md), and a subagent needs none of it:
@@ -50,13 +50,16 @@ import asyncio
 import contextvars
 import os
 import random
-import re
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from agentd_native.traceparent import parse_traceparent
+
 __all__ = [
     "NOSPAN",
+    "aflush",
+    "ashutdown",
     "current_traceparent",
     "enabled",
     "flush",
@@ -83,7 +86,7 @@ _KINDS = ("internal", "client", "server")
 
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("agentd_span", default=None)
 _sink: Callable[[tuple], None] | None = None  # where a finished sampled span goes
-_exporter: Any = None  # the _Exporter thread (export mode)
+_exporter: Any = None  # the agentd.obs.otlp Exporter (export mode)
 _relay: Any = None  # the _Relay of a child (relay mode)
 _root_sampled: Callable[[int], bool] = lambda trace_id: True  # noqa: E731
 _parent_based = True
@@ -392,33 +395,6 @@ def parent_from(headers: Any = None, meta: Any = None) -> tuple[str | None, str 
     return None, None
 
 
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-
-
-def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
-    """(trace id, parent span id, sampled) of a W3C traceparent, or None if invalid.
-
-    Every inbound request that carries one is parsed, so the fields are read
-    by position once the pattern matched (they have fixed widths).
-    """
-    if not isinstance(value, str):
-        return None
-    if _TRACEPARENT.fullmatch(value) is None:
-        value = value.strip()
-        if _TRACEPARENT.fullmatch(value) is None:
-            return None
-    version = value[:2]
-    if version == "ff" or (version == "00" and len(value) != 55):  # 00 has no extra fields
-        return None
-    trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
-    if not trace_id or not span_id:
-        return None
-    return trace_id, span_id, value[54] in _ODD_HEX
-
-
-_ODD_HEX = frozenset("13579bdf")  # the last digit of the flags: the sampled bit
-
-
 def trace_id_for_run(run_id: str) -> int:
     """The trace id of a root run: the first 128 bits of SHA-256(run id)."""
     import hashlib  # only a root run needs it: the lean subagent template never loads it
@@ -435,16 +411,37 @@ def flush(timeout_s: float = 5.0) -> None:
         _exporter.flush(timeout_s)
 
 
+async def aflush() -> None:
+    """`flush()` from the event loop: waits for the export in flight too."""
+    if _relay is not None:
+        _relay.flush()
+    if _exporter is not None:
+        await _exporter.aflush()
+
+
 def shutdown() -> None:
     """Flush and stop the exporter; tracing is off afterwards."""
+    exporter = _off()
+    if exporter is not None:
+        exporter.stop()
+
+
+async def ashutdown() -> None:
+    """`shutdown()` from the event loop (what a run does at its end)."""
+    exporter = _off()
+    if exporter is not None:
+        await exporter.astop()
+
+
+def _off() -> Any:
+    """Tracing off, the relay flushed; the exporter to stop, if any."""
     global enabled, exporting, _sink, _exporter, _relay
     relay, exporter = _relay, _exporter
     enabled = exporting = False
     _sink = _exporter = _relay = None
     if relay is not None:
         relay.flush()
-    if exporter is not None:
-        exporter.stop()
+    return exporter
 
 
 # ------------------------------------------------------------------- set-up
