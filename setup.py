@@ -2,7 +2,7 @@
 
 All metadata lives in ``pyproject.toml``; this file only adds the optional C
 extensions.  Each ``agentd_native/<name>.py`` of ``NATIVE_MODULES`` (framing,
-sse, otlp, traceparent) is compiled in Cython's pure Python mode, using the C types
+sse, otlp, traceparent, span) is compiled in Cython's pure Python mode, using the C types
 declared in the ``.pxd`` beside it, into ``agentd_native/<name>.<abi>.so``.
 Extension modules are found before source modules on import, so the compiled
 twin shadows the ``.py``, which stays in place as the fallback.
@@ -20,7 +20,7 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-NATIVE_MODULES = ("framing", "sse", "otlp", "traceparent")
+NATIVE_MODULES = ("framing", "sse", "otlp", "traceparent", "span")
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

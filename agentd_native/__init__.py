@@ -1,4 +1,5 @@
-"""agentd's byte layer: frames, an SSE parser, OTLP spans, W3C traceparent values.
+"""agentd's byte layer: frames, an SSE parser, and tracing's hot path (OTLP bytes,
+W3C traceparent values, the live span).
 
 Each module exists as a compiled Cython extension and as its pure-Python
 source twin (the same file; see ``docs/native.md``).  Python imports the
@@ -6,8 +7,8 @@ extension when it was built and the ``.py`` otherwise.  ``NATIVE`` says which
 one is in use; this package never logs -- the CLI reports ``native.fallback``.
 
 Importing this package is cheap: it pulls in nothing but its own framing and
-SSE modules; the tracing ones (`otlp`, `traceparent`) are imported by tracing
-only, so a subagent that does not trace never loads them.
+SSE modules. `traceparent` and `span` are imported with `agentd.obs.trace`,
+`otlp` only by a process that exports (a subagent never does).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _built(name: str) -> bool:
     return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
-#: True iff every module with a compiled twin (framing, sse, otlp, traceparent) is
-#: the compiled one.
+#: True iff every module with a compiled twin (framing, sse, otlp, traceparent, span)
+#: is the compiled one.
 NATIVE: bool = bool(_framing.COMPILED and _sse.COMPILED and _built("otlp")
-                    and _built("traceparent"))
+                    and _built("traceparent") and _built("span"))

@@ -381,10 +381,10 @@ def test_package_exports():
         "SSEParser",
         "encode_frame",
     }
-    from agentd_native import otlp, traceparent
+    from agentd_native import otlp, span, traceparent
 
     assert agentd_native.NATIVE == (agentd_native.framing.COMPILED and agentd_native.sse.COMPILED
-                                    and otlp.COMPILED and traceparent.COMPILED)
+                                    and otlp.COMPILED and traceparent.COMPILED and span.COMPILED)
     if IN_CI:
         assert agentd_native.NATIVE, "CI=true requires the compiled agentd_native"
 

@@ -5,11 +5,11 @@ global lookup and returns a shared do-nothing object unless tracing was
 switched on by `setup()`.
 
 Why our own span objects and exporter, not the OpenTelemetry SDK: a span here
-is a small slotted object whose context is one `ContextVar`; a finished
-(sampled) span becomes one tuple in a bounded queue, holding its attributes as
-given (the encoder drops None values and scrubs secrets), which the event loop
-encodes in batches as OTLP protobuf and POSTs without waiting for the answer
-(`agentd.obs.otlp`). The SDK's span and batch processor cost a large multiple
+is a small extension object (`agentd_native.span`, a compiled twin with a
+pure-Python fallback) whose context is one `ContextVar`; a finished (sampled)
+span's record is encoded into the batch being built at once (the encoder
+drops None values and scrubs secrets), and the event loop POSTs full batches
+without waiting for the answer (`agentd.obs.otlp`). The SDK's span and batch processor cost a large multiple
 of that per span, made and exported (`benchmarks/bench_obs.py`, its
 `obs_span_cost` line; docs/operations.md), and a subagent needs none of it:
 it relays its tuples to its parent (below). So tracing needs no extra package
@@ -50,10 +50,11 @@ import asyncio
 import contextvars
 import os
 import random
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from agentd_native import span as _spans
+from agentd_native.span import Span as _Span
 from agentd_native.traceparent import parse_traceparent
 
 __all__ = [
@@ -84,15 +85,11 @@ RELAY_BATCH = 64  # spans a child buffers before it sends them up
 RELAY_MAX = 1024  # spans accepted from one child message (a bound, not a target)
 _KINDS = ("internal", "client", "server")
 
-_current: contextvars.ContextVar[Any] = contextvars.ContextVar("agentd_span", default=None)
-_sink: Callable[[tuple], None] | None = None  # where a finished sampled span goes
+_current: contextvars.ContextVar[Any] = _spans.current  # the current span
 _exporter: Any = None  # the agentd.obs.otlp Exporter (export mode)
 _relay: Any = None  # the _Relay of a child (relay mode)
-_root_sampled: Callable[[int], bool] = lambda trace_id: True  # noqa: E731
-_parent_based = True
-_rand = random.Random()
-_getrandbits = _rand.getrandbits  # setup() reseeds `_rand` in place
-_time_ns = time.time_ns
+_rand = random.Random()  # setup() reseeds it in place
+_sampling: tuple[bool, int, int] = (True, 0, 0)  # parent-based, root sampler, ratio bound
 
 
 # ------------------------------------------------------------------ spans
@@ -133,79 +130,6 @@ class _Remote:
         self.span_id = span_id
         self.sampled = sampled
         self.tracestate = tracestate
-
-
-class _Span:
-    """A live span; `with` makes it current for the block, its end records it."""
-
-    __slots__ = ("_token", "_tp", "attrs", "end_ns", "error", "kind", "name", "parent_id",
-                 "sampled", "span_id", "start_ns", "trace_id", "tracestate")
-
-    def __init__(self, name: str, parent: Any, kind: str, attrs: dict[str, Any],
-                 trace_id: int = 0) -> None:
-        self.name = name
-        self.kind = kind
-        self.attrs = attrs  # as given: cleaned where they leave the process (encoder, relay)
-        self._tp: str | None = None
-        self.span_id = _getrandbits(64) or 1
-        if parent is not None:
-            self.trace_id = parent.trace_id
-            self.parent_id = parent.span_id
-            self.sampled = parent.sampled if _parent_based else _root_sampled(self.trace_id)
-            self.tracestate = parent.tracestate
-        else:
-            self.trace_id = trace_id or (_getrandbits(128) or 1)
-            self.parent_id = 0
-            self.sampled = _root_sampled(self.trace_id)
-            self.tracestate = None
-        self.error: str | None = None
-        self.end_ns = 0
-        self._token: Any = None
-        self.start_ns = _time_ns()
-
-    def __enter__(self) -> _Span:
-        self._token = _current.set(self)
-        return self
-
-    def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        if exc is not None:
-            if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-                self.attrs["agentd.cancelled"] = True
-            else:
-                self.attrs["error.type"] = type(exc).__name__
-                self.error = type(exc).__name__
-        token = self._token
-        if token is not None:
-            self._token = None
-            try:
-                _current.reset(token)
-            except ValueError:  # left in another context (a cancelled task): harmless
-                pass
-        self.end()
-        return False
-
-    def set(self, **attrs: Any) -> None:
-        """Add attributes (None values are dropped, strings scrubbed of secrets, both
-        where the span leaves the process)."""
-        self.attrs.update(attrs)
-
-    def end(self) -> None:
-        """End the span (a `start()`ed one; `with` ends its own). Idempotent."""
-        if self.end_ns:
-            return
-        self.end_ns = _time_ns()
-        sink = _sink
-        if self.sampled and sink is not None:
-            sink((self.name, self.trace_id, self.span_id, self.parent_id, self.kind,
-                  self.start_ns, self.end_ns, self.attrs, self.error))
-
-    @property
-    def traceparent(self) -> str:
-        tp = self._tp
-        if tp is None:  # formatted once: an MCP call puts it in `_meta` and a header
-            tp = self._tp = (f"00-{self.trace_id:032x}-{self.span_id:016x}-"
-                             f"{'01' if self.sampled else '00'}")
-        return tp
 
 
 def server_span(name: str, traceparent: str | None, tracestate: str | None,
@@ -435,10 +359,11 @@ async def ashutdown() -> None:
 
 def _off() -> Any:
     """Tracing off, the relay flushed; the exporter to stop, if any."""
-    global enabled, exporting, _sink, _exporter, _relay
+    global enabled, exporting, _exporter, _relay
     relay, exporter = _relay, _exporter
     enabled = exporting = False
-    _sink = _exporter = _relay = None
+    _exporter = _relay = None
+    _sink_to(None)
     if relay is not None:
         relay.flush()
     return exporter
@@ -468,7 +393,7 @@ def setup(service: str = "agentd", *, mode: str | None = None,
     "relay" (a subagent) hands finished spans in batches to `relay(records)`,
     which sends them up the control wire; "off". Idempotent.
     """
-    global enabled, exporting, _sink, _exporter, _relay
+    global enabled, exporting, _exporter, _relay
     if enabled:
         return True
     if mode is None:
@@ -487,12 +412,13 @@ def setup(service: str = "agentd", *, mode: str | None = None,
         except (ValueError, OSError, ssl_error()) as exc:  # a bad endpoint or CA file
             log.warning("obs.otel.unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
             return False
-        _exporter, _sink, exporting = exporter, exporter.put, True
+        _exporter, exporting = exporter, True
+        _sink_to(exporter.put)
     elif mode == "relay" and relay is not None:
         _relay = _Relay(relay)
-        _sink = _relay.put
+        _sink_to(_relay.put)
     else:
-        _sink = None  # record: spans are made, and dropped at their end
+        _sink_to(None)  # record: spans are made, and dropped at their end
     enabled = True
     log.info("obs.tracing", mode=mode, service=service)
     return True
@@ -505,22 +431,28 @@ def ssl_error() -> type[BaseException]:
 
 
 def _configure_sampler() -> None:
-    global _root_sampled, _parent_based
+    """`OTEL_TRACES_SAMPLER`/`_ARG`: parent-based or not; a root span always, never,
+    or when its trace id's low 64 bits are under ratio * 2**64."""
+    global _sampling
     name = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
     arg = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0")
-    _parent_based = name.startswith("parentbased_")
+    parent_based = name.startswith("parentbased_")
     base = name.removeprefix("parentbased_")
     if base == "always_off":
-        _root_sampled = lambda trace_id: False  # noqa: E731
+        _sampling = (parent_based, 1, 0)
     elif base == "traceidratio":
         try:
             ratio = min(max(float(arg), 0.0), 1.0)
         except ValueError:
             ratio = 1.0
-        bound = int(ratio * (1 << 64))
-        _root_sampled = lambda trace_id: (trace_id & 0xFFFFFFFFFFFFFFFF) < bound  # noqa: E731
+        _sampling = (parent_based, 2, int(ratio * (1 << 64)))
     else:
-        _root_sampled = lambda trace_id: True  # noqa: E731
+        _sampling = (parent_based, 0, 0)
+
+
+def _sink_to(sink: Callable[[tuple], None] | None) -> None:
+    """Where a finished sampled span's record goes (None: nowhere), with the sampler."""
+    _spans.configure(sink, *_sampling, _rand.getrandbits, (asyncio.CancelledError, GeneratorExit))
 
 
 # ------------------------------------------------------------------ relaying

@@ -1,0 +1,120 @@
+"""Both twins of `agentd_native.span`: the live span, made, entered and ended.
+
+Each twin is its own module with its own settings and context variable, so
+each test configures the twin it runs on. What a span does is the facade's
+contract (`agentd.obs.trace`); the facade's own tests (tests/test_obs.py) run
+on whichever twin is installed, these on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+
+import pytest
+from native_twins import twin
+
+
+class Remote:
+    """A parent that arrived from elsewhere: context, no span."""
+
+    def __init__(self, trace_id: int, span_id: int, sampled: bool, tracestate=None) -> None:
+        self.trace_id, self.span_id, self.sampled, self.tracestate = (
+            trace_id, span_id, sampled, tracestate)
+
+
+@pytest.fixture(params=["python", "native"])
+def sp(request):
+    mod = twin("span", request.param)
+    yield mod
+    mod.configure(None, True, 0, 0, _bits(), (GeneratorExit,))
+
+
+def _bits():
+    counter = itertools.count(5)
+    return lambda n: next(counter) if n == 64 else (7 << 64) | next(counter)
+
+
+def _records(sp, *, parent_based=True, sampler=0, bound=0):
+    out: list[tuple] = []
+    sp.configure(out.append, parent_based, sampler, bound, _bits(),
+                 (asyncio.CancelledError, GeneratorExit))
+    return out
+
+
+def test_a_span_in_a_span_and_their_records(sp) -> None:
+    out = _records(sp)
+    with sp.Span("root", None, "internal", {"a": 1}) as root:
+        assert sp.current.get() is root
+        with sp.Span("child", sp.current.get(), "client", {}) as child:
+            child.set(b="x", c=None)
+            assert child.traceparent == f"00-{root.trace_id:032x}-{child.span_id:016x}-01"
+        assert sp.current.get() is root
+    assert sp.current.get() is None
+    (c_name, c_tid, c_sid, c_pid, c_kind, c_start, c_end, c_attrs, c_err), \
+        (r_name, r_tid, r_sid, r_pid, r_kind, r_start, r_end, r_attrs, r_err) = out
+    assert (c_name, c_kind, r_name, r_kind) == ("child", "client", "root", "internal")
+    assert c_tid == r_tid == root.trace_id and r_tid >> 64 == 7  # 128 bits from the source
+    assert c_pid == r_sid and r_pid == 0 and c_sid != r_sid
+    assert c_attrs == {"b": "x", "c": None} and r_attrs == {"a": 1}  # cleaned downstream
+    assert r_start <= c_start <= c_end <= r_end and c_err is None and r_err is None
+
+
+def test_a_failure_and_a_cancellation(sp) -> None:
+    out = _records(sp)
+    with pytest.raises(KeyError), sp.Span("fails", None, "internal", {}):
+        raise KeyError("x")
+    with pytest.raises(asyncio.CancelledError), sp.Span("cancelled", None, "internal", {}):
+        raise asyncio.CancelledError
+    (f, c) = out
+    assert f[7] == {"error.type": "KeyError"} and f[8] == "KeyError"
+    assert c[7] == {"agentd.cancelled": True} and c[8] is None
+
+
+def test_end_is_idempotent_and_a_started_span_is_not_current(sp) -> None:
+    out = _records(sp)
+    s = sp.Span("spawn", None, "internal", {}, trace_id=42)
+    assert sp.current.get() is None and s.trace_id == 42
+    s.end()
+    s.end()
+    assert len(out) == 1 and out[0][1] == 42 and s.end_ns >= s.start_ns > 0
+
+
+def test_a_remote_parent_and_its_tracestate(sp) -> None:
+    out = _records(sp)
+    parent = Remote(0xABC, 0xDEF, True, "k=v")
+    with sp.Span("served", parent, "server", {}) as s:
+        assert (s.trace_id, s.parent_id, s.tracestate) == (0xABC, 0xDEF, "k=v")
+    assert out[0][1:4] == (0xABC, s.span_id, 0xDEF)
+
+
+def test_sampling(sp) -> None:
+    out = _records(sp, sampler=1)  # roots never
+    with sp.Span("root", None, "internal", {}) as root:
+        with sp.Span("child", root, "internal", {}) as child:
+            assert child.traceparent.endswith("-00")  # propagated, not sampled
+    assert out == []
+    out = _records(sp, parent_based=False, sampler=1)  # each span asks the sampler
+    with sp.Span("child", Remote(1, 2, True), "internal", {}):
+        pass
+    assert out == []
+    out = _records(sp, sampler=2, bound=100)  # a ratio: the trace id's low 64 bits
+    for tid in (99, (5 << 64) | 99, 100, 1 << 63):
+        with sp.Span("r", None, "internal", {}, trace_id=tid):
+            pass
+    assert [r[1] for r in out] == [99, (5 << 64) | 99]
+    out = _records(sp)  # parent-based: a sampled remote parent is followed
+    with sp.Span("child", Remote(1, 2, True), "internal", {}):
+        pass
+    assert len(out) == 1
+
+
+def test_left_in_another_context(sp) -> None:
+    """A span entered in one context and left in another (a cancelled task's
+    cleanup): the reset fails quietly and the span still ends."""
+    out = _records(sp)
+    s = sp.Span("moved", None, "internal", {})
+    contextvars.copy_context().run(s.__enter__)
+    assert s.__exit__(None, None, None) is False
+    assert len(out) == 1
