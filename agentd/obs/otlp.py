@@ -109,9 +109,9 @@ def _int_env(name: str, default: int) -> int:
 class Exporter:
     """A batch exporter driven by the event loop: records in (`put`), OTLP out.
 
-    A finished span's record goes into a bounded deque. When a batch is full,
-    or the schedule delay has passed since the first record of one, the loop
-    that put it encodes the batch and POSTs it (aiohttp, one kept-alive
+    A finished span's record is encoded at once into the batch being built.
+    When a batch is full, or the schedule delay has passed since the first
+    span of one, the loop that put it POSTs it (aiohttp, one kept-alive
     connection, one POST in flight); the loop never waits for the collector.
     `flush()` and `aflush()` send what was put until then; `stop()` ends it.
     """
