@@ -9,8 +9,8 @@ is a small extension object (`agentd_native.span`, a compiled twin with a
 pure-Python fallback) whose context is one `ContextVar`; a finished (sampled)
 span's record is encoded into the batch being built at once (the encoder
 drops None values and scrubs secrets), and the event loop POSTs full batches
-without waiting for the answer (`agentd.obs.otlp`). The SDK's span and batch processor cost a large multiple
-of that per span, made and exported (`benchmarks/bench_obs.py`, its
+without waiting for the answer (`agentd.obs.otlp`). The SDK's span and batch
+processor cost a large multiple of that per span, made and exported (`benchmarks/bench_obs.py`, its
 `obs_span_cost` line; docs/operations.md), and a subagent needs none of it:
 it relays its tuples to its parent (below). So tracing needs no extra package
 at all; what is exported is standard OTLP/HTTP, decoded in the tests with the
