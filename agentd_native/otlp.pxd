@@ -1,11 +1,20 @@
 # C declarations for otlp.py (Cython pure Python mode).  Keep in step with the
 # .py: every name declared here must exist there with the same meaning, except
-# the C-only writers at the end, whose bodies live here: they are called only
-# under `if _COMPILED:` and write into the encoder's buffer.
+# the C-only helpers at the end, whose bodies live here: they are called only
+# under `if _COMPILED:` and write into the encoder's buffer or take the queue's lock.
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
 from libc.string cimport memcpy, memmove
 
 cdef extern from *:
@@ -97,6 +106,26 @@ cdef class SpanEncoder:
 
     @cython.locals(kv=bytes)
     cdef bytes _cached_kv(self, object k, object v)
+
+
+cdef class SpanQueue:
+    cdef readonly SpanEncoder encoder
+    cdef readonly object ready
+    cdef readonly Py_ssize_t batch
+    cdef readonly Py_ssize_t max_queue
+    cdef public Py_ssize_t waiting
+    cdef public bint armed
+    cdef object _wake
+    cdef object _dropped
+    cdef object _running_loop
+    cdef object _lock  # the interpreted twin's (None here)
+    cdef PyThread_type_lock _clock  # the compiled twin's
+
+    @cython.locals(enc=SpanEncoder, failed=object, full=bint, n=Py_ssize_t, loop=object)
+    cpdef put(self, object record)
+
+    @cython.locals(enc=SpanEncoder, n=Py_ssize_t, body=bytes)
+    cpdef tuple pop(self, bint partial)
 
 
 cpdef bytes encode_request(object records, object resource, object scope)
@@ -271,3 +300,34 @@ cdef inline bytes _finish(SpanEncoder e, Py_ssize_t front):
         e._cap = 0
     e._n = 0
     return out
+
+
+# ---------------------------------------------------------------- SpanQueue's C lock
+
+cdef inline int _new_lock(SpanQueue q) except -1:
+    _free_lock(q)  # `__init__` called again
+    q._clock = PyThread_allocate_lock()
+    if q._clock == NULL:
+        raise MemoryError("a lock for the span queue")
+    return 0
+
+
+cdef inline void _free_lock(SpanQueue q) noexcept:
+    if q._clock != NULL:
+        PyThread_free_lock(q._clock)
+        q._clock = NULL
+
+
+cdef inline int _acquire(SpanQueue q) except -1:
+    """Take the queue's lock: at once when free (the GIL held throughout), else
+    waited for without the GIL (its holder may need the GIL to finish)."""
+    if q._clock == NULL:
+        raise RuntimeError("SpanQueue.__init__ was not called")
+    if not PyThread_acquire_lock(q._clock, NOWAIT_LOCK):
+        with nogil:
+            PyThread_acquire_lock(q._clock, WAIT_LOCK)
+    return 0
+
+
+cdef inline void _release(SpanQueue q) noexcept:
+    PyThread_release_lock(q._clock)

@@ -18,19 +18,27 @@ loop. The twins differ only under `if _COMPILED:`: the compiled one writes
 each span straight into one growing buffer (ids, times and integers as C
 writes, cached pieces copied in), the interpreted one joins byte strings.
 Both give the same bytes (`tests/test_native_otlp.py`).
+
+`SpanQueue` is the exporter's sink itself (`Exporter.put` is its bound
+`put`): every finished sampled span goes through it, so the bound, the lock,
+the encoding, the batch cut and the "is a callback due?" test run in C in the
+compiled twin, and the exporter's Python is called back only on the rare
+events (a span dropped, a batch full, no POST or timer due yet).
 """
 
 from __future__ import annotations
 
 import struct
 import types
+from _thread import allocate_lock as _allocate_lock
+from collections import deque
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing this module stays cheap
     from collections.abc import Callable, Collection, Iterable, Mapping
     from typing import Any
 
-__all__ = ["COMPILED", "SpanEncoder", "encode_request"]
+__all__ = ["COMPILED", "SpanEncoder", "SpanQueue", "encode_request"]
 
 
 def _probe() -> None:
@@ -324,6 +332,115 @@ class SpanEncoder:
             self._values.setdefault(k, {})[v] = kv
             self._nvalues += 1
         return kv
+
+
+class SpanQueue:
+    """The spans waiting to be sent: a `SpanEncoder`'s batch being built, and the
+    full batches encoded (`ready`, `(bytes, spans)` pairs, oldest first).
+
+    Why a class of its own: `put` is the tracing sink, called once per finished
+    sampled span, and the exporter's scheduling is Python (a loop, its tasks and
+    timers). Here the common case is decided without it: the bound checked, the
+    span encoded under the queue's lock, the batch cut when full; then
+    `wake(full, loop)` is called only when the batch became full or nothing is
+    due (`armed` False: no POST, kick or timer pending, which the exporter keeps
+    in step) and a loop runs here (`running_loop()`, asyncio's, None outside
+    one: the span then waits for a later put or a flush). `dropped(None)`: the
+    bound dropped a span; `dropped(exc)`: a record could not be encoded (dropped
+    too). `put` never raises an `Exception` into the span's end.
+
+    The lock: `pop` (the exporter's, from any thread: a flush runs in a thread
+    of its own when its caller's loop must wait) takes batches while `put` may
+    be encoding (which can let go of the GIL: it calls `secrets()`, `str()` of
+    a value). The compiled twin's is a C lock (`PyThread_*`), taken with the
+    GIL held and, only when another thread holds it, waited for without: a
+    `threading.Lock` would cost two Python calls per span from C (its
+    `acquire` parsing its arguments each time), more than the rest of `put`
+    but the encoding.
+    """
+
+    def __init__(self, encoder: SpanEncoder, batch: int, max_queue: int,
+                 wake: Callable[[bool, Any], None], dropped: Callable[[Exception | None], None],
+                 running_loop: Callable[[], Any]) -> None:
+        self.encoder = encoder
+        self.ready: deque[tuple[bytes, int]] = deque()
+        self.batch = max(batch, 1)
+        self.max_queue = max_queue
+        self.waiting = 0  # spans in the encoder and in `ready`
+        self.armed = False  # a callback is due already: `wake` only for a full batch
+        self._wake = wake
+        self._dropped = dropped
+        self._running_loop = running_loop
+        self._lock = None if _COMPILED else _allocate_lock()  # the interpreted twin's
+        if _COMPILED:
+            _new_lock(self)  # type: ignore[name-defined]  # noqa: F821
+
+    def __dealloc__(self) -> None:
+        """The compiled twin's C lock freed (never called in the interpreted one)."""
+        if _COMPILED:
+            _free_lock(self)  # type: ignore[name-defined]  # noqa: F821
+
+    def put(self, record: tuple) -> None:
+        """Encode a finished span into the batch being built (a few bytes kept, not
+        its record); past `max_queue` spans waiting, drop it instead."""
+        if self.waiting >= self.max_queue:
+            self._dropped(None)
+            return
+        enc = self.encoder
+        failed = None
+        full = False
+        if _COMPILED:
+            _acquire(self)  # type: ignore[name-defined]  # noqa: F821
+        else:
+            self._lock.acquire()  # type: ignore[union-attr]
+        try:
+            try:
+                enc.add(record)
+            except Exception as exc:
+                failed = exc
+            else:
+                self.waiting += 1
+                n = enc.pending
+                if n >= self.batch:
+                    self.ready.append((enc.take(), n))
+                    full = True
+        finally:
+            if _COMPILED:
+                _release(self)  # type: ignore[name-defined]  # noqa: F821
+            else:
+                self._lock.release()  # type: ignore[union-attr]
+        if failed is not None:
+            self._dropped(failed)
+            return
+        if self.armed and not full:
+            return
+        loop = self._running_loop()
+        if loop is not None:
+            self._wake(full, loop)
+
+    def pop(self, partial: bool) -> tuple[bytes, int] | None:
+        """The next encoded batch to send and its spans, no longer waiting: a full
+        one, else (`partial`) what the encoder holds; None when there is none."""
+        enc = self.encoder
+        if _COMPILED:
+            _acquire(self)  # type: ignore[name-defined]  # noqa: F821
+        else:
+            self._lock.acquire()  # type: ignore[union-attr]
+        try:
+            if self.ready:
+                body, n = self.ready.popleft()
+            elif partial and enc.pending:
+                n = enc.pending
+                body = enc.take()
+            else:
+                return None
+            self.waiting -= n
+            return body, n
+        finally:
+            if _COMPILED:
+                _release(self)  # type: ignore[name-defined]  # noqa: F821
+            else:
+                self._lock.release()  # type: ignore[union-attr]
 
 
 def encode_request(records: list[tuple], resource: Mapping[str, Any],

@@ -15,6 +15,12 @@ current span, and the settings `configure()` gives it (where a finished
 sampled span's record goes, the sampler, the random source, which exceptions
 mark a span cancelled rather than failed). A record is `(name, trace_id,
 span_id, parent_id, kind, start_ns, end_ns, attrs, error)`.
+
+And the facade's per-call helpers, for the same reason: `child()` (a span
+under the current one, without the facade's keyword packing), `Steps` (a
+loop's consecutive step spans), `headers()` and `meta()` (the current span's
+trace context as W3C headers and spliced into an MCP request's `_meta`).
+The facade calls them only while tracing is on.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
     from typing import Any, Literal
 
-__all__ = ["COMPILED", "Span", "configure", "current"]
+__all__ = ["COMPILED", "Span", "Steps", "child", "configure", "current", "headers", "meta"]
 
 
 def _probe() -> None:
@@ -41,6 +47,8 @@ COMPILED: bool = type(_probe) is not types.FunctionType
 #: The current span (or a remote parent: anything with trace_id, span_id,
 #: sampled and tracestate), set by `Span.__enter__`.
 current: contextvars.ContextVar = contextvars.ContextVar("agentd_span", default=None)
+# its methods, bound once (the compiled twin would make a bound method per call)
+_get, _set, _reset = current.get, current.set, current.reset
 
 _U64 = 0xFFFFFFFFFFFFFFFF
 _sink = None  # where a finished sampled span's record goes (None: nowhere)
@@ -76,17 +84,30 @@ def _root_sampled(trace_id: int) -> bool:
 class Span:
     """A live span; `with` makes it current for the block, its end records it."""
 
-    __slots__ = ("_token", "_tp", "attrs", "end_ns", "error", "kind", "name", "parent_id",
-                 "sampled", "span_id", "start_ns", "trace_id", "tracestate")
+    __slots__ = ("_headers", "_tail", "_token", "_tp", "attrs", "end_ns", "error", "kind",
+                 "name", "parent_id", "sampled", "span_id", "start_ns", "trace_id",
+                 "tracestate")
 
     def __init__(self, name: str, parent: Any, kind: str, attrs: dict[str, Any],
                  trace_id: int = 0) -> None:
+        self._init(name, parent, kind, attrs, trace_id)
+
+    def _init(self, name: str, parent: Any, kind: str, attrs: dict[str, Any],
+              trace_id: int) -> int:
         self.name = name
         self.kind = kind
         self.attrs = attrs  # as given: cleaned where they leave the process (encoder, relay)
         self._tp: str | None = None
+        self._headers: list[tuple[str, str]] | None = None
+        self._tail: bytes | None = None
         self.span_id = _random_bits(64) or 1  # type: ignore[misc]
-        if parent is not None:
+        if type(parent) is Span:  # the usual parent: read as C fields when compiled
+            up = parent
+            self.trace_id: int = up.trace_id
+            self.parent_id: int = up.span_id
+            self.sampled: bool = up.sampled if _parent_based else _root_sampled(self.trace_id)
+            self.tracestate: str | None = up.tracestate
+        elif parent is not None:  # a remote parent, or anything with the same fields
             self.trace_id = parent.trace_id
             self.parent_id = parent.span_id
             self.sampled = parent.sampled if _parent_based else _root_sampled(self.trace_id)
@@ -100,12 +121,17 @@ class Span:
         self.end_ns = 0
         self._token: Any = None
         self.start_ns = _time_ns()
+        return 0
 
     def __enter__(self) -> Span:
-        self._token = current.set(self)
+        self._token = _set(self)
         return self
 
     def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        self._exit(exc)
+        return False
+
+    def _exit(self, exc: BaseException | None) -> int:
         if exc is not None:
             if isinstance(exc, _cancelled):
                 self.attrs["agentd.cancelled"] = True
@@ -116,15 +142,19 @@ class Span:
         if token is not None:
             self._token = None
             try:
-                current.reset(token)
+                _reset(token)
             except ValueError:  # left in another context (a cancelled task): harmless
                 pass
         self._finish()
-        return False
+        return 0
 
     def set(self, **attrs: Any) -> None:
         """Add attributes (None values are dropped, strings scrubbed of secrets, both
         where the span leaves the process)."""
+        self.attrs.update(attrs)
+
+    def update(self, attrs: dict[str, Any]) -> None:
+        """`set()` from a dict (no keyword packing on a hot path)."""
         self.attrs.update(attrs)
 
     def end(self) -> None:
@@ -148,3 +178,95 @@ class Span:
             tp = self._tp = (f"00-{self.trace_id:032x}-{self.span_id:016x}-"
                              f"{'01' if self.sampled else '00'}")
         return tp
+
+    def _w3c(self) -> list[tuple[str, str]]:
+        """The W3C headers of this span's context (made once: they are not changed)."""
+        out = self._headers
+        if out is None:
+            out = [("traceparent", self.traceparent)]
+            if self.tracestate:
+                out.append(("tracestate", self.tracestate))
+            self._headers = out
+        return out
+
+    def _meta_tail(self) -> bytes:
+        """`"traceparent":"...",` and its tracestate, as JSON members, and `}`."""
+        tail = self._tail
+        if tail is None:
+            tail = b'"traceparent":"' + self.traceparent.encode() + b'"'
+            if self.tracestate:
+                import orjson  # a tracestate may need escaping; rare
+
+                tail += b',"tracestate":' + orjson.dumps(self.tracestate)
+            tail = self._tail = tail + b"}"
+        return tail
+
+
+def _span(name: str, parent: Any, kind: str, attrs: dict[str, Any]) -> Span:
+    """A span made without the constructor's argument parsing."""
+    span = Span.__new__(Span)
+    span._init(name, parent, kind, attrs, 0)
+    return span
+
+
+def child(name: str, kind: str, attrs: dict[str, Any]) -> Span:
+    """A span under the current one (or a root); `attrs` becomes its own dict."""
+    return _span(name, _get(), kind, attrs)
+
+
+class Steps:
+    """Consecutive `agent.step` spans of one loop: `next(n)` ends the current step's
+    span and makes step n's current; `close(exc)` ends the last (idempotent).
+
+    Why not `with`: the step is the body of the loop's `while`, which returns from
+    several places; this keeps the span without re-shaping that code.
+    """
+
+    __slots__ = ("_cur",)
+
+    def __init__(self) -> None:
+        self._cur: Span | None = None
+
+    def next(self, step: int) -> None:
+        self.close(None)
+        cur = self._cur = _span("agent.step", _get(), "internal", {"agentd.step": step})
+        cur._token = _set(cur)
+
+    def close(self, exc: BaseException | None) -> None:
+        cur = self._cur
+        if cur is not None:
+            self._cur = None
+            cur._exit(exc)
+
+
+def headers() -> list[tuple[str, str]]:
+    """The W3C trace-context HTTP headers of the current span ([] without one).
+    The list is the span's own: extend a copy, do not change it."""
+    cur = _get()
+    if cur is None:
+        return []
+    return cur._w3c()
+
+
+_meta_heads: dict = {}  # a `_meta` object -> its bytes up to the splice
+
+
+def meta(meta_json: bytes, head_of: Callable[[bytes], bytes | None]) -> bytes:
+    """`meta_json` (a JSON object) with the current span's `traceparent` and
+    `tracestate` set in it; the argument itself without a span or when it is
+    not a JSON object. `head_of(meta_json)` gives the object's bytes without its
+    trace context and its closing brace (`{...,` or `{`), or None; it is asked
+    once per distinct `meta_json` (a client's `_meta` is the same on every call).
+    """
+    cur = _get()
+    if cur is None:
+        return meta_json
+    head = _meta_heads.get(meta_json)
+    if head is None:
+        head = head_of(meta_json)
+        if head is None:
+            return meta_json
+        if len(_meta_heads) >= 64:
+            _meta_heads.clear()
+        _meta_heads[meta_json] = head
+    return head + cur._meta_tail()

@@ -297,10 +297,138 @@ def test_a_bad_span_added_leaves_the_request_as_it_was(om, bad) -> None:
         enc.request([good])
 
 
+# --- SpanQueue: the exporter's sink ---------------------------------------------------
+
+def _rec(i: int) -> tuple:
+    return (f"s{i}", 7, i + 1, 0, "internal", 1, 2, {"i": i, "m": "x"}, None)
+
+
+class _Calls:
+    """The exporter's side of a SpanQueue, recorded: `wake` arms the queue, as
+    `Exporter._wake` does when it schedules something."""
+
+    def __init__(self, loop: object = "the loop") -> None:
+        self.wakes: list[tuple[bool, object]] = []
+        self.drops: list[Exception | None] = []
+        self.loop = loop
+        self.queue = None
+
+    def make(self, om, batch: int, max_queue: int):
+        self.queue = om.SpanQueue(om.SpanEncoder(RESOURCE, SCOPE), batch, max_queue,
+                                  self.wake, self.drops.append, lambda: self.loop)
+        return self.queue
+
+    def wake(self, full: bool, loop: object) -> None:
+        self.wakes.append((full, loop))
+        self.queue.armed = True
+
+
+def test_the_queue_cuts_batches_at_the_batch_size_and_pops_them(om) -> None:
+    calls = _Calls()
+    q = calls.make(om, 3, 100)
+    for i in range(7):
+        assert q.put(_rec(i)) is None
+    assert q.waiting == 7 and q.encoder.pending == 1
+    expected = [[_rec(i) for i in range(j, min(j + 3, 7))] for j in (0, 3, 6)]
+    py = twin("otlp", "python")
+    assert list(q.ready) == [(py.encode_request(b, RESOURCE, SCOPE), 3) for b in expected[:2]]
+    assert q.pop(False) == (py.encode_request(expected[0], RESOURCE, SCOPE), 3)
+    assert q.waiting == 4
+    assert q.pop(True) == (py.encode_request(expected[1], RESOURCE, SCOPE), 3)
+    assert q.pop(False) is None and q.waiting == 1  # the batch being built: only when partial
+    assert q.pop(True) == (py.encode_request(expected[2], RESOURCE, SCOPE), 1)
+    assert q.waiting == 0 and q.pop(True) is None and not q.ready
+    assert calls.drops == []
+
+
+def test_the_queue_bound_drops_and_calls_back(om) -> None:
+    calls = _Calls()
+    q = calls.make(om, 2, 3)  # a full batch waits too: the bound counts both
+    for i in range(5):
+        q.put(_rec(i))
+    assert calls.drops == [None, None]
+    assert q.waiting == 3 and len(q.ready) == 1 and q.encoder.pending == 1
+    q.pop(True)
+    q.put(_rec(9))  # room again
+    assert calls.drops == [None, None] and q.waiting == 2
+
+
+@pytest.mark.parametrize("bad", [
+    None,  # not a record
+    ("s", 1, -2, 0, "internal", 1, 2, {}, None),  # a negative span id
+    ("s", 1, 2, 0, "internal", 1, 2, {"a": 1}),  # eight fields
+])
+def test_an_unencodable_record_is_dropped_and_reported_not_raised(om, bad) -> None:
+    calls = _Calls()
+    q = calls.make(om, 10, 100)
+    q.put(_rec(0))
+    q.put(bad)
+    q.put(_rec(1))
+    assert len(calls.drops) == 1 and isinstance(calls.drops[0], Exception)
+    assert q.waiting == 2
+    py = twin("otlp", "python")
+    assert q.pop(True) == (py.encode_request([_rec(0), _rec(1)], RESOURCE, SCOPE), 2)
+
+
+def test_the_queue_wakes_the_exporter_only_when_something_is_to_be_scheduled(om) -> None:
+    calls = _Calls()
+    q = calls.make(om, 3, 100)
+    q.put(_rec(0))
+    assert calls.wakes == [(False, "the loop")] and q.armed  # the first span: a timer
+    q.put(_rec(1))
+    assert len(calls.wakes) == 1  # armed: nothing to do
+    q.put(_rec(2))
+    assert calls.wakes[1:] == [(True, "the loop")]  # a full batch, armed or not
+    q.put(_rec(3))
+    assert len(calls.wakes) == 2
+    q.armed = False  # the exporter's callback ran (a POST, a timer fired)
+    q.put(_rec(4))
+    assert calls.wakes[2:] == [(False, "the loop")]
+
+
+def test_without_a_running_loop_the_queue_wakes_nobody(om) -> None:
+    calls = _Calls(loop=None)
+    q = calls.make(om, 2, 100)
+    for i in range(5):
+        q.put(_rec(i))
+    assert calls.wakes == [] and not q.armed and q.waiting == 5 and len(q.ready) == 2
+
+
+def test_the_queue_is_shared_safely_with_a_thread_that_pops(om) -> None:
+    """A flush takes batches from another thread while spans are put: every span
+    is in exactly one batch (the secrets callable lets go of the GIL mid-encode)."""
+    import threading
+    import time
+
+    def secrets():
+        time.sleep(0)
+        return ()
+
+    q = om.SpanQueue(om.SpanEncoder(RESOURCE, SCOPE, secrets), 5, 1 << 20,
+                     lambda full, loop: None, lambda exc: None, lambda: None)
+    taken: list[int] = []
+    done = threading.Event()
+
+    def popper() -> None:
+        while not done.is_set() or q.waiting:
+            got = q.pop(True)
+            if got is not None:
+                taken.append(got[1])
+
+    thread = threading.Thread(target=popper)
+    thread.start()
+    for i in range(3000):
+        q.put(_rec(i))
+    done.set()
+    thread.join(10)
+    assert sum(taken) == 3000 and q.waiting == 0 and q.encoder.pending == 0
+
+
 def test_the_exporter_uses_this_encoder() -> None:
     import agentd.obs.otlp as exporter
     import agentd_native.otlp
 
     assert exporter.SpanEncoder is agentd_native.otlp.SpanEncoder
+    assert exporter.SpanQueue is agentd_native.otlp.SpanQueue
     assert exporter.encode_request is agentd_native.otlp.encode_request
     assert {"SpanEncoder", "encode_request"} <= set(exporter.__all__)

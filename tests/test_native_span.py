@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import uuid
 
 import pytest
 from native_twins import twin
@@ -118,3 +119,64 @@ def test_left_in_another_context(sp) -> None:
     contextvars.copy_context().run(s.__enter__)
     assert s.__exit__(None, None, None) is False
     assert len(out) == 1
+
+
+def test_child_and_consecutive_steps(sp) -> None:
+    """`child()` is a span under the current one; `Steps` ends each step's span
+    as the next begins, and `close()` the last, with the error it was given."""
+    out = _records(sp)
+    with sp.Span("run", None, "internal", {}) as run:
+        steps = sp.Steps()
+        for n in (1, 2):
+            steps.next(n)
+            step = sp.current.get()
+            assert step.parent_id == run.span_id and step.attrs == {"agentd.step": n}
+            with sp.child("intelligence.call", "client", {"m": "x"}) as call:
+                call.update({"tokens": 5})
+                assert call.parent_id == step.span_id and call.kind == "client"
+        steps.close(KeyError("k"))
+        steps.close(None)  # idempotent
+        assert sp.current.get() is run
+        orphan = sp.child("late", "internal", {})
+        assert orphan.parent_id == run.span_id and sp.current.get() is run
+    assert sp.child("root", "internal", {}).parent_id == 0  # no span: a new trace
+    names = [(r[0], r[7], r[8]) for r in out]
+    assert names == [("intelligence.call", {"m": "x", "tokens": 5}, None),
+                     ("agent.step", {"agentd.step": 1}, None),
+                     ("intelligence.call", {"m": "x", "tokens": 5}, None),
+                     ("agent.step", {"agentd.step": 2, "error.type": "KeyError"}, "KeyError"),
+                     ("run", {}, None)]
+
+
+def test_the_current_span_as_headers_and_in_meta(sp) -> None:
+    """The W3C headers and the `_meta` splice of the current span: nothing
+    without one; a tracestate is escaped as JSON; a `_meta` that is not an
+    object is left alone; `head_of` is asked once per distinct `_meta`."""
+    import orjson
+
+    _records(sp)
+    asked: list[bytes] = []
+    one = b'{"a":"%s"}' % uuid.uuid4().hex.encode()  # the twin's cache has never seen it
+    empty, array = b"{ }", b"[%d]" % uuid.uuid4().int
+
+    def head_of(meta: bytes) -> bytes | None:
+        asked.append(meta)
+        obj = orjson.loads(meta)
+        if not isinstance(obj, dict):
+            return None
+        return orjson.dumps(obj)[:-1] + b"," if obj else b"{"
+
+    a = orjson.loads(one)["a"]
+    assert sp.headers() == [] and sp.meta(one, head_of) == one
+    with sp.Span("call", None, "client", {}) as s:
+        tp = s.traceparent
+        assert sp.headers() == [("traceparent", tp)]
+        for _ in range(2):
+            assert orjson.loads(sp.meta(one, head_of)) == {"a": a, "traceparent": tp}
+        assert orjson.loads(sp.meta(empty, head_of)) == {"traceparent": tp}
+        assert sp.meta(array, head_of) == array
+    assert asked == [one, empty, array]
+    with sp.Span("served", Remote(1, 2, True, 'k="v"\\'), "server", {}) as s:
+        assert sp.headers() == [("traceparent", s.traceparent), ("tracestate", 'k="v"\\')]
+        assert orjson.loads(sp.meta(one, head_of)) == {
+            "a": a, "traceparent": s.traceparent, "tracestate": 'k="v"\\'}

@@ -391,6 +391,34 @@ async def test_the_loop_exports_full_batches_and_late_spans_without_a_flush(
             await exporter.astop()
 
 
+async def test_a_span_put_while_a_post_is_in_flight_is_sent_without_another_put(
+        monkeypatch) -> None:
+    """`put` does not call the exporter back while a POST is in flight (its sink
+    is the queue's, in C when compiled): when that POST ends, the spans put
+    meanwhile get their timer, and go out with no further put nor a flush."""
+    require_modules("opentelemetry.proto")
+    from agentd.obs.otlp import Exporter
+
+    async with OtlpReceiver() as otlp:
+        _no_otel_env(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=otlp.endpoint,
+                     OTEL_BSP_MAX_EXPORT_BATCH_SIZE="2", OTEL_BSP_SCHEDULE_DELAY="200")
+        exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
+        assert exporter.put.__self__ is exporter._queue  # the sink itself, no Python between
+        try:
+            for i in range(2):  # the first starts the timer, the second fills the batch
+                exporter.put((f"s{i}", 1, i + 1, 0, "internal", 1, 2, {}, None))
+            await asyncio.sleep(0)  # the kick: the batch's POST starts
+            assert exporter._sending is not None and exporter._timer is not None
+            exporter._timer.cancel()
+            exporter._pump(True)  # the timer fires while the POST is in flight: a no-op
+            assert exporter._sending is not None and exporter._timer is None
+            exporter.put(("meanwhile", 1, 9, 0, "internal", 1, 2, {}, None))
+            await otlp.wait_for("meanwhile", limit=10)
+            assert otlp.requests == 2
+        finally:
+            await exporter.astop()
+
+
 def test_a_full_queue_drops_new_spans_and_counts_them(monkeypatch) -> None:
     """Past OTEL_BSP_MAX_QUEUE_SIZE spans waiting, a span that ends is dropped (never
     waited for, as the OTel SDK drops it) and counted in

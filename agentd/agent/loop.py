@@ -237,7 +237,7 @@ class Loop:
             defs = self.actions.refresh()
             t0 = time.perf_counter()
             try:
-                with trace.span("intelligence.call", kind="client", **self._call_attrs) \
+                with trace.child("intelligence.call", "client", self._call_attrs.copy()) \
                         if trace.enabled else trace.NOSPAN as call_span:
                     try:
                         completion = await self.intelligence.complete(messages, defs)
@@ -247,7 +247,7 @@ class Loop:
                         metrics.INTELLIGENCE.inc(self._model, "error")
                         raise
                     if trace.enabled:
-                        call_span.set(**{
+                        call_span.update({
                             "gen_ai.usage.input_tokens": completion.usage.prompt_tokens,
                             "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
                             "agentd.tool_calls": len(completion.tool_calls)})

@@ -201,11 +201,13 @@ class StreamableHTTPTransport:
             raise TransportError("transport is closed", sent=False)
         had_session = self.session_id is not None
         hdrs = self._post_headers
-        if trace.enabled:  # W3C trace context of the live span (agentd.obs.trace)
-            headers = [*headers, *trace.headers()]
         if headers:
             hdrs = CIMultiDict(hdrs)
             hdrs.extend(headers)
+        if trace.enabled and (w3c := trace.headers()):  # the live span's W3C trace context
+            if hdrs is self._post_headers:  # the prebuilt headers are shared: copy them
+                hdrs = CIMultiDict(hdrs)
+            hdrs.extend(w3c)
         resp = await self._send_authorized(
             lambda h: http.post(self._url, data=body, headers=h), hdrs)
         try:

@@ -28,10 +28,9 @@ class McpCall:
         self.outcome = "fault"
         self._span: Any = None  # tracing off: no span, one check per use
         if trace.enabled:
-            attrs: dict[str, Any] = {
+            self._span = trace.child("tools/call " + self.tool, "client", {
                 "mcp.method.name": "tools/call", "gen_ai.tool.name": self.tool,
-                "mcp.protocol.version": revision, "agentd.mcp.server": server}
-            self._span = trace.span(f"tools/call {self.tool}", kind="client", **attrs)
+                "mcp.protocol.version": revision, "agentd.mcp.server": server})
 
     def __enter__(self) -> McpCall:
         if self._span is not None:

@@ -11,12 +11,15 @@ in `agentd_native.otlp` (re-exported here), a compiled twin of the byte layer
 what its interpreted fallback costs. The tests decode every export with the
 official `opentelemetry-proto` types, the way a collector does.
 
-Where the cost goes: a finished span's tuple is appended to a bounded deque
-(`Exporter.put`). When a batch is full, or the schedule delay has passed
-since the first span of one, the loop that put it encodes the batch and POSTs
-it with aiohttp on one kept-alive connection, in a task of the exporter's
-own (one POST in flight; the spans that end meanwhile wait in the deque),
-and goes on: the loop never waits for the collector. Why not a thread: the
+Where the cost goes: a finished span's tuple is encoded at once into the
+batch being built (`Exporter.put`, which is `SpanQueue.put` of the same
+compiled twin: bounded, encoded and batched in C, the exporter's Python called
+back only when a batch fills, a span is dropped, or nothing is scheduled yet).
+When a batch is full, or the schedule delay has passed since the first span
+of one, the loop that put it POSTs the batch with aiohttp on one kept-alive
+connection, in a task of the exporter's own (one POST in flight; the spans
+that end meanwhile wait, encoded, and their timer starts when it ends), and
+goes on: the loop never waits for the collector. Why not a thread: the
 loop holds the GIL while it runs, and a thread gets it back after every
 wake-up and socket call only when it happens to win it from a busy loop
 (measured: tens of milliseconds), while each of the loop's hand-overs in the
@@ -55,14 +58,13 @@ import os
 import ssl
 import threading
 import urllib.parse
-from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from agentd.obs import metrics
-from agentd_native.otlp import SpanEncoder, encode_request
+from agentd_native.otlp import SpanEncoder, SpanQueue, encode_request
 
-__all__ = ["Exporter", "SpanEncoder", "encode_request", "resource_attributes"]
+__all__ = ["Exporter", "SpanEncoder", "SpanQueue", "encode_request", "resource_attributes"]
 
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
 
@@ -114,7 +116,18 @@ class Exporter:
     span of one, the loop that put it POSTs it (aiohttp, one kept-alive
     connection, one POST in flight); the loop never waits for the collector.
     `flush()` and `aflush()` send what was put until then; `stop()` ends it.
+
+    `put(record)` (the tracing sink) never blocks and never raises: past
+    `OTEL_BSP_MAX_QUEUE_SIZE` spans waiting, a span is dropped, as the OTel
+    SDK's batch processor drops it, and counted
+    (`agentd_trace_spans_dropped_total{reason="queue_full"}`); a record that
+    cannot be encoded is dropped and logged. It is the bound `put` of a
+    `SpanQueue` (why: it runs once per span, in C when compiled), which calls
+    `_wake` only when a batch is full or no POST, kick or timer is due (its
+    `armed` flag, kept in step by `_rearm` wherever those change).
     """
+
+    put: Callable[[tuple], None]
 
     def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str], *,
                  secrets: Callable[[], Collection[str]] = tuple) -> None:
@@ -148,13 +161,15 @@ class Exporter:
             if cert:
                 self._ssl.load_cert_chain(cert, key)
         self._encoder = SpanEncoder(resource, scope, secrets)
-        self._encoding = threading.Lock()  # a flush from another thread takes spans too
         self._delay = max(_int_env("OTEL_BSP_SCHEDULE_DELAY", 5000), 1) / 1000
         self._max_queue = max(_int_env("OTEL_BSP_MAX_QUEUE_SIZE", 2048), 1)
         self._batch = min(max(_int_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), 1),
                           self._max_queue)  # as the OTel SDK
-        self._ready: deque[tuple[bytes, int]] = deque()  # encoded batches, and their spans
-        self._queued = 0  # spans waiting: in the encoder and in `_ready`
+        # the spans waiting (`waiting`): in the encoder, and encoded batches (`ready`);
+        # a flush from another thread takes them too (`pop`, under the queue's lock)
+        self._queue = SpanQueue(self._encoder, self._batch, self._max_queue, self._wake,
+                                self._drop, asyncio._get_running_loop)
+        self.put = self._queue.put
         self.dropped = 0
         self.exported = 0
         self.failures = 0
@@ -167,47 +182,39 @@ class Exporter:
 
     # ------------------------------------------------------------ the loop's side
 
-    def put(self, record: tuple) -> None:
-        """Encode a finished span into the batch being built (a few bytes kept,
-        not its record), and now and then schedule a POST.
-
-        Never blocks and never raises: past `OTEL_BSP_MAX_QUEUE_SIZE` spans
-        waiting, a span is dropped, as the OTel SDK's batch processor drops
-        it, and counted (`agentd_trace_spans_dropped_total{reason="queue_full"}`);
-        a record that cannot be encoded is dropped and logged.
-        """
-        if self._queued >= self._max_queue:
-            self.dropped += 1
-            metrics.SPANS_DROPPED.inc("queue_full")
-            return
-        enc = self._encoder
-        with self._encoding:
-            try:
-                enc.add(record)
-            except Exception as exc:
-                self._failed(1, f"encode: {type(exc).__name__}: {exc}")
-                return
-            self._queued += 1
-            full = enc.pending >= self._batch
-            if full:
-                self._ready.append((enc.take(), self._batch))
+    def _wake(self, full: bool, loop: asyncio.AbstractEventLoop) -> None:
+        """From `put` on `loop`: a batch became full (POST it soon), or a span waits
+        and nothing was due (`armed` False): start the schedule delay's timer."""
         if self._kicked or self._sending is not None or (self._timer is not None and not full):
+            self._rearm()
             return  # a callback is due already
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a span ended outside any loop: a later put or flush sends it
-            return
         self._adopt(loop)
         if full:
             self._kicked = True
             loop.call_soon(self._pump, False)
         elif self._timer is None and not self._stopped:
             self._timer = loop.call_later(self._delay, self._pump, True)
+        self._rearm()
+
+    def _drop(self, exc: Exception | None) -> None:
+        """From `put`: a span dropped, past the queue bound (None) or unencodable."""
+        if exc is None:
+            self.dropped += 1
+            metrics.SPANS_DROPPED.inc("queue_full")
+        else:
+            self._failed(1, f"encode: {type(exc).__name__}: {exc}")
+
+    def _rearm(self) -> None:
+        """Tell the queue whether a callback is due (a kick, a POST in flight, a
+        timer; or stopped: none will be): while one is, `put` stays in C."""
+        self._queue.armed = (self._kicked or self._sending is not None
+                             or self._timer is not None or self._stopped)
 
     def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         """Export on `loop` from now on, if the loop that did is gone (or none did)."""
         if self._loop is not loop and (self._loop is None or self._loop.is_closed()):
             self._loop, self._session, self._sending, self._timer = loop, None, None, None
+            self._rearm()
 
     def _pump(self, due: bool) -> None:
         """Start the next POST: a full batch, or (the schedule delay passed) what
@@ -215,34 +222,29 @@ class Exporter:
         self._kicked = False
         if due:
             self._timer = None
-        if self._sending is not None or self._stopped:
-            return
-        loop = asyncio.get_running_loop()
-        batch = self._next(due)
-        if batch is not None:
-            self._sending = task = loop.create_task(self._send(*batch, loop))
-            task.add_done_callback(self._sent)
-        if self._queued and self._timer is None:
-            self._timer = loop.call_later(self._delay, self._pump, True)
+        if self._sending is None and not self._stopped:
+            loop = asyncio.get_running_loop()
+            batch = self._next(due)
+            if batch is not None:
+                self._sending = task = loop.create_task(self._send(*batch, loop))
+                task.add_done_callback(self._sent)
+            if self._queue.waiting and self._timer is None:
+                self._timer = loop.call_later(self._delay, self._pump, True)
+        self._rearm()
 
     def _sent(self, task: asyncio.Task) -> None:
+        """The POST ended: the next full batch, or the timer for spans put meanwhile
+        (`put` did not wake the exporter while the POST was in flight)."""
         self._sending = None
-        if not task.cancelled() and self._ready:
+        if not task.cancelled() and self._queue.waiting:
             self._pump(False)
+        else:
+            self._rearm()
 
     def _next(self, partial: bool) -> tuple[bytes, int] | None:
         """The next encoded batch to send: a full one, else (`partial`) what the
         encoder holds; None when there is none."""
-        with self._encoding:
-            if self._ready:
-                body, n = self._ready.popleft()
-            elif partial and self._encoder.pending:
-                n = self._encoder.pending
-                body = self._encoder.take()
-            else:
-                return None
-            self._queued -= n
-            return body, n
+        return self._queue.pop(partial)
 
     # ------------------------------------------------------------ sending
 
@@ -317,7 +319,7 @@ class Exporter:
                 while (batch := self._next(True)) is not None:
                     await self._send(*batch, asyncio.get_running_loop())
 
-        if not self._queued:
+        if not self._queue.waiting:
             return
         try:
             asyncio.get_running_loop()
@@ -351,6 +353,7 @@ class Exporter:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+        self._rearm()
         session, self._session = self._session, None
         return session
 

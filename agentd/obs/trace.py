@@ -55,12 +55,14 @@ from typing import Any, Literal
 
 from agentd_native import span as _spans
 from agentd_native.span import Span as _Span
+from agentd_native.span import child
 from agentd_native.traceparent import parse_traceparent
 
 __all__ = [
     "NOSPAN",
     "aflush",
     "ashutdown",
+    "child",
     "current_traceparent",
     "enabled",
     "flush",
@@ -106,6 +108,9 @@ class _NoSpan:
         return False
 
     def set(self, **attrs: Any) -> None:
+        pass
+
+    def update(self, attrs: dict[str, Any]) -> None:
         pass
 
     def end(self) -> None:
@@ -160,28 +165,7 @@ class NoSteps:
 NOSTEPS = NoSteps()
 
 
-class Steps:
-    """Consecutive `agent.step` spans of one loop: `next(n)` ends the current step's
-    span and makes step n's current; `close(exc)` ends the last (idempotent).
-
-    Why not `with`: the step is the body of the loop's `while`, which returns from
-    several places; this keeps the span without re-shaping that code.
-    """
-
-    __slots__ = ("_cur",)
-
-    def __init__(self) -> None:
-        self._cur: _Span | None = None
-
-    def next(self, step: int) -> None:
-        self.close(None)
-        cur = self._cur = _Span("agent.step", _current.get(), "internal", {"agentd.step": step})
-        cur.__enter__()
-
-    def close(self, exc: BaseException | None) -> None:
-        cur, self._cur = self._cur, None
-        if cur is not None:
-            cur.__exit__(type(exc) if exc is not None else None, exc, None)
+Steps = _spans.Steps  # a loop's consecutive `agent.step` spans (compiled twin)
 
 
 def steps() -> Steps | NoSteps:
@@ -189,6 +173,11 @@ def steps() -> Steps | NoSteps:
 
 
 # ------------------------------------------------------------------ the facade
+
+# `child(name, kind, attrs)`: `span(name, kind=kind, **attrs)` without the keyword
+# packing, for hot paths that checked `enabled` themselves (a loop step, an MCP
+# call); `attrs` becomes the span's own dict.
+
 
 def span(name: str, *, parent: str | None = None, tracestate: str | None = None,
          kind: str = "internal", root: bool = False, **attrs: Any) -> _Span | _NoSpan:
@@ -247,12 +236,9 @@ def current_tracestate() -> str | None:
 
 
 def headers() -> list[tuple[str, str]]:
-    """The W3C trace-context HTTP headers of the current span ([] when off)."""
-    tp = current_traceparent()
-    if tp is None:
-        return []
-    ts = current_tracestate()
-    return [("traceparent", tp), ("tracestate", ts)] if ts else [("traceparent", tp)]
+    """The W3C trace-context HTTP headers of the current span ([] when off).
+    The list may be the span's own: extend a copy, do not change it."""
+    return _spans.headers() if enabled else []
 
 
 def meta(meta_json: bytes) -> bytes:
@@ -260,32 +246,10 @@ def meta(meta_json: bytes) -> bytes:
 
     Returns the argument itself when tracing is off or no span is live. Why a
     splice: a client's `_meta` is the same few bytes on every call, so it is
-    parsed once (cached without its own trace context) and each call appends
-    the live span's fields to those bytes.
+    parsed once (cached without its own trace context, `_meta_head`) and each
+    call appends the live span's fields, formatted once per span, to those bytes.
     """
-    if not enabled:
-        return meta_json
-    cur = _current.get()
-    if cur is None:
-        return meta_json
-    head = _meta_heads.get(meta_json)
-    if head is None:
-        head = _meta_head(meta_json)
-        if head is None:
-            return meta_json
-        if len(_meta_heads) >= 64:
-            _meta_heads.clear()
-        _meta_heads[meta_json] = head
-    tail = b'"traceparent":"' + cur.traceparent.encode() + b'"'
-    ts = cur.tracestate
-    if ts:
-        import orjson
-
-        tail += b',"tracestate":' + orjson.dumps(ts)
-    return head + tail + b"}"
-
-
-_meta_heads: dict[bytes, bytes] = {}  # a `_meta` object -> its bytes up to the splice
+    return _spans.meta(meta_json, _meta_head) if enabled else meta_json
 
 
 def _meta_head(meta_json: bytes) -> bytes | None:
