@@ -190,7 +190,7 @@ class Span:
         return out
 
     def _meta_tail(self) -> bytes:
-        """`"traceparent":"...",` and its tracestate, as JSON members, and `}`."""
+        """The JSON members `"traceparent":"..."` (and `,"tracestate":"..."`), and `}`."""
         tail = self._tail
         if tail is None:
             tail = b'"traceparent":"' + self.traceparent.encode() + b'"'
