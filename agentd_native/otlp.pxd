@@ -121,6 +121,9 @@ cdef class SpanQueue:
     cdef object _lock  # the interpreted twin's (None here)
     cdef PyThread_type_lock _clock  # the compiled twin's
 
+    cdef int _hold(self) except -1
+    cdef int _let_go(self) except -1
+
     @cython.locals(enc=SpanEncoder, failed=object, full=bint, n=Py_ssize_t, loop=object)
     cpdef put(self, object record)
 

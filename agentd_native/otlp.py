@@ -380,6 +380,21 @@ class SpanQueue:
         if _COMPILED:
             _free_lock(self)  # type: ignore[name-defined]  # noqa: F821
 
+    def _hold(self) -> int:
+        """Take the queue's lock: the compiled twin's C lock, the interpreted one's."""
+        if _COMPILED:
+            _acquire(self)  # type: ignore[name-defined]  # noqa: F821
+        else:
+            self._lock.acquire()  # type: ignore[union-attr]
+        return 0
+
+    def _let_go(self) -> int:
+        if _COMPILED:
+            _release(self)  # type: ignore[name-defined]  # noqa: F821
+        else:
+            self._lock.release()  # type: ignore[union-attr]
+        return 0
+
     def put(self, record: tuple) -> None:
         """Encode a finished span into the batch being built (a few bytes kept, not
         its record); past `max_queue` spans waiting, drop it instead."""
@@ -389,10 +404,7 @@ class SpanQueue:
         enc = self.encoder
         failed = None
         full = False
-        if _COMPILED:
-            _acquire(self)  # type: ignore[name-defined]  # noqa: F821
-        else:
-            self._lock.acquire()  # type: ignore[union-attr]
+        self._hold()
         try:
             try:
                 enc.add(record)
@@ -405,10 +417,7 @@ class SpanQueue:
                     self.ready.append((enc.take(), n))
                     full = True
         finally:
-            if _COMPILED:
-                _release(self)  # type: ignore[name-defined]  # noqa: F821
-            else:
-                self._lock.release()  # type: ignore[union-attr]
+            self._let_go()
         if failed is not None:
             self._dropped(failed)
             return
@@ -422,10 +431,7 @@ class SpanQueue:
         """The next encoded batch to send and its spans, no longer waiting: a full
         one, else (`partial`) what the encoder holds; None when there is none."""
         enc = self.encoder
-        if _COMPILED:
-            _acquire(self)  # type: ignore[name-defined]  # noqa: F821
-        else:
-            self._lock.acquire()  # type: ignore[union-attr]
+        self._hold()
         try:
             if self.ready:
                 body, n = self.ready.popleft()
@@ -437,10 +443,7 @@ class SpanQueue:
             self.waiting -= n
             return body, n
         finally:
-            if _COMPILED:
-                _release(self)  # type: ignore[name-defined]  # noqa: F821
-            else:
-                self._lock.release()  # type: ignore[union-attr]
+            self._let_go()
 
 
 def encode_request(records: list[tuple], resource: Mapping[str, Any],
