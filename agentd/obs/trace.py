@@ -191,7 +191,7 @@ def span(name: str, *, parent: str | None = None, tracestate: str | None = None,
     if not enabled:
         return NOSPAN
     if parent is None and not root:  # the usual case: a child of the current span
-        return _Span(name, _current.get(), kind, attrs)
+        return child(name, kind, attrs)
     return _Span(name, _parent(parent, tracestate, root), kind, attrs)
 
 
