@@ -17,6 +17,8 @@ from cpython.pythread cimport (
 )
 from libc.string cimport memcpy, memmove
 
+from agentd_native.span cimport Span
+
 cdef extern from *:
     """
     /* An int as 16 unsigned big-endian bytes at p (OverflowError: < 0 or past 128 bits),
@@ -96,7 +98,7 @@ cdef class SpanEncoder:
 
     cdef bytes _value(self, object v)
 
-    @cython.locals(tid=bytes, heads=dict, head=bytes, out=list, start=Py_ssize_t,
+    @cython.locals(sp=Span, tid=bytes, heads=dict, head=bytes, out=list, start=Py_ssize_t,
                    values=dict, by_value=dict, kv=bytes, val=bytes, inner=bytes,
                    n=Py_ssize_t, status=bytes, body=bytes)
     cdef int _span(self, object rec, dict traces, list parts) except -1
@@ -178,6 +180,14 @@ cdef inline unsigned char *_put_be64(unsigned char *p, unsigned long long v) noe
     return p + 8
 
 
+cdef inline unsigned long long _get_be64(const unsigned char *p) noexcept nogil:
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    return v
+
+
 cdef inline unsigned char *_put_le64(unsigned char *p, unsigned long long v) noexcept nogil:
     cdef int i
     for i in range(8):
@@ -199,31 +209,22 @@ cdef inline int _put(SpanEncoder e, bytes b) except -1:
     return 0
 
 
-cdef inline Py_ssize_t _open_span(SpanEncoder e, object trace_id, object span_id,
-                                  object parent_id, bytes head, object start_ns,
-                                  object end_ns) except -1:
+cdef inline Py_ssize_t _open_span(SpanEncoder e, unsigned long long hi, unsigned long long lo,
+                                  unsigned long long sid, unsigned long long pid, bytes head,
+                                  unsigned long long t0, unsigned long long t1) except -1:
     """Begin a span: 3 bytes for its tag and length (`_close_span` fills them),
     then trace_id, span_id, parent_span_id when not 0, name and kind, the times
     and the flags, as the interpreted twin orders them. Returns where it starts."""
-    # a bad record raises before `e._n` moves: what it wrote is overwritten or dropped
-    cdef unsigned long long sid = span_id
-    cdef bint has_parent = parent_id
-    cdef unsigned long long pid = 0
-    if has_parent:
-        pid = parent_id
-    cdef unsigned long long t0 = start_ns
-    cdef unsigned long long t1 = end_ns
     cdef Py_ssize_t start = e._n
     _reserve(e, 3 + 18 + 20 + PyBytes_GET_SIZE(head) + 21)
     cdef unsigned char *p = _base(e) + start + 3
     p[0] = 0x0A  # trace_id = 1, 16 bytes, big-endian
     p[1] = 16
-    _be128(trace_id, p + 2)
-    p += 18
+    p = _put_be64(_put_be64(p + 2, hi), lo)
     p[0] = 0x12  # span_id = 2, 8 bytes, big-endian
     p[1] = 8
     p = _put_be64(p + 2, sid)
-    if has_parent:  # parent_span_id = 4
+    if pid:  # parent_span_id = 4
         p[0] = 0x22
         p[1] = 8
         p = _put_be64(p + 2, pid)
@@ -240,6 +241,22 @@ cdef inline Py_ssize_t _open_span(SpanEncoder e, object trace_id, object span_id
     p[5] = 0
     e._n = (p + 6) - _base(e)
     return start
+
+
+cdef inline Py_ssize_t _open_record(SpanEncoder e, object trace_id, object span_id,
+                                    object parent_id, bytes head, object start_ns,
+                                    object end_ns) except -1:
+    """`_open_span` of a tuple's Python integers (a bad one raises before
+    anything is written)."""
+    cdef unsigned char tid[16]
+    _be128(trace_id, tid)
+    cdef unsigned long long sid = span_id
+    cdef unsigned long long pid = 0
+    if parent_id:
+        pid = parent_id
+    cdef unsigned long long t0 = start_ns
+    cdef unsigned long long t1 = end_ns
+    return _open_span(e, _get_be64(tid), _get_be64(tid + 8), sid, pid, head, t0, t1)
 
 
 cdef inline int _close_span(SpanEncoder e, Py_ssize_t start) except -1:

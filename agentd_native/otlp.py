@@ -5,10 +5,12 @@ Field numbers from `opentelemetry/proto/trace/v1/trace.proto` and
 thread) is the user; the tests decode the bytes with the official
 `opentelemetry-proto` types, the way a collector does.
 
-A record is `(name, trace_id, span_id, parent_id, kind, start_ns, end_ns,
-attrs, error)` with integer ids (`parent_id` 0 for a root) and `kind` one of
-internal, client, server; `attrs` as the span collected them (None values are
-skipped, strings are scrubbed of the registered secrets).
+A record is a finished `agentd_native.span.Span` (the tracing sink's; the
+compiled encoder reads its C fields: ids, times) or a tuple `(name,
+trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error)` (a
+subagent's relayed spans) with integer ids (`parent_id` 0 for a root) and
+`kind` one of internal, client, server; `attrs` as the span collected them
+(None values are skipped, strings are scrubbed of the registered secrets).
 
 This file is one source for two twins (Cython "pure Python mode"), like
 `framing.py`: compiled with the C types of `otlp.pxd` into `otlp.<abi>.so`,
@@ -32,6 +34,8 @@ import struct
 import types
 from _thread import allocate_lock as _allocate_lock
 from collections import deque
+
+from agentd_native.span import Span
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing this module stays cheap
@@ -155,7 +159,7 @@ class SpanEncoder:
         self._traces: dict[int, bytes] = {}  # the interpreted twin's trace ids
         self.pending = 0  # spans added and not yet taken
 
-    def add(self, record: tuple) -> None:
+    def add(self, record: Any) -> None:
         """Encode one more span into the request being built (`take()` ends it).
 
         Why one at a time: an exporter that encodes each span as it ends keeps
@@ -247,14 +251,21 @@ class SpanEncoder:
             return _any([self._scrub(str(x)) for x in v])
         return _str(1, self._scrub(str(v)))
 
-    def _span(self, rec: tuple, traces: dict[int, bytes], parts: list[bytes]) -> int:
+    def _span(self, rec: Any, traces: dict[int, bytes], parts: list[bytes]) -> int:
         """One `Span` (field `spans = 2` of ScopeSpans): appended to `parts`, or
         (compiled) written to the buffer.
 
         The dictionaries are keyed by plain strings (no tuple to build and
         hash per span).
         """
-        name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
+        if type(rec) is Span:  # the sink's: read in place (C fields when compiled)
+            sp = rec
+            name, kind, attrs, error = sp.name, sp.kind, sp.attrs, sp.error
+        else:
+            sp = None
+            if type(rec) is not tuple:
+                rec = rec.record()  # a span of the other twin (tests load both)
+            name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
         heads = self._heads.get(kind)
         head = heads.get(name) if heads is not None else None
         if head is None:
@@ -262,10 +273,18 @@ class SpanEncoder:
         if _COMPILED:
             # room for the tag and a 2-byte length, the fixed fields written in place
             # (the trace id too: cheaper than a cache of its bytes)
-            start = _open_span(self, trace_id, span_id, parent_id, head, start_ns, end_ns)  # type: ignore[name-defined]  # noqa: F821
+            if sp is not None:
+                start = _open_span(self, sp._hi, sp._lo, sp._sid, sp._pid, head, sp.start_ns,  # type: ignore[name-defined]  # noqa: F821
+                                   sp.end_ns)
+            else:
+                start = _open_record(self, trace_id, span_id, parent_id, head, start_ns,  # type: ignore[name-defined]  # noqa: F821
+                                     end_ns)
             out = _NO_PARTS
         else:
             start = 0
+            if sp is not None:
+                trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_id
+                start_ns, end_ns = sp.start_ns, sp.end_ns
             tid = traces.get(trace_id)
             if tid is None:
                 tid = traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
@@ -395,7 +414,7 @@ class SpanQueue:
             self._lock.release()  # type: ignore[union-attr]
         return 0
 
-    def put(self, record: tuple) -> None:
+    def put(self, record: Any) -> None:
         """Encode a finished span into the batch being built (a few bytes kept, not
         its record); past `max_queue` spans waiting, drop it instead."""
         if self.waiting >= self.max_queue:
@@ -446,7 +465,7 @@ class SpanQueue:
             self._let_go()
 
 
-def encode_request(records: list[tuple], resource: Mapping[str, Any],
+def encode_request(records: Iterable[Any], resource: Mapping[str, Any],
                    scope: tuple[str, str]) -> bytes:
     """An `ExportTraceServiceRequest` holding `records` under one resource and scope."""
     return SpanEncoder(resource, scope).request(records)

@@ -12,12 +12,26 @@ runs the same behaviour on both twins.
 
 What this module holds besides the class: the context variable of the
 current span, and the settings `configure()` gives it (where a finished
-sampled span's record goes, the sampler, the random source, which exceptions
-mark a span cancelled rather than failed). A record is `(name, trace_id,
-span_id, parent_id, kind, start_ns, end_ns, attrs, error)`.
+sampled span goes, the sampler, the random source, which exceptions mark a
+span cancelled rather than failed). What the sink is given is the finished
+`Span` itself (its `record()` is the same as the 9-tuple `(name, trace_id,
+span_id, parent_id, kind, start_ns, end_ns, attrs, error)` a subagent relays):
+the compiled encoder reads its C fields, so no tuple and no integer object
+is made per span on the way out.
+
+Ids, clock and context, compiled: the ids are C integers (a trace id as two
+64-bit halves; `trace_id`, `span_id` and `parent_id` make the Python
+integers on demand), a span id comes from a SplitMix64 generator in C seeded
+from the configured random source (`configure()` reseeds it, as the facade
+does after a fork), the clock is `clock_gettime`, the traceparent's hex is
+written in C, and the context variable is read and set through CPython's
+C API. The interpreted twin does the same with `random_bits`, `time.time_ns`,
+f-strings and the variable's methods. The C-only helpers live in `span.pxd`
+and are called under `if _COMPILED:`, as in `otlp.py`.
 
 And the facade's per-call helpers, for the same reason: `child()` (a span
-under the current one, without the facade's keyword packing), `Steps` (a
+under the current one, without the facade's keyword packing), `served()` (an
+inbound request's span, under the traceparent it arrived with), `Steps` (a
 loop's consecutive step spans), `headers()` and `meta()` (the current span's
 trace context as W3C headers and spliced into an MCP request's `_meta`).
 The facade calls them only while tracing is on.
@@ -34,7 +48,8 @@ if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
     from typing import Any, Literal
 
-__all__ = ["COMPILED", "Span", "Steps", "child", "configure", "current", "headers", "meta"]
+__all__ = ["COMPILED", "Span", "Steps", "child", "configure", "current", "headers", "meta",
+           "served"]
 
 
 def _probe() -> None:
@@ -43,6 +58,7 @@ def _probe() -> None:
 
 #: True when this module is the compiled extension, False for the .py twin.
 COMPILED: bool = type(_probe) is not types.FunctionType
+_COMPILED = COMPILED  # a C bint in the extension (see span.pxd)
 
 #: The current span (or a remote parent: anything with trace_id, span_id,
 #: sampled and tracestate), set by `Span.__enter__`.
@@ -58,9 +74,10 @@ _bound = 0
 _random_bits = None  # getrandbits of the facade's generator (reseeded in place)
 _cancelled: tuple = (GeneratorExit,)  # exceptions that end a span cancelled, not failed
 _time_ns = time.time_ns
+_rng = 0  # the compiled twin's SplitMix64 state (a C integer there; unused here)
 
 
-def configure(sink: Callable[[tuple], None] | None, parent_based: bool, sampler: int,
+def configure(sink: Callable[[Span], None] | None, parent_based: bool, sampler: int,
               bound: int, random_bits: Callable[[int], int],
               cancelled: tuple[type[BaseException], ...]) -> None:
     """Set where records go and how spans are sampled (`agentd.obs.trace.setup`)."""
@@ -71,22 +88,65 @@ def configure(sink: Callable[[tuple], None] | None, parent_based: bool, sampler:
     _bound = bound
     _random_bits = random_bits
     _cancelled = cancelled
+    if _COMPILED:
+        _seed(random_bits(64))  # type: ignore[name-defined]  # noqa: F821
 
 
-def _root_sampled(trace_id: int) -> bool:
+def _root_sampled(low: int) -> bool:
+    """A root's sampling decision from its trace id's low 64 bits."""
     if _sampler == 0:
         return True
     if _sampler == 1:
         return False
-    return (trace_id & _U64) < _bound
+    return low < _bound
+
+
+def _span_id() -> int:
+    """A new span id (not 0)."""
+    if _COMPILED:
+        return _next_id()  # type: ignore[name-defined]  # noqa: F821
+    return _random_bits(64) or 1  # type: ignore[misc]
+
+
+def _now() -> int:
+    if _COMPILED:
+        return _clock_ns()  # type: ignore[name-defined]  # noqa: F821
+    return _time_ns()
+
+
+def _current() -> Any:
+    """The current span (or remote parent), None without one."""
+    if _COMPILED:
+        return _cv_get(current)  # type: ignore[name-defined]  # noqa: F821
+    return _get()
+
+
+def _enter(span: Any) -> Any:
+    """Make `span` current; the token that undoes it."""
+    if _COMPILED:
+        return _cv_set(current, span)  # type: ignore[name-defined]  # noqa: F821
+    return _set(span)
+
+
+def _leave(token: Any) -> int:
+    """Undo `_enter` (ValueError: the token belongs to another context)."""
+    if _COMPILED:
+        _cv_reset(current, token)  # type: ignore[name-defined]  # noqa: F821
+    else:
+        _reset(token)
+    return 0
+
+
+def _join(hi: int, lo: int) -> int:
+    """A 128-bit trace id from its halves (Python integers)."""
+    return (hi << 64) | lo
 
 
 class Span:
     """A live span; `with` makes it current for the block, its end records it."""
 
-    __slots__ = ("_headers", "_tail", "_token", "_tp", "attrs", "end_ns", "error", "kind",
-                 "name", "parent_id", "sampled", "span_id", "start_ns", "trace_id",
-                 "tracestate")
+    __slots__ = ("_headers", "_hi", "_lo", "_pid", "_sid", "_tail", "_token", "_tp", "attrs",
+                 "end_ns", "error", "kind", "name", "sampled", "start_ns", "tracestate")
 
     def __init__(self, name: str, parent: Any, kind: str, attrs: dict[str, Any],
                  trace_id: int = 0) -> None:
@@ -100,31 +160,54 @@ class Span:
         self._tp: str | None = None
         self._headers: list[tuple[str, str]] | None = None
         self._tail: bytes | None = None
-        self.span_id = _random_bits(64) or 1  # type: ignore[misc]
+        self._sid: int = _span_id()
         if type(parent) is Span:  # the usual parent: read as C fields when compiled
             up = parent
-            self.trace_id: int = up.trace_id
-            self.parent_id: int = up.span_id
-            self.sampled: bool = up.sampled if _parent_based else _root_sampled(self.trace_id)
+            self._hi: int = up._hi
+            self._lo: int = up._lo
+            self._pid: int = up._sid
+            self.sampled: bool = up.sampled if _parent_based else _root_sampled(self._lo)
             self.tracestate: str | None = up.tracestate
-        elif parent is not None:  # a remote parent, or anything with the same fields
-            self.trace_id = parent.trace_id
-            self.parent_id = parent.span_id
-            self.sampled = parent.sampled if _parent_based else _root_sampled(self.trace_id)
-            self.tracestate = parent.tracestate
         else:
-            self.trace_id = trace_id or (_random_bits(128) or 1)  # type: ignore[misc]
-            self.parent_id = 0
-            self.sampled = _root_sampled(self.trace_id)
-            self.tracestate = None
+            if parent is not None:  # a remote parent, or anything with the same fields
+                trace_id = parent.trace_id
+                self._pid = parent.span_id & _U64
+            else:
+                trace_id = trace_id or (_random_bits(128) or 1)  # type: ignore[misc]
+                self._pid = 0
+            self._hi = (trace_id >> 64) & _U64
+            self._lo = trace_id & _U64
+            if parent is not None and _parent_based:
+                self.sampled = parent.sampled
+            else:
+                self.sampled = _root_sampled(self._lo)
+            self.tracestate = parent.tracestate if parent is not None else None
         self.error: str | None = None
         self.end_ns = 0
         self._token: Any = None
-        self.start_ns = _time_ns()
+        self.start_ns = _now()
         return 0
 
+    @property
+    def trace_id(self) -> int:
+        return _join(self._hi, self._lo)
+
+    @property
+    def span_id(self) -> int:
+        return self._sid
+
+    @property
+    def parent_id(self) -> int:
+        """The parent's span id; 0 for a root."""
+        return self._pid
+
+    def record(self) -> tuple:
+        """This span as the 9-tuple a subagent relays (`agentd.obs.trace`)."""
+        return (self.name, self.trace_id, self._sid, self._pid, self.kind, self.start_ns,
+                self.end_ns, self.attrs, self.error)
+
     def __enter__(self) -> Span:
-        self._token = _set(self)
+        self._token = _enter(self)
         return self
 
     def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
@@ -142,7 +225,7 @@ class Span:
         if token is not None:
             self._token = None
             try:
-                _reset(token)
+                _leave(token)
             except ValueError:  # left in another context (a cancelled task): harmless
                 pass
         self._finish()
@@ -164,19 +247,22 @@ class Span:
     def _finish(self) -> int:
         if self.end_ns:
             return 0
-        self.end_ns = _time_ns()
+        self.end_ns = _now()
         sink = _sink
         if self.sampled and sink is not None:
-            sink((self.name, self.trace_id, self.span_id, self.parent_id, self.kind,
-                  self.start_ns, self.end_ns, self.attrs, self.error))
+            sink(self)
         return 0
 
     @property
     def traceparent(self) -> str:
         tp = self._tp
         if tp is None:  # formatted once: an MCP call puts it in `_meta` and a header
-            tp = self._tp = (f"00-{self.trace_id:032x}-{self.span_id:016x}-"
-                             f"{'01' if self.sampled else '00'}")
+            if _COMPILED:
+                tp = _hex_traceparent(self._hi, self._lo, self._sid, self.sampled)  # type: ignore[name-defined]  # noqa: F821
+            else:
+                tp = (f"00-{self._hi:016x}{self._lo:016x}-{self._sid:016x}-"
+                      f"{'01' if self.sampled else '00'}")
+            self._tp = tp
         return tp
 
     def _w3c(self) -> list[tuple[str, str]]:
@@ -211,7 +297,25 @@ def _span(name: str, parent: Any, kind: str, attrs: dict[str, Any]) -> Span:
 
 def child(name: str, kind: str, attrs: dict[str, Any]) -> Span:
     """A span under the current one (or a root); `attrs` becomes its own dict."""
-    return _span(name, _get(), kind, attrs)
+    return _span(name, _current(), kind, attrs)
+
+
+def served(name: str, parent: tuple[int, int, bool] | None, tracestate: str | None,
+           attrs: dict[str, Any]) -> Span:
+    """The span of an inbound request (kind server), not made current: under
+    `parent`, the `(trace_id, span_id, sampled)` of the traceparent the request
+    arrived with (and its `tracestate`), or the root of a new trace (None)."""
+    span = Span.__new__(Span)
+    if parent is None:
+        span._init(name, None, "server", attrs, 0)
+        return span
+    trace_id, parent_id, sampled = parent
+    span._init(name, None, "server", attrs, trace_id)
+    span._pid = parent_id
+    span.tracestate = tracestate
+    if _parent_based:
+        span.sampled = sampled
+    return span
 
 
 class Steps:
@@ -219,30 +323,45 @@ class Steps:
     span and makes step n's current; `close(exc)` ends the last (idempotent).
 
     Why not `with`: the step is the body of the loop's `while`, which returns from
-    several places; this keeps the span without re-shaping that code.
+    several places; this keeps the span without re-shaping that code. Each step
+    is made current over the last one (one change of the context variable a
+    step, not two), and `close` puts back what was current before the first.
     """
 
-    __slots__ = ("_cur",)
+    __slots__ = ("_cur", "_token", "_up")
 
     def __init__(self) -> None:
         self._cur: Span | None = None
+        self._up: Any = None  # the steps' parent: what was current at the first step
+        self._token: Any = None  # undoes the first step's `_enter`
 
     def next(self, step: int) -> None:
-        self.close(None)
-        cur = self._cur = _span("agent.step", _get(), "internal", {"agentd.step": step})
-        cur._token = _set(cur)
+        cur = self._cur
+        if cur is None:
+            self._up = _current()
+        else:
+            cur._exit(None)  # its `_token` is None: ended, the context left to the next
+        cur = self._cur = _span("agent.step", self._up, "internal", {"agentd.step": step})
+        token = _enter(cur)
+        if self._token is None:
+            self._token = token
 
     def close(self, exc: BaseException | None) -> None:
         cur = self._cur
         if cur is not None:
-            self._cur = None
+            token = self._token
+            self._cur = self._up = self._token = None
+            try:
+                _leave(token)
+            except ValueError:  # closed in another context (a cancelled task): harmless
+                pass
             cur._exit(exc)
 
 
 def headers() -> list[tuple[str, str]]:
     """The W3C trace-context HTTP headers of the current span ([] without one).
     The list is the span's own: extend a copy, do not change it."""
-    cur = _get()
+    cur = _current()
     if cur is None:
         return []
     return cur._w3c()
@@ -258,7 +377,7 @@ def meta(meta_json: bytes, head_of: Callable[[bytes], bytes | None]) -> bytes:
     trace context and its closing brace (`{...,` or `{`), or None; it is asked
     once per distinct `meta_json` (a client's `_meta` is the same on every call).
     """
-    cur = _get()
+    cur = _current()
     if cur is None:
         return meta_json
     head = _meta_heads.get(meta_json)

@@ -176,6 +176,34 @@ def test_records_may_come_from_any_iterable(om) -> None:
     assert enc.request(deque(recs)) == enc.request(iter(recs)) == enc.request(tuple(recs)) == want
 
 
+@pytest.mark.parametrize("span_twin", ["python", "native"])
+def test_a_finished_span_encodes_as_its_record(om, span_twin) -> None:
+    """The tracing sink hands the encoder the finished span itself (the compiled
+    encoder reads a compiled span's fields in place): the same bytes as its
+    record's tuple, from either span twin, with and without a parent."""
+    import random
+
+    sp = twin("span", span_twin)
+    done: list = []
+    sp.configure(done.append, True, 0, 0, random.Random(7).getrandbits, (GeneratorExit,))
+    try:
+        with sp.Span("run", None, "internal", {"agentd.run_id": "r"}, trace_id=(U64 << 64) | 3):
+            with sp.child("tools/call echo", "client", {"n": 1, "ok": True}) as call:
+                call.update({"t": "x"})
+            with pytest.raises(KeyError), sp.child("fails", "internal", {}):
+                raise KeyError("k")
+    finally:
+        sp.configure(None, True, 0, 0, random.Random().getrandbits, (GeneratorExit,))
+    assert [type(s) for s in done] == [sp.Span] * 3
+    enc = om.SpanEncoder(RESOURCE, SCOPE)
+    data = enc.request(done)
+    assert data == enc.request([s.record() for s in done])
+    spans = _decode(data)
+    assert [s["trace_id"] for s in spans] == [((U64 << 64) | 3).to_bytes(16, "big")] * 3
+    assert spans[0]["parent_span_id"] == done[2].span_id.to_bytes(8, "big")
+    assert spans[2]["parent_span_id"] == b"" and spans[1]["status"][1] == "KeyError"
+
+
 def test_an_empty_batch_is_a_request_with_no_spans(om) -> None:
     data = om.SpanEncoder(RESOURCE, SCOPE).request([])
     (rs,) = _request_type().FromString(data).resource_spans

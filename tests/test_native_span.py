@@ -38,8 +38,14 @@ def _bits():
 
 
 def _records(sp, *, parent_based=True, sampler=0, bound=0):
+    """The records of the spans the sink is given (the finished spans themselves)."""
     out: list[tuple] = []
-    sp.configure(out.append, parent_based, sampler, bound, _bits(),
+
+    def sink(span) -> None:
+        assert type(span) is sp.Span and span.end_ns
+        out.append(span.record())
+
+    sp.configure(sink, parent_based, sampler, bound, _bits(),
                  (asyncio.CancelledError, GeneratorExit))
     return out
 
@@ -90,6 +96,27 @@ def test_a_remote_parent_and_its_tracestate(sp) -> None:
     assert out[0][1:4] == (0xABC, s.span_id, 0xDEF)
 
 
+def test_a_served_span_continues_the_traceparent_it_arrived_with(sp) -> None:
+    """`served()`: under a parsed traceparent (its sampled flag followed when
+    sampling is parent-based, the sampler asked when not), or a new root."""
+    out = _records(sp)
+    tid = (0xABC << 64) | 5
+    s = sp.served("mcp.server tools/call", (tid, 0xDEF, False), "k=v", {"a": 1})
+    assert sp.current.get() is None  # made, not entered
+    assert (s.trace_id, s.parent_id, s.tracestate, s.kind, s.sampled, s.attrs) == (
+        tid, 0xDEF, "k=v", "server", False, {"a": 1})
+    with s:
+        assert sp.current.get() is s and s.traceparent.endswith("-00")
+    assert out == []  # the caller did not sample it
+    with sp.served("root", None, None, {}) as root:
+        assert root.parent_id == 0 and root.sampled and root.tracestate is None
+    assert out[0][0] == "root" and out[0][1] == root.trace_id != tid
+    out = _records(sp, parent_based=False)
+    with sp.served("asked", (7, 8, False), None, {}) as s2:
+        assert s2.sampled
+    assert out[0][1:4] == (7, s2.span_id, 8)
+
+
 def test_sampling(sp) -> None:
     out = _records(sp, sampler=1)  # roots never
     with sp.Span("root", None, "internal", {}) as root:
@@ -119,6 +146,10 @@ def test_left_in_another_context(sp) -> None:
     contextvars.copy_context().run(s.__enter__)
     assert s.__exit__(None, None, None) is False
     assert len(out) == 1
+    steps = sp.Steps()
+    contextvars.copy_context().run(steps.next, 1)
+    steps.close(None)
+    assert len(out) == 2 and out[1][0] == "agent.step" and sp.current.get() is None
 
 
 def test_child_and_consecutive_steps(sp) -> None:

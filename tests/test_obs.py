@@ -338,7 +338,7 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
 
     assert trace.setup("agentd-serve", mode="record")
     got: list[tuple] = []
-    trace._sink_to(got.append)  # where the records go (shutdown points it nowhere)
+    trace._sink_to(lambda s: got.append(s.record()))  # where spans go (shutdown: nowhere)
     tid = "4bf92f3577b34da6a3ce929d0e0e4736"
     port = free_port()
     runner = await serve_self_mcp(ServeSpec(url=f"http://127.0.0.1:{port}", host="127.0.0.1",

@@ -11,7 +11,7 @@ in `agentd_native.otlp` (re-exported here), a compiled twin of the byte layer
 what its interpreted fallback costs. The tests decode every export with the
 official `opentelemetry-proto` types, the way a collector does.
 
-Where the cost goes: a finished span's tuple is encoded at once into the
+Where the cost goes: a finished span is encoded at once into the
 batch being built (`Exporter.put`, which is `SpanQueue.put` of the same
 compiled twin: bounded, encoded and batched in C, the exporter's Python called
 back only when a batch fills, a span is dropped, or nothing is scheduled yet).
@@ -44,10 +44,12 @@ timeout; anything else drops the batch with one `obs.otel.export_failed` log
 line (and counts it, `reason="export_failed"`). The run never waits for, nor
 fails because of, the collector.
 
-A record is `(name, trace_id, span_id, parent_id, kind, start_ns, end_ns,
-attrs, error)` with integer ids (`parent_id` 0 for a root) and `kind` one of
-internal, client, server; `attrs` as the span collected them (the encoder
-skips None values and scrubs strings of the registered secrets).
+A record is a finished span (`agentd_native.span.Span`, what the tracing sink
+is given) or, for a subagent's relayed spans, the tuple `(name, trace_id,
+span_id, parent_id, kind, start_ns, end_ns, attrs, error)` with integer ids
+(`parent_id` 0 for a root) and `kind` one of internal, client, server;
+`attrs` as the span collected them (the encoder skips None values and scrubs
+strings of the registered secrets).
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _int_env(name: str, default: int) -> int:
 class Exporter:
     """A batch exporter driven by the event loop: records in (`put`), OTLP out.
 
-    A finished span's record is encoded at once into the batch being built.
+    A finished span is encoded at once into the batch being built.
     When a batch is full, or the schedule delay has passed since the first
     span of one, the loop that put it POSTs it (aiohttp, one kept-alive
     connection, one POST in flight); the loop never waits for the collector.
@@ -127,7 +129,7 @@ class Exporter:
     `armed` flag, kept in step by `_rearm` wherever those change).
     """
 
-    put: Callable[[tuple], None]
+    put: Callable[[Any], None]  # a finished span, or a relayed record's tuple
 
     def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str], *,
                  secrets: Callable[[], Collection[str]] = tuple) -> None:

@@ -7,7 +7,7 @@ switched on by `setup()`.
 Why our own span objects and exporter, not the OpenTelemetry SDK: a span here
 is a small extension object (`agentd_native.span`, a compiled twin with a
 pure-Python fallback) whose context is one `ContextVar`; a finished (sampled)
-span's record is encoded into the batch being built at once (the encoder
+span is encoded into the batch being built at once (the encoder
 drops None values and scrubs secrets), and the event loop POSTs full batches
 without waiting for the answer (`agentd.obs.otlp`). The SDK's span and batch
 processor cost a large multiple of that per span, made and exported (`benchmarks/bench_obs.py`, its
@@ -147,7 +147,9 @@ def server_span(name: str, traceparent: str | None, tracestate: str | None,
     makes, without the keyword packing: a served request pays for its span on
     its request path.
     """
-    return _Span(name, _parent(traceparent, tracestate, True), "server", attrs)
+    parent = parse_traceparent(traceparent) if traceparent is not None else None
+    return _spans.served(name, parent, _tracestate(tracestate) if parent is not None else None,
+                         attrs)
 
 
 class NoSteps:
@@ -414,8 +416,8 @@ def _configure_sampler() -> None:
         _sampling = (parent_based, 0, 0)
 
 
-def _sink_to(sink: Callable[[tuple], None] | None) -> None:
-    """Where a finished sampled span's record goes (None: nowhere), with the sampler."""
+def _sink_to(sink: Callable[[_Span], None] | None) -> None:
+    """Where a finished sampled span goes (None: nowhere), with the sampler."""
     _spans.configure(sink, *_sampling, _rand.getrandbits, (asyncio.CancelledError, GeneratorExit))
 
 
@@ -426,10 +428,10 @@ class _Relay:
 
     def __init__(self, send: Callable[[list[tuple]], None]) -> None:
         self._send = send
-        self._buf: list[tuple] = []
+        self._buf: list[_Span] = []
 
-    def put(self, record: tuple) -> None:
-        self._buf.append(record)
+    def put(self, span: _Span) -> None:
+        self._buf.append(span)
         if len(self._buf) >= RELAY_BATCH:
             self.flush()
 
@@ -438,7 +440,8 @@ class _Relay:
         if not buf:
             return
         wire = [(n, f"{t:032x}", f"{s:016x}", f"{p:016x}" if p else None, k, a, b,
-                 _clean(at), e) for n, t, s, p, k, a, b, at, e in buf]  # scrubbed here
+                 _clean(at), e)
+                for n, t, s, p, k, a, b, at, e in (span.record() for span in buf)]  # scrubbed
         try:
             self._send(wire)
         except Exception:  # the wire is gone: the spans are lost, the run is not
