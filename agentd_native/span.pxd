@@ -30,7 +30,7 @@ cdef long long _now() except? -1
 cdef object _current()
 cdef object _enter(object span)
 cdef int _leave(object token) except -1
-cpdef object _join(object hi, object lo)
+cdef object _join(object hi, object lo)
 
 
 cdef class Span:

@@ -80,7 +80,7 @@ _rng = 0  # the compiled twin's SplitMix64 state (a C integer there; unused here
 def configure(sink: Callable[[Span], None] | None, parent_based: bool, sampler: int,
               bound: int, random_bits: Callable[[int], int],
               cancelled: tuple[type[BaseException], ...]) -> None:
-    """Set where records go and how spans are sampled (`agentd.obs.trace.setup`)."""
+    """Set where finished spans go and how spans are sampled (`agentd.obs.trace.setup`)."""
     global _sink, _parent_based, _sampler, _bound, _random_bits, _cancelled
     _sink = sink
     _parent_based = parent_based
