@@ -60,6 +60,7 @@ __all__ = [
     "Handler",
     "ResourceNotFound",
     "ServerSession",
+    "SubscribeRefused",
     "ToolError",
     "current_principal",
     "resource_result",
@@ -82,6 +83,16 @@ class ResourceNotFound(ProtocolError):
 
     def __init__(self, uri: str) -> None:
         super().__init__(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+
+
+class SubscribeRefused(ProtocolError):
+    """-32602 with ``data.uri``: ``resources/subscribe`` of a URI the handler will
+    never announce.  A 2025-11-25 session gets it as the answer; a 2026-07-28
+    listen stream leaves the URI out of its acknowledgement instead."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(INVALID_PARAMS, "Invalid params: not a subscribable resource",
+                         {"uri": uri})
 
 
 class ToolError(MCPError):
@@ -375,7 +386,8 @@ class Handler:
         raise ResourceNotFound(uri)
 
     def subscribe(self, uri: str, ctx: CallContext) -> None:
-        """Default: track any URI for this session (override to restrict)."""
+        """Default: track any URI for this session (override to restrict: raise
+        :class:`SubscribeRefused` for a URI that will never be announced)."""
         ctx.session.subscribe(uri)
 
     def unsubscribe(self, uri: str, ctx: CallContext) -> None:

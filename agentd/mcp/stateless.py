@@ -12,7 +12,10 @@ headers in, bytes or a dispatch out); this module is their IO side, as
 * :class:`Listener` is a :class:`~agentd.mcp.stateless_session.ListenState`
   whose :meth:`~Listener.open` runs the handler's own ``subscribe`` for each
   requested URI (so a handler's admission rules -- the self-MCP's unlisted-URI
-  rule and ownership check -- apply unchanged).
+  rule and ownership check -- apply unchanged); a URI the handler refuses
+  (:class:`~agentd.mcp.handler.SubscribeRefused`, a 2025-11-25 session's -32602)
+  is not honoured: the acknowledgement, the subset the server agreed to,
+  leaves it out.
 
 The transport (``agentd.mcp.http_server``) routes bytes, counts streams and
 writes SSE; the rule names it uses are re-exported here, so one module is the
@@ -25,7 +28,7 @@ from typing import Any
 
 from agentd.log import log
 from agentd.mcp import stateless_session as rules
-from agentd.mcp.handler import CallContext, Emit, ServerSession, run_dispatch
+from agentd.mcp.handler import CallContext, Emit, ServerSession, SubscribeRefused, run_dispatch
 from agentd.mcp.server_session import Dispatch
 from agentd.mcp.stateless_session import (
     LIMIT_EXCEEDED,
@@ -84,6 +87,10 @@ class Listener(ListenState):
         Updates that fire during this call (a run that is already terminal)
         are queued *behind* the acknowledgement, which is always first."""
         for uri in self.requested(params):
-            self.handler.subscribe(uri, CallContext(self, self.request_id))
+            try:
+                self.handler.subscribe(uri, CallContext(self, self.request_id))
+            except SubscribeRefused:
+                if _log.enabled("debug"):  # a peer's ask, answered by the ack: no flood
+                    _log.debug("mcp.serve.listen.refused", uri=uri[:200])
             self.subscribed(uri)
         return self.acknowledge()
