@@ -3,6 +3,12 @@
 ``python tests/conformance_server.py PORT`` -- the `Unavailable` backend (no
 subagents), no auth (loopback development listener).  Used by the conformance
 suite tests; stops on SIGTERM/SIGINT.
+
+``python tests/conformance_server.py PORT engine`` serves the generic engine
+instead (a bare ``Handler`` with ``subscribe=True``, which tracks any URI):
+the suite's subscribe scenarios use a fixture URI (``test://watched-resource``)
+that the self-MCP refuses by design (docs/server.md), so the engine's
+``resources/subscribe`` wire behaviour is checked there.
 """
 
 from __future__ import annotations
@@ -12,14 +18,21 @@ import signal
 import sys
 
 
-async def main(port: int) -> None:
+async def main(port: int, engine: bool) -> None:
+    from agentd import __version__
     from agentd.config import parse_serve
     from agentd.log import configure
+    from agentd.mcp.handler import Handler
+    from agentd.mcp.http_server import serve
     from agentd.tree.selfmcp import serve_self_mcp
 
     configure(level="warning")
-    spec = parse_serve(f"http://127.0.0.1:{port}", None, None, None, None)
-    runner = await serve_self_mcp(spec, run_id="conformance", mode="task")
+    if engine:
+        runner = await serve(Handler("agentd-engine", __version__, subscribe=True),
+                             host="127.0.0.1", port=port)
+    else:
+        spec = parse_serve(f"http://127.0.0.1:{port}", None, None, None, None)
+        runner = await serve_self_mcp(spec, run_id="conformance", mode="task")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -33,4 +46,4 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     from agentd import runtime
 
-    runtime.run(main(int(sys.argv[1])))
+    runtime.run(main(int(sys.argv[1]), sys.argv[2:] == ["engine"]))

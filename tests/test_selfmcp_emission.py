@@ -192,17 +192,21 @@ async def test_emission_rule_in_process():
     assert updates(a) == [uri1] and updates(b) == [uri1]
     be.finish("served.2", "nobody listens")
     assert updates(a) == [uri1]
-    # the race: subscribing after the run became terminal sends nothing (the
-    # terminal transition, the only emission, is past); a read gives the result
+    # the race: subscribing after the run became terminal is answered {} and its
+    # update follows at once (the terminal transition reaches every subscriber)
     assert await c.request("resources/subscribe", {"uri": uri2}) == {}
-    assert updates(c) == []
+    assert updates(c) == [uri2]
     body = json.loads((await c.request("resources/read", {"uri": uri2}))["contents"][0]["text"])
     assert body["done"] is True and body["result"] == "nobody listens"
-    # URIs the self-MCP does not serve (or never announces) answer {} and never fire
-    for uri in ("test://watched-resource", "agent://status", "agent://subagent/served.99"):
-        assert await c.request("resources/subscribe", {"uri": uri}) == {}
+    assert h.hub.subscribers(uri2) == 0  # nothing is held for an ended run
+    # what is not a handle of this principal is refused (-32602, data.uri), never {}
+    for uri in ("test://watched-resource", "agent://status", "agent://subagent/served.99",
+                "file:///etc/passwd", "agent://subagent/0.1"):
+        with pytest.raises(ProtocolError) as e:
+            await c.request("resources/subscribe", {"uri": uri})
+        assert e.value.code == -32602 and e.value.data == {"uri": uri}
         assert await c.request("resources/unsubscribe", {"uri": uri}) == {}
-    assert updates(c) == []
+    assert updates(c) == [uri2]
     assert all(n["method"] == "notifications/resources/updated"
                for x in (a, b, c) for n in x.notifications)
 
@@ -230,7 +234,9 @@ async def test_eviction_by_count_and_ttl():
     with pytest.raises(ProtocolError) as e:
         await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})
     assert e.value.code == -32002
-    assert await conn2.request("resources/subscribe", {"uri": "agent://subagent/served.1"}) == {}
+    with pytest.raises(ProtocolError) as e:  # evicted: unknown, so refused
+        await conn2.request("resources/subscribe", {"uri": "agent://subagent/served.1"})
+    assert e.value.code == -32602 and e.value.data == {"uri": "agent://subagent/served.1"}
     assert updates(conn2) == []
 
 
@@ -259,12 +265,15 @@ async def test_subscribe_and_notify_over_http_with_sdk_client():
             assert got == [uri]
             body = json.loads((await c.read_resource(uri)).contents[0].text)
             assert body["done"] is True and body["result"] == {"ok": True}
-            # late subscribe to a terminal handle: no update (§2.3: the terminal
-            # transition is the only emission); the read returns the terminal state
+            # late subscribe to a terminal handle: its update arrives at once
+            arrived.clear()
             await c.subscribe_resource(uri)
+            async with asyncio.timeout(20):
+                await arrived.wait()
+            assert got == [uri, uri]
             body = json.loads((await c.read_resource(uri)).contents[0].text)
             assert body["done"] is True and body["result"] == {"ok": True}
-            # a later run's update on the same ordered stream proves none came before it
+            # a later run's update on the same ordered stream proves no extra came before it
             arrived.clear()
             r = await c.call_tool("subagent.spawn", {"instruction": "bg2", "async": True})
             uri2 = f"agent://subagent/{r.structured_content['handle']}"
@@ -272,6 +281,6 @@ async def test_subscribe_and_notify_over_http_with_sdk_client():
             be.finish(r.structured_content["handle"], {"ok": 2})
             async with asyncio.timeout(20):
                 await arrived.wait()
-            assert got == [uri, uri2]
+            assert got == [uri, uri, uri2]
     finally:
         await runner.stop()

@@ -106,7 +106,10 @@ async def test_handshake_tools_and_errors(served):
             await c.call_tool("subagent.send", {"handle": "served.1"})
         assert e.value.error.code == -32602
 
-        assert (await c.subscribe_resource("agent://subagent/served.1")) is not None
+        with pytest.raises(MCPError) as e:  # no such run (Unavailable): nothing would fire
+            await c.subscribe_resource("agent://subagent/served.1")
+        assert e.value.error.code == -32602
+        assert e.value.error.data == {"uri": "agent://subagent/served.1"}
         assert (await c.unsubscribe_resource("agent://subagent/served.1")) is not None
         await c.send_ping()
 

@@ -93,8 +93,10 @@ async def _unknown_answers(b, handle: str) -> dict:
     with pytest.raises(MCPError) as e:
         await b.read_resource(uri)
     out["read"] = e.value.error.code
-    await b.subscribe_resource(uri)  # {} and never fires
-    out["subscribe"] = "ok"
+    with pytest.raises(MCPError) as e:  # refused: nothing would ever fire
+        await b.subscribe_resource(uri)
+    assert e.value.error.data == {"uri": uri}
+    out["subscribe"] = e.value.error.code
     return out
 
 
@@ -119,7 +121,7 @@ async def _kept_apart(url: str, a_ctx, b_ctx, a_bearer=None, b_bearer=None) -> N
         assert theirs == never
         assert await _unknown_answers(b, nested) == await _unknown_answers(b, "served.77.1")
         assert theirs["subagent.status"] == (True, "unknown handle: <h>")
-        assert theirs["read"] == -32002
+        assert theirs["read"] == -32002 and theirs["subscribe"] == -32602
         status = (await b.read_resource("agent://status")).contents[0].text
         assert handle not in status
 

@@ -386,11 +386,14 @@ async def test_listen_exactly_one_update_per_run_and_status(selfmcp, http):
     res = out["result"]
     assert json.loads(res["contents"][0]["text"])["result"] == {"answer": 1}
     assert res["cacheScope"] == "private" and 0 < res["ttlMs"] <= 600_000
-    # a listen for an already-terminal run: its one transition is past, nothing is
-    # honoured and the stream ends at once (the peer reads the terminal state)
+    # a listen for an already-terminal run: honoured, its update follows the ack
+    # at once, and the stream then ends (the peer reads the terminal state)
     late = await open_listen(http, url, "late", resourceSubscriptions=[uri])
     ls = Stream(late)
-    assert (await ls.next())["params"]["notifications"] == {}
+    assert (await ls.next())["params"]["notifications"] == {"resourceSubscriptions": [uri]}
+    assert await ls.next() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                               "params": {"uri": uri, "_meta": {
+                                   "io.modelcontextprotocol/subscriptionId": "late"}}}
     assert (await ls.next())["result"]["resultType"] == "complete"
     for r in (resp, other, late):
         r.release()

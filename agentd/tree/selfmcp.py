@@ -19,15 +19,19 @@ calls that fail the schema are JSON-RPC errors (the engine's -32601/-32602).
 
 The emission rule: when a served run becomes terminal, every session
 subscribed to its URI gets one ``notifications/resources/updated {uri}`` and
-the subscriptions are consumed.  A subscribe that arrives after the run is
-already terminal gets no ``updated`` (the terminal transition is past; a
-``resources/read`` returns the terminal state); a subscribe to a URI the
-self-MCP does not serve (or to ``agent://status``, which never changes state
-in a way that is announced) answers ``{}`` and never fires.
+the subscriptions are consumed.  The terminal transition's update reaches
+every subscriber, one who subscribed after it too: subscribing to a run that
+has already ended answers ``{}`` and sends its ``updated`` at once (the peer
+then reads the terminal body), so spawn -> subscribe -> wait never hangs
+however fast the run was.  Subscribing to anything that is not a live or
+ended handle of the caller's principal (unknown, evicted, another
+principal's, ``agent://status`` at 2025-11-25, another scheme) is -32602
+with ``data.uri``: nothing would ever fire for it.
 
 At MCP 2026-07-28 (stateless requests, ``subscriptions/listen``) the same
-rule holds per listen stream, tagged with its subscription id, and
-``agent://status`` is subscribable too: a listener that asked for it gets one
+rule holds per listen stream, tagged with its subscription id (an ended
+run's update follows the acknowledgement; a refused URI is left out of it),
+and ``agent://status`` is subscribable too: a listener that asked for it gets one
 ``updated`` each time the spawn counts change (a served spawn, any run's end).
 Cache hints (``ttlMs``/``cacheScope``, docs/server.md): the five tools, the
 one listed resource and the empty template list never change while the
@@ -55,7 +59,7 @@ from agentd import __version__
 from agentd.config import DEFAULT_SECRETS_DIR, Config, ServeSpec, resolve_bearers
 from agentd.log import log
 from agentd.mcp.auth import server_ssl_context
-from agentd.mcp.handler import CallContext, Handler, ResourceNotFound
+from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, SubscribeRefused
 from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
 from agentd.tree import spawn_tools
@@ -292,21 +296,27 @@ class SelfMCP(Handler):
         return uri == STATUS_URI  # a run's subscription is consumed by its one update
 
     def subscribe(self, uri: str, ctx: CallContext) -> None:
+        """The subscribe rule of docs/server.md: a live handle of this principal is
+        held until its terminal update, an ended one is announced at once, and
+        anything else is refused (-32602; a listen leaves it out of its ack)."""
         if uri == STATUS_URI and mcp2026.is_modern_version(ctx.session.protocol_version):
             ctx.session.subscribe(uri)  # 2026-07-28 listeners: announced on each change
             if self._announced_counts is None:
                 self._announced_counts = self.backend.counts()
             return
         if not uri.startswith(SUBAGENT_PREFIX):
-            return  # agent://status or a URI we do not serve: {} and never fires
+            raise SubscribeRefused(uri)  # agent://status (2025-11-25) or not ours
         try:
             state = self.lookup(uri[len(SUBAGENT_PREFIX):], ctx.principal)
         except UnknownHandle:
-            return  # unknown, evicted or another principal's: {} and never fires
+            raise SubscribeRefused(uri) from None  # unknown, evicted or another's
         if state.done:
-            # Terminal before the subscribe: the terminal transition (the only
-            # emission, §2.3) is past, so nothing is sent; the subscriber's
-            # resources/read returns the terminal state.
+            # Ended before the subscribe: the terminal transition's update goes to
+            # every subscriber (§2.3), this late one too, queued on its stream as
+            # the {} is answered (a listen's ack stays first); the peer then reads
+            # the terminal body.  At least once: a repeated subscribe sees another.
+            ctx.session.notify_updated(uri)
+            self._log.info("selfmcp.subscribe.ended", handle=state.handle)
             return
         ctx.session.subscribe(uri)
 
