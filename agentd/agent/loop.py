@@ -46,6 +46,7 @@ from agentd.intelligence.base import (
 from agentd.log import log
 from agentd.obs import metrics, trace
 from agentd.output import Usage
+from agentd.wire.guard import PEER_FAULTS, fault_text
 
 if TYPE_CHECKING:  # types only: a brokered child runs this loop without the HTTP stack
     from agentd.mcp.seams import AgentToolbox, Observed
@@ -181,6 +182,9 @@ def distil(answer: str | None, contract: str | None) -> Any:
         return answer
 
 
+_decode_json = msgspec.json.decode
+
+
 # --- the loop ---------------------------------------------------------------------
 
 class Loop:
@@ -311,9 +315,12 @@ class Loop:
         text = ""
         is_error = True
         try:
-            arguments = orjson.loads(raw) if raw.strip() else {}
-        except orjson.JSONDecodeError as exc:
-            note = f"the arguments for {name} are not valid JSON ({exc}); nothing was called"
+            # msgspec keeps an integer beyond 64 bits exact (orjson would make it a
+            # float): the client then refuses it by the wire's bound, visibly
+            arguments = _decode_json(raw) if raw.strip() else {}
+        except PEER_FAULTS as exc:  # the gateway's bytes: any refusal is the model's to fix
+            note = (f"the arguments for {name} are not valid JSON ({fault_text(exc)}); "
+                    "nothing was called")
             arguments = None
         if arguments is not None and not isinstance(arguments, dict):
             note = f"the arguments for {name} must be a JSON object; nothing was called"

@@ -18,16 +18,13 @@ tree's `FlowGate` set, a 429 or `Retry-After` pauses every call of the tree); an
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import os
 import random
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 import msgspec
-import orjson
 from msgspec import UNSET, Struct, UnsetType
 from yarl import URL
 
@@ -44,7 +41,9 @@ from agentd.intelligence.base import (
     Usage,
 )
 from agentd.log import log
+from agentd.mcp.retry import parse_retry_after
 from agentd.obs import trace
+from agentd.wire.guard import PEER_FAULTS, fault_text
 
 KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
 DEFAULT_TIMEOUT = 120.0
@@ -143,25 +142,10 @@ class _Retryable(IntelligenceError):
 def _arguments_text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()  # a gateway that sends an object
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """`Retry-After` as seconds (delta-seconds or an HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    try:  # a gateway that sends an object: any depth msgspec decoded, any integer
+        return _encoder.encode(value).decode()
+    except PEER_FAULTS as exc:
+        raise _Retryable(f"malformed response: tool-call arguments {fault_text(exc)}") from None
 
 
 def _sse_parser():
@@ -338,15 +322,16 @@ class OpenAICompatible:
             text = ""
         detail = " ".join(text.split())[:200]
         if status in RETRY_STATUSES or status >= 500:
-            raise _Retryable(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After")))
+            raise _Retryable(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After"),
+                                                                 cap=MAX_RETRY_AFTER))
         raise IntelligenceUnavailable(
             f"intelligence gateway {self.url} refused the request: HTTP {status} {detail}".rstrip())
 
     def _decode(self, raw: bytes) -> Completion:
         try:
             resp = _response_decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise _Retryable(f"malformed response: {exc}") from None
+        except PEER_FAULTS as exc:
+            raise _Retryable(f"malformed response: {fault_text(exc)}") from None
         if resp.error is not None and not resp.choices:
             raise _Retryable(f"gateway error: {resp.error.message[:200]}")
         if not resp.choices:
@@ -375,8 +360,8 @@ class OpenAICompatible:
                         continue
                     try:
                         acc.add(_chunk_decoder.decode(payload))
-                    except msgspec.DecodeError as exc:
-                        raise _Retryable(f"malformed stream chunk: {exc}") from None
+                    except PEER_FAULTS as exc:
+                        raise _Retryable(f"malformed stream chunk: {fault_text(exc)}") from None
                 if done:
                     break
         finally:

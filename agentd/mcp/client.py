@@ -63,6 +63,7 @@ from agentd.mcp.retry import (
     SessionExpired,
     TransportError,
     classify,
+    no_answer,
 )
 from agentd.mcp.schema import Validator, schemas
 from agentd.obs import trace
@@ -70,6 +71,7 @@ from agentd.obs.calls import McpCall
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
+from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.jsonrpc import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -184,7 +186,7 @@ _dec_ttl = msgspec.json.Decoder(_TTL)
 def _ttl_ms(raw: msgspec.Raw) -> int:
     try:
         v = _dec_ttl.decode(raw).ttlMs
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except PEER_FAULTS:
         return 0
     return min(v, MAX_TTL_MS) if isinstance(v, int) and v > 0 else 0
 
@@ -888,12 +890,12 @@ class MCPClient:
                 if fut.done():
                     return fut.result()
                 if not t.get_offered:  # nowhere else it could come from
-                    raise TransportError(f"{method}: the answer held no response", sent=True)
+                    raise no_answer(method, self._session.take_garbled())
                 return await fut
             async with asyncio.timeout(time_limit):
                 await t.post(data, fut, headers=headers)
                 if not fut.done() and not t.get_offered:
-                    raise TransportError(f"{method}: the answer held no response", sent=True)
+                    raise no_answer(method, self._session.take_garbled())
                 return await fut
         except BaseException as exc:
             self._pending.pop(rid, None)
@@ -1026,13 +1028,18 @@ class MCPClient:
         elif isinstance(arguments, (str, bytes)):
             try:
                 args = orjson.loads(arguments)
-            except orjson.JSONDecodeError as exc:
-                return Observation(f"arguments for tool {name} are not valid JSON: {exc}",
+            except PEER_FAULTS as exc:
+                return Observation(f"arguments for tool {name} are not valid JSON: "
+                                   f"{fault_text(exc)}",
                                    is_error=True)
             args_json = arguments.encode() if isinstance(arguments, str) else arguments
         else:
             args = arguments
-            args_json = orjson.dumps(arguments)
+            try:  # the wire's bounds: nesting <= 255, integers within 64 bits (orjson's)
+                args_json = orjson.dumps(arguments)
+            except PEER_FAULTS as exc:
+                return Observation(f"arguments for tool {name} cannot be sent: "
+                                   f"{fault_text(exc)}", is_error=True)
         if not isinstance(args, dict):
             return Observation(f"arguments for tool {name} must be a JSON object", is_error=True)
         if tool is not None:

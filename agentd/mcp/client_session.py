@@ -43,6 +43,7 @@ from agentd.errors import MCPError
 from agentd.mcp.param_headers import encode_value
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
+from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -246,7 +247,7 @@ class ClientSession:
 
     __slots__ = (
         "_ids", "_init_id", "_next_id", "_pending", "capabilities", "client_version",
-        "garbage", "instructions", "meta", "meta_json", "offered_version",
+        "garbage", "garbled", "instructions", "meta", "meta_json", "offered_version",
         "protocol_version", "server_info", "state", "stateless", "structured_output",
         "supported_versions",
     )
@@ -262,6 +263,7 @@ class ClientSession:
         self.instructions: str | None = None  # untrusted, server-controlled text
         self.structured_output = False
         self.garbage = 0  # undecodable inbound messages seen (peer mistakes)
+        self.garbled = ""  # why the last undecodable message was refused (take_garbled)
         self._next_id = 1
         self._pending: dict[int | str, str] = {}  # id -> method
         self._init_id: int | None = None
@@ -297,7 +299,7 @@ class ClientSession:
             raise HandshakeError(f"initialize result in state {self.state}")
         try:
             init = _dec_init.decode(result)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except PEER_FAULTS as exc:
             self.state = "closed"
             raise HandshakeError(f"malformed initialize result: {exc}") from None
         if init.protocolVersion not in mt.SUPPORTED_PROTOCOL_VERSIONS:
@@ -346,7 +348,7 @@ class ClientSession:
         when it is not positive evidence of a 2026-07-28 server."""
         try:
             d = _dec_discover.decode(result)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except PEER_FAULTS as exc:
             self.state = "new"
             raise DiscoverDeclined(f"undecodable server/discover result: {exc}") from None
         if not any(v in m26.MODERN_PROTOCOL_VERSIONS for v in d.supportedVersions):
@@ -355,7 +357,7 @@ class ClientSession:
                                    + ", ".join(map(str, d.supportedVersions[:8])))
         info = None
         if d._meta and isinstance(d._meta.get(m26.SERVER_INFO_META), dict):
-            with contextlib.suppress(msgspec.ValidationError, TypeError):
+            with contextlib.suppress(*PEER_FAULTS):
                 info = msgspec.convert(d._meta[m26.SERVER_INFO_META], mt.Implementation)
         self.supported_versions = tuple(d.supportedVersions)
         self.protocol_version = m26.LATEST_MODERN_VERSION
@@ -411,7 +413,7 @@ class ClientSession:
         """(subscription id, honoured filter) of an acknowledgement, or None."""
         try:
             ack = _dec_ack.decode(params)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except PEER_FAULTS:
             return None
         sid = ack._meta.get(m26.SUBSCRIPTION_ID_META) if ack._meta else None
         return sid, ack.notifications
@@ -431,7 +433,7 @@ class ClientSession:
             return None
         try:
             r = _dec_input_required.decode(result)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except PEER_FAULTS:
             return None
         if r.resultType != m26.RESULT_INPUT_REQUIRED:
             return None
@@ -574,13 +576,21 @@ class ClientSession:
                 msgs = _dec_batch.decode(stripped)
             else:
                 msgs = (_dec_one.decode(stripped),)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except PEER_FAULTS as exc:
             self.garbage += 1
+            self.garbled = fault_text(exc)
             return []
         out: list = []
         for m in msgs:
             self._receive_one(m, out)
         return out
+
+    def take_garbled(self) -> str:
+        """Why the last inbound message could not be decoded ("" when none was
+        refused since the last call): what a request whose one answer was
+        undecodable fails with, instead of "no answer"."""
+        reason, self.garbled = self.garbled, ""
+        return reason
 
     def _receive_one(self, m: _In, out: list) -> None:
         method = m.method
@@ -638,5 +648,5 @@ class ClientSession:
         """The URI of a ``notifications/resources/updated`` (None if malformed)."""
         try:
             return _dec_uri.decode(params).uri if params else None
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except PEER_FAULTS:
             return None

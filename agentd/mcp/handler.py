@@ -45,6 +45,7 @@ from agentd.mcp.server_session import (
 from agentd.mcp.server_session import ROUTES as RULES
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
+from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.jsonrpc import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -365,7 +366,7 @@ class Handler:
         entry = self._tools.get(name)
         if entry is None:
             raise ProtocolError(METHOD_NOT_FOUND, f"Unknown tool: {name}")
-        if not entry.is_valid(arguments):
+        if not _valid(entry, arguments):
             raise ProtocolError(INVALID_PARAMS, f"Invalid arguments for tool {name}: "
                                 f"{_first_error(entry.validator, arguments)}")
         try:
@@ -398,10 +399,20 @@ class Handler:
         return self.hub.resource_updated(uri, consume=consume)
 
 
+def _valid(entry: _ToolEntry, arguments: Any) -> bool:
+    try:
+        return entry.is_valid(arguments)
+    except PEER_FAULTS:  # the client's arguments, not our schema: _first_error says why
+        return False
+
+
 def _first_error(validator: Any, instance: Any) -> str:
-    for err in validator.iter_errors(instance):
-        path = "/".join(str(p) for p in err.instance_path)
-        return f"{err.message} at /{path}" if path else err.message
+    try:
+        for err in validator.iter_errors(instance):
+            path = "/".join(str(p) for p in err.instance_path)
+            return f"{err.message} at /{path}" if path else err.message
+    except PEER_FAULTS as exc:  # e.g. nested beyond jsonschema-rs's limit
+        return f"the arguments are {fault_text(exc)}"
     return "invalid"
 
 

@@ -340,15 +340,17 @@ class HttpServer:
             return _closing(408, "Request Timeout: the body was not received in time")
         try:
             msg = codec.decode(body)
-        except ProtocolError as exc:
+            if not trace.enabled:
+                return await self._route(request, msg, accept_json, accept_sse)
+            # tracing: the request's server span continues its caller's trace (from the
+            # message decoded here: `agentd.obs.served` reads `_meta` of its raw params)
+            with served.span(getattr(msg, "method", None), getattr(msg, "params", None),
+                             request.headers):
+                return await self._route(request, msg, accept_json, accept_sse)
+        except ProtocolError as exc:  # the message, or a rule that read more of it
+            throttled(_log, "info", "mcp.serve.rejected", key=str(exc.code), code=exc.code,
+                      reason=exc.message[:120])
             return _rpc_error(400, exc)
-        if not trace.enabled:
-            return await self._route(request, msg, accept_json, accept_sse)
-        # tracing: the request's server span continues its caller's trace (from the
-        # message decoded here: `agentd.obs.served` reads `_meta` of its raw params)
-        with served.span(getattr(msg, "method", None), getattr(msg, "params", None),
-                         request.headers):
-            return await self._route(request, msg, accept_json, accept_sse)
 
     async def _route(self, request: web.Request, msg: Any, accept_json: bool,
                      accept_sse: bool) -> web.StreamResponse:

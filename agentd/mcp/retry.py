@@ -44,11 +44,14 @@ succeeds or the client closes; a call waiting on it gives up after
 
 from __future__ import annotations
 
+import email.utils
 import random
+import time
 from dataclasses import dataclass
 from typing import Final
 
 from agentd.errors import MCPError, RPCError
+from agentd.wire.guard import PEER_FAULTS
 from agentd.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -67,6 +70,8 @@ __all__ = [
     "SessionExpired",
     "TransportError",
     "classify",
+    "no_answer",
+    "parse_retry_after",
 ]
 
 IDEMPOTENT_METHODS: Final = frozenset({
@@ -95,15 +100,33 @@ class SessionExpired(MCPError):
 RETRY_AFTER_CAP: Final = 30.0  # seconds: a longer Retry-After is waited this long at most
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """A ``Retry-After`` of delta-seconds, capped; None when absent or an HTTP date."""
+def parse_retry_after(value: str | None, *, cap: float = RETRY_AFTER_CAP,
+                      now: float | None = None) -> float | None:
+    """``Retry-After`` (RFC 9110 §10.2.3) as seconds to wait, in ``[0, cap]``.
+
+    Delta-seconds or an HTTP-date (``now``: the wall clock, injectable); None
+    when absent or unreadable.  The one parser of that header (the MCP client
+    and the model gateway both call it): a peer's value never raises, however
+    large (``1e999``, ``nan``, a date in year 99999999999) -- it is clamped
+    or ignored.
+    """
     if not value:
         return None
+    value = value.strip()[:_RETRY_AFTER_MAX_CHARS]
     try:
-        seconds = float(value.strip())
+        seconds = float(value)
     except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+            seconds = when.timestamp() - (time.time() if now is None else now)
+        except (*PEER_FAULTS, IndexError):
+            return None
+    if seconds != seconds:  # NaN
         return None
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
+    return min(max(seconds, 0.0), cap)
+
+
+_RETRY_AFTER_MAX_CHARS: Final = 64  # an HTTP-date is 29 characters
 
 
 class HTTPStatusError(MCPError):
@@ -170,3 +193,13 @@ class RetryPolicy:
     def reconnect_backoff(self, attempt: int) -> float:
         return random.uniform(0.5, 1.0) * min(
             self.reconnect_cap, self.reconnect_base * (2 ** min(attempt, 16)))
+
+
+def no_answer(method: str, garbled: str) -> MCPError | RPCError:
+    """What a request fails with when its one answer held no response for it:
+    a parse error naming why when the answer was undecodable (the server's
+    fault, not retried: -32700 is fatal above), else a lost connection."""
+    if garbled:
+        return RPCError(PARSE_ERROR, f"{method}: the answer was not a valid message "
+                             f"({garbled})")
+    return TransportError(f"{method}: the answer held no response", sent=True)

@@ -27,6 +27,7 @@ from typing import Any, Final
 import orjson
 
 from agentd.log import log
+from agentd.wire.guard import PEER_FAULTS, fault_text
 
 __all__ = ["SchemaCache", "Validator", "describe_errors", "schemas"]
 
@@ -43,12 +44,18 @@ class Validator:
         self._v = compiled
 
     def is_valid(self, instance: Any) -> bool:
-        return self._v.is_valid(instance)
+        try:
+            return self._v.is_valid(instance)
+        except PEER_FAULTS:  # e.g. nested beyond jsonschema-rs's limit: errors() says so
+            return False
 
     def errors(self, instance: Any) -> list[str]:
-        if self._v.is_valid(instance):
-            return []
-        return describe_errors(self._v.iter_errors(instance))
+        try:
+            if self._v.is_valid(instance):
+                return []
+            return describe_errors(self._v.iter_errors(instance))
+        except PEER_FAULTS as exc:  # the instance, not the schema: refused, never raised
+            return [f"the value is {fault_text(exc)}"]
 
 
 def describe_errors(errors: Any) -> list[str]:

@@ -40,6 +40,7 @@ from msgspec import UNSET, Raw
 
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
+from agentd.wire.guard import PEER_FAULTS
 from agentd.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -292,7 +293,7 @@ def _tools_call(s: SessionState, req: Request) -> Any:
     raw = req.params
     try:
         p = _call_decoder.decode(raw) if raw is not UNSET else None
-    except (msgspec.DecodeError, RecursionError):
+    except PEER_FAULTS:
         p = None
     if p is None:
         p = _params(t.TOOLS_CALL, req)  # explains the problem (-32602)

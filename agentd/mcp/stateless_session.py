@@ -56,6 +56,7 @@ from agentd.mcp.server_session import Catalogue, SessionHub, SessionState
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
+from agentd.wire.guard import PEER_FAULTS, fault_text, loads_peer
 from agentd.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -145,8 +146,11 @@ def _probe(req: Request) -> _Probe:
         return _EMPTY_PROBE
     try:
         return _probe_decoder.decode(req.params)
-    except msgspec.DecodeError:  # params not an object
+    except msgspec.ValidationError:  # params not an object
         return _EMPTY_PROBE
+    except PEER_FAULTS as exc:  # nested beyond the guard, not UTF-8
+        raise ProtocolError(INVALID_PARAMS, f"Invalid params: {fault_text(exc)}",
+                            id=req.id) from None
 
 
 def _raw_meta(req: Request) -> Any:
@@ -227,22 +231,21 @@ def classify(req: Request, headers: Any = None) -> Envelope:
     if info_raw is not None:
         try:
             info = msgspec.convert(info_raw, _impl_convert)
-        except msgspec.ValidationError as exc:
-            raise ProtocolError(INVALID_PARAMS, f"_meta {m.CLIENT_INFO_META}: {exc}",
-                                id=rid) from None
+        except PEER_FAULTS as exc:
+            raise ProtocolError(INVALID_PARAMS, f"_meta {m.CLIENT_INFO_META}: "
+                                f"{fault_text(exc)}", id=rid) from None
     tp = meta.get("traceparent")
     return Envelope(version=version, capabilities=caps, client_info=info,
                     traceparent=tp if isinstance(tp, str) else None, name=body_name)
 
 
 def meta_free_params(req: Request) -> dict[str, Any]:
-    """The request's params as a dict (``{}`` when absent or not an object)."""
+    """The request's params as a dict (``{}`` when absent or not an object; -32602
+    when they cannot be decoded)."""
     if req.params is UNSET:
         return {}
-    try:
-        out = orjson.loads(bytes(req.params))
-    except orjson.JSONDecodeError:
-        return {}
+    out = loads_peer(bytes(req.params), lambda text: ProtocolError(
+        INVALID_PARAMS, f"Invalid params: {text}", id=req.id))
     return out if isinstance(out, dict) else {}
 
 
@@ -595,6 +598,6 @@ def listen_params(req: Request) -> m.ListenParams:
         raise ProtocolError(INVALID_PARAMS, "subscriptions/listen requires params", id=req.id)
     try:
         return _listen_decoder.decode(req.params)
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(INVALID_PARAMS, f"Invalid params for subscriptions/listen: {exc}",
-                            id=req.id) from None
+    except PEER_FAULTS as exc:
+        raise ProtocolError(INVALID_PARAMS, "Invalid params for subscriptions/listen: "
+                            f"{fault_text(exc)}", id=req.id) from None

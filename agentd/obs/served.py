@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from agentd.obs import trace
+from agentd.wire.guard import PEER_FAULTS
 
 __all__ = ["span"]
 
@@ -57,7 +58,7 @@ def span(method: Any, params: Any, headers: Mapping[str, str]) -> Any:
     if type(params) is msgspec.Raw or type(params) is bytes:
         try:
             p = _decode_params(params)
-        except msgspec.DecodeError:  # not an object, or a `_meta` that is not one
+        except PEER_FAULTS:  # not an object, a `_meta` that is not one, nested too deeply
             p = None
         if p is not None:
             tool = p.name

@@ -21,6 +21,7 @@ import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from . import mcp_types as t
+from .guard import PEER_FAULTS, fault_text
 from .jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -130,6 +131,11 @@ def _json_kind(v: Any) -> str:
     return "a number"
 
 
+def _parse_text(e: BaseException) -> str:
+    text = fault_text(e)
+    return "JSON nested too deeply" if text == "nested too deeply" else text
+
+
 def _invalid(message: str, id_: Any = None) -> ProtocolError:
     return ProtocolError(INVALID_REQUEST, message, id=_valid_id(id_))
 
@@ -149,10 +155,8 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
         # the whole input is JSON at all (a truncated batch is a parse error).
         try:
             value = msgspec.json.decode(data)
-        except msgspec.DecodeError as e:
-            raise ProtocolError(PARSE_ERROR, f"Parse error: {e}") from None
-        except RecursionError:
-            raise ProtocolError(PARSE_ERROR, "Parse error: JSON nested too deeply") from None
+        except PEER_FAULTS as e:
+            raise ProtocolError(PARSE_ERROR, f"Parse error: {_parse_text(e)}") from None
         if type(value) is list:
             raise ProtocolError(
                 INVALID_REQUEST,
@@ -161,10 +165,8 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
         raise ProtocolError(
             INVALID_REQUEST, f"Invalid Request: expected a JSON object, got {_json_kind(value)}"
         ) from None
-    except msgspec.DecodeError as e:
-        raise ProtocolError(PARSE_ERROR, f"Parse error: {e}") from None
-    except RecursionError:  # msgspec's own nesting guard: hostile input, not a bug
-        raise ProtocolError(PARSE_ERROR, "Parse error: JSON nested too deeply") from None
+    except PEER_FAULTS as e:  # incl. msgspec's own nesting guard: hostile input, not a bug
+        raise ProtocolError(PARSE_ERROR, f"Parse error: {_parse_text(e)}") from None
 
     id_ = m.id
     if m.jsonrpc != "2.0":
@@ -314,11 +316,9 @@ def decode_params(method: str, raw: Raw | UnsetType, id: RequestId | None = None
         raise ProtocolError(
             INVALID_PARAMS, f"Invalid params for {method}: {_where(e, 'params')}", id=id
         ) from None
-    except msgspec.DecodeError as e:  # the envelope parsed; params hold e.g. invalid UTF-8
-        raise ProtocolError(INVALID_PARAMS, f"Invalid params for {method}: {e}", id=id) from None
-    except RecursionError:
+    except PEER_FAULTS as e:  # the envelope parsed; params hold e.g. invalid UTF-8, deep nesting
         raise ProtocolError(
-            INVALID_PARAMS, f"Invalid params for {method}: nested too deeply", id=id
+            INVALID_PARAMS, f"Invalid params for {method}: {fault_text(e)}", id=id
         ) from None
 
 
@@ -361,14 +361,16 @@ def decode_result(raw: Raw | bytes, type_: type[T], id: RequestId | None = None)
         return decoder_for(type_).decode(raw)
     except msgspec.ValidationError as exc:
         err: Exception = exc
-    except msgspec.DecodeError as exc:  # only reachable with hand-made bytes
-        raise ResultDecodeError(f"Malformed result: {exc}", id=id) from None
+    except PEER_FAULTS as exc:  # not JSON, nested beyond the guard, a number out of range
+        raise ResultDecodeError(f"Malformed result: {fault_text(exc)}", id=id) from None
     if type_ is t.CallToolResult:
         # Slow path: maybe only an unknown content-block type failed.
         try:
             r = _lenient_call_tool.decode(raw)
         except msgspec.ValidationError as exc:
             err = exc  # names the real problem (unknown types are accepted here)
+        except PEER_FAULTS as exc:
+            raise ResultDecodeError(f"Malformed result: {fault_text(exc)}", id=id) from None
         else:
             # the lenient blocks as they came (unknown types kept); type_ is CallToolResult here
             return t.CallToolResult(r.content, r.isError, r.structuredContent,  # type: ignore[arg-type,return-value]
@@ -412,7 +414,7 @@ def decode_response(data: bytes | bytearray | memoryview | str, result_type: typ
         ).decode
     try:
         m = dec(data)
-    except msgspec.DecodeError:  # incl. ValidationError: let the general path explain
+    except PEER_FAULTS:  # incl. ValidationError and deep nesting: the general path explains
         pass
     else:
         rid = m.id

@@ -1,0 +1,75 @@
+"""Hostile peers for the decode rows of issue 28: each misbehaves on purpose.
+
+    python tests/decode_peers.py PORT MODE
+
+MODE ``deep`` is an MCP server (2025-11-25, JSON answers, hand-written so it
+can break the rules) at http://127.0.0.1:PORT/mcp whose one tool ``deep``
+answers a ``tools/call`` with ``structuredContent`` nested 5,000 levels.
+
+MODE ``bad-metadata`` / ``bad-port`` is an OAuth-protected MCP endpoint that
+answers every POST with 401 and a ``WWW-Authenticate`` whose
+``resource_metadata`` is ``https://[x`` (an unparsable host) or points at its
+own metadata document, which names an authorization server at port 99999.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from aiohttp import web
+
+DEPTH = 5000
+
+
+def _answer(rid: object, result: object) -> web.Response:
+    return web.json_response({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+async def _mcp_deep(request: web.Request) -> web.StreamResponse:
+    msg = json.loads(await request.read())
+    method, rid = msg.get("method"), msg.get("id")
+    if rid is None:
+        return web.Response(status=202)
+    if method == "initialize":
+        return _answer(rid, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                             "serverInfo": {"name": "deep", "version": "1"}})
+    if method == "tools/list":
+        return _answer(rid, {"tools": [{"name": "deep", "description": "answers deeply",
+                                        "inputSchema": {"type": "object"}}]})
+    if method == "tools/call":
+        deep = "[" * DEPTH + "]" * DEPTH
+        body = ('{"jsonrpc":"2.0","id":' + json.dumps(rid) + ',"result":{"content":[{"type":'
+                '"text","text":"x"}],"structuredContent":{"v":' + deep + '}}}')
+        return web.Response(body=body.encode(), content_type="application/json")
+    return web.json_response({"jsonrpc": "2.0", "id": rid,
+                              "error": {"code": -32601, "message": "no"}})
+
+
+def main(argv: list[str]) -> None:
+    port, mode = int(argv[0]), argv[1]
+    app = web.Application()
+    if mode == "deep":
+        app.router.add_post("/mcp", _mcp_deep)
+    else:
+        base = f"http://127.0.0.1:{port}"
+        metadata = "https://[x" if mode == "bad-metadata" else \
+            f"{base}/.well-known/oauth-protected-resource/mcp"
+
+        async def unauthorized(request: web.Request) -> web.Response:
+            return web.Response(status=401, headers={
+                "WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'})
+
+        async def prm(request: web.Request) -> web.Response:
+            return web.json_response({"resource": f"{base}/mcp",
+                                      "authorization_servers": ["http://127.0.0.1:99999"]})
+
+        app.router.add_post("/mcp", unauthorized)
+        app.router.add_get("/mcp", unauthorized)
+        app.router.add_get("/.well-known/oauth-protected-resource/mcp", prm)
+        app.router.add_get("/.well-known/oauth-protected-resource", prm)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
