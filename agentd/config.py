@@ -209,8 +209,13 @@ def is_loopback_host(host: str) -> bool:
 
 
 def check_endpoint(url: str, what: str) -> None:
-    """An MCP endpoint is https://, or http:// on a loopback host only."""
-    parts = urlsplit(url)
+    """An MCP endpoint is https://, or http:// on a loopback host only, and a URL
+    at all (``https://[x`` or port 99999 is refused here, never raised later)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # ValueError: not a port number (99999, "x")
+    except ValueError as exc:
+        raise ConfigError(f"{what}: endpoint {url[:200]!r} is not a URL: {exc}") from None
     if parts.scheme == "https" and parts.hostname:
         return
     if parts.scheme == "http" and parts.hostname and is_loopback_host(parts.hostname):

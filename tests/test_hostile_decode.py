@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import aiohttp
+import pytest
 from agentd_proc import run_agentd
 from gateway import Gateway, Reply
 from peers import python_peer
@@ -141,3 +142,24 @@ async def test_served_deep_meta_deep_arguments_and_bad_utf8_are_client_errors(
     assert not errors(done), errors(done)
     assert "Traceback" not in done.stderr
     assert_all_json(done.stderr)
+
+
+# ------------------------------------------------------------ OAuth discovery
+@pytest.mark.parametrize("mode", ["bad-metadata", "bad-port"])
+async def test_oauth_metadata_that_is_no_url_fails_the_servers_handshake(
+        agentd_bin, tmp_path, mode):
+    """A 401 whose resource_metadata is ``https://[x``, or metadata naming an
+    authorization server at port 99999: discovery refuses it with its own error;
+    the required server fails its handshake (exit 6), cleanly."""
+    with python_peer("decode_peers.py", mode) as peer:
+        async with Gateway([Reply.text("done")]) as gw:
+            done = await run_agentd(agentd_bin, [
+                "--instruction", "x", "--intelligence", gw.url, "--model", "m",
+                "--state-dir", str(tmp_path), "--mcp", f"locked={peer.url}"])
+    _clean(done)
+    assert done.rc == 6, done.stderr
+    assert done.result["status"] == "failed"
+    text = json.dumps(done.result)
+    assert "locked" in text and "not a URL" in text, text
+    named = [e for e in done.logs if e.get("server") == "locked" or "locked" in json.dumps(e)]
+    assert named

@@ -29,6 +29,7 @@ import msgspec
 from agentd.mcp.oauth.challenge import Challenge
 from agentd.mcp.oauth.errors import OAuthError
 from agentd.mcp.oauth.http import Http, check_url, origin
+from agentd.wire.guard import convert_peer
 
 _Doc = TypeVar("_Doc")
 
@@ -77,7 +78,7 @@ def resource_matches(resource: str, server_url: str) -> bool:
     try:
         if origin(resource) != origin(server_url):
             return False
-    except ValueError:
+    except OAuthError:
         return False
     rp = urlsplit(resource)
     if rp.query or rp.fragment:
@@ -110,10 +111,7 @@ async def _fetch(http: Http, url: str, what: str, type_: type[_Doc]) -> _Doc | N
     doc = await http.get_json(url, what)
     if doc is None:
         return None
-    try:
-        return msgspec.convert(doc, type_)
-    except msgspec.ValidationError as exc:
-        raise OAuthError(f"{what} {url}: {exc}") from None
+    return convert_peer(doc, type_, lambda text: OAuthError(f"{what} {url}: {text}"))
 
 
 async def discover_prm(http: Http, server_url: str,

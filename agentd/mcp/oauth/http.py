@@ -20,6 +20,7 @@ import orjson
 from agentd import __version__
 from agentd.config import ConfigError, check_endpoint
 from agentd.mcp.oauth.errors import OAuthError
+from agentd.wire.guard import PEER_FAULTS
 
 __all__ = ["HTTP_TIMEOUT", "MAX_BODY", "Http", "Reply", "check_url", "origin"]
 
@@ -28,8 +29,12 @@ MAX_BODY: Final = 1024 * 1024  # metadata and token answers are small
 
 
 def origin(url: str) -> str:
-    p = urlsplit(url)
-    port = p.port
+    """``scheme://host[:port]`` of ``url``; :class:`OAuthError` when it is no URL."""
+    try:
+        p = urlsplit(url)
+        port = p.port
+    except ValueError as exc:  # a peer's metadata: "https://[x", port 99999
+        raise OAuthError(f"{url[:200]!r} is not a URL: {exc}") from None
     default = {"https": 443, "http": 80}.get(p.scheme)
     host = (p.hostname or "").lower()
     if ":" in host:
@@ -42,12 +47,12 @@ def check_url(url: object, what: str) -> str:
     a fragment; else :class:`OAuthError`."""
     if not isinstance(url, str) or not url or len(url) > 2048:
         raise OAuthError(f"{what}: not a URL")
-    if urlsplit(url).fragment:
-        raise OAuthError(f"{what} {url!r}: a fragment is not allowed")
     try:
-        check_endpoint(url, what)  # the rule MCP endpoints follow
+        check_endpoint(url, what)  # the rule MCP endpoints follow (and a URL at all)
     except ConfigError as exc:
         raise OAuthError(str(exc)) from None
+    if urlsplit(url).fragment:
+        raise OAuthError(f"{what} {url!r}: a fragment is not allowed")
     return url
 
 
@@ -113,7 +118,7 @@ class Http:
         if ctype == "application/json" or ctype.endswith("+json"):
             try:
                 data = orjson.loads(raw) if raw else None
-            except orjson.JSONDecodeError:
+            except PEER_FAULTS:  # not JSON, nested too deeply: no document
                 data = None
             if not isinstance(data, dict):
                 data = None
