@@ -35,6 +35,7 @@ from agentd import __version__
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec, resolve_headers
 from agentd.errors import A2AFault
 from agentd.wire import a2a as w
+from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd_native import SSEParser
 
 __all__ = ["DEFAULT_MAX_BYTES", "A2AClient", "A2AError", "CardError", "TaskNotFound"]
@@ -196,8 +197,9 @@ class A2AClient:
             raise CardError(f"Agent Card at {url}: HTTP {status}")
         try:
             card = w.card_decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise CardError(f"Agent Card at {url} is not a valid Agent Card: {exc}") from None
+        except PEER_FAULTS as exc:
+            raise CardError(f"Agent Card at {url} is not a valid Agent Card: "
+                            f"{fault_text(exc)}") from None
         self.interface = choose_interface(card, self.spec.url)
         self.card = card
         return card
@@ -242,7 +244,7 @@ class A2AClient:
             raise A2AError(f"peer {self.name}: {method}: HTTP {status}", retryable=True)
         try:
             env = _envelope.decode(data)
-        except msgspec.DecodeError:
+        except PEER_FAULTS:
             raise A2AError(f"peer {self.name}: {method}: HTTP {status}, not a JSON-RPC "
                            "answer") from None
         if env.error is not None:
@@ -270,7 +272,7 @@ class A2AClient:
             raise self._fault(exc, f"{verb} {path}") from None
         if status >= 400:
             message = f"HTTP {status}"
-            with contextlib.suppress(msgspec.DecodeError):
+            with contextlib.suppress(*PEER_FAULTS):
                 err = _rest_error.decode(raw).error
                 if err is not None and err.message:
                     message = f"{err.message} (HTTP {status})"
@@ -283,8 +285,9 @@ class A2AClient:
                 what: str) -> Any:
         try:
             return decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise A2AError(f"peer {self.name}: {what}: malformed answer: {exc}") from None
+        except PEER_FAULTS as exc:
+            raise A2AError(f"peer {self.name}: {what}: malformed answer: "
+                           f"{fault_text(exc)}") from None
 
     # ------------------------------------------------------------ methods
     async def send(self, request: w.SendMessageRequest) -> w.SendMessageResponse:

@@ -40,7 +40,6 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
-import orjson
 
 from agentd.a2a.client import A2AClient, A2AError, CardError, TaskNotFound
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
@@ -85,8 +84,8 @@ def parse_uri(uri: str) -> tuple[str, str] | None:
 def part_text(part: w.Part) -> str:
     if part.text is not None:
         return part.text
-    if part.data is not None:
-        return orjson.dumps(part.data).decode()
+    if part.data is not None:  # a peer's JSON: msgspec encodes whatever it decoded
+        return w.encode(part.data).decode()
     if part.url is not None:
         return f"[file {part.filename or ''} at {part.url}]"
     if part.raw is not None:
@@ -477,7 +476,8 @@ class A2APeers:
                 return _Obs(f"resource not found: {uri}: {exc}", is_error=True)
             d.error = str(exc)
         body = d.body()
-        return _Obs(orjson.dumps(body).decode(), is_error=False, structured=body)
+        # w.encode (msgspec): the body holds the peer's task, of any depth or integer
+        return _Obs(w.encode(body).decode(), is_error=False, structured=body)
 
 
 class WithPeers:

@@ -47,6 +47,7 @@ from agentd.log import log
 from agentd.mcp.handler import current_principal
 from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest, SubagentBackend, UnknownHandle
 from agentd.wire import a2a as w
+from agentd.wire.guard import PEER_FAULTS, fault_text
 
 __all__ = ["PATH", "A2AServed"]
 
@@ -187,9 +188,11 @@ class A2AServed:
         try:
             body = await request.read()
             msg = _rpc.decode(body)
-        except msgspec.DecodeError as exc:
+        except msgspec.ValidationError as exc:
             return _error(None, -32700 if not body.lstrip().startswith(b"{") else -32600,
-                          f"Invalid request: {exc}")
+                          f"Invalid request: {fault_text(exc)}")
+        except PEER_FAULTS as exc:  # not JSON, nested too deeply, not UTF-8
+            return _error(None, -32700, f"Parse error: {fault_text(exc)}")
         version = request.headers.get(w.VERSION_HEADER)
         if version and version.split(".")[0] != "1":
             return _error(msg.id, w.VERSION_NOT_SUPPORTED,
@@ -212,16 +215,16 @@ class A2AServed:
     def _ids(msg: _Rpc) -> _IdParams:
         try:
             return _id_params.decode(msg.params)
-        except msgspec.DecodeError as exc:
-            raise _Fault(-32602, f"Invalid params: {exc}") from None
+        except PEER_FAULTS as exc:
+            raise _Fault(-32602, f"Invalid params: {fault_text(exc)}") from None
 
     # ------------------------------------------------------------ methods
     async def _spawn(self, msg: _Rpc, principal: str) -> tuple[dict[str, Any], bool]:
         """(the Task JSON, whether a run was started) for a SendMessage's params."""
         try:
             req = w.send_request_decoder.decode(msg.params)
-        except msgspec.DecodeError as exc:
-            raise _Fault(-32602, f"Invalid params: {exc}") from None
+        except PEER_FAULTS as exc:
+            raise _Fault(-32602, f"Invalid params: {fault_text(exc)}") from None
         if req.message.task_id:
             if self._owners.get(req.message.task_id) != principal:
                 raise _Fault(w.TASK_NOT_FOUND, "Task not found")
@@ -265,7 +268,7 @@ class A2AServed:
         await resp.prepare(request)
 
         async def emit(result: dict[str, Any]) -> None:
-            await resp.write(b"data: " + orjson.dumps(
+            await resp.write(b"data: " + w.encode(
                 {"jsonrpc": "2.0", "id": msg.id, "result": result}) + b"\n\n")
 
         handle = task["id"]
@@ -295,11 +298,12 @@ class A2AServed:
 
 
 def _result(id_: Any, result: Any) -> web.Response:
-    return web.Response(body=orjson.dumps({"jsonrpc": "2.0", "id": id_, "result": result}),
+    # w.encode (msgspec), not orjson: the echoed id is the client's, of any size
+    return web.Response(body=w.encode({"jsonrpc": "2.0", "id": id_, "result": result}),
                         content_type="application/json")
 
 
 def _error(id_: Any, code: int, message: str) -> web.Response:
-    return web.Response(body=orjson.dumps({"jsonrpc": "2.0", "id": id_,
-                                           "error": {"code": code, "message": message}}),
+    return web.Response(body=w.encode({"jsonrpc": "2.0", "id": id_,
+                                       "error": {"code": code, "message": message}}),
                         content_type="application/json")

@@ -53,6 +53,7 @@ from agentd.errors import TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.tree.api import HandleState
 from agentd.wire import codec
+from agentd.wire.guard import decode_peer
 from agentd.wire.jsonrpc import (
     METHOD_NOT_FOUND,
     ErrorObject,
@@ -475,7 +476,5 @@ class ControlSession:
     def _typed(tp: Decodable, raw: Raw | UnsetType, method: str) -> Any:
         if raw is UNSET:
             raw = Raw(b"{}")
-        try:
-            return _decoder(tp).decode(raw)
-        except msgspec.ValidationError as exc:
-            raise ControlProtocolError(f"malformed frame: {method}: {exc}") from None
+        return decode_peer(_decoder(tp).decode, raw,
+                           lambda text: ControlProtocolError(f"malformed frame: {method}: {text}"))
