@@ -178,7 +178,7 @@ def distil(answer: str | None, contract: str | None) -> Any:
         text = body.rsplit("```", 1)[0].strip()
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError:
+    except PEER_FAULTS:  # the model's text: not JSON (or nested too deeply) stays text
         return answer
 
 

@@ -36,6 +36,8 @@ from agentd.config import (
 )
 from agentd.errors import ToolFault
 from agentd.log import log
+from agentd.log_bridge import throttled
+from agentd.mcp.arguments import wire_arguments
 from agentd.mcp.client_session import (
     Capabilities,
     CapabilityError,
@@ -71,7 +73,7 @@ from agentd.obs.calls import McpCall
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
-from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd.wire.guard import PEER_FAULTS
 from agentd.wire.jsonrpc import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -796,7 +798,11 @@ class MCPClient:
 
     def _on_message(self, data: bytes | str) -> None:
         self._last_inbound = time.monotonic()
-        for ev in self._session.receive(data):
+        events = self._session.receive(data)
+        if self._session.garbled:  # the server's bytes refused: visible, never silent
+            throttled(self.log, "warning", "mcp.garbage", key=self.name,
+                      reason=self._session.garbled)
+        for ev in events:
             cls = ev.__class__
             if cls is Resolved:
                 fut = self._pending.pop(ev.id, None)
@@ -884,6 +890,7 @@ class MCPClient:
         self._pending[rid] = fut
         t = self._transport
         assert t is not None
+        self._session.take_garbled()  # only a refusal of this answer is its reason
         try:
             if time_limit is None:
                 await t.post(data, fut, headers=headers)
@@ -1022,26 +1029,10 @@ class MCPClient:
         so does cancelling the calling task (which then re-raises).
         """
         tool = self.tools.get(name)
-        if arguments is None:
-            args: Any = {}
-            args_json = b"{}"
-        elif isinstance(arguments, (str, bytes)):
-            try:
-                args = orjson.loads(arguments)
-            except PEER_FAULTS as exc:
-                return Observation(f"arguments for tool {name} are not valid JSON: "
-                                   f"{fault_text(exc)}",
-                                   is_error=True)
-            args_json = arguments.encode() if isinstance(arguments, str) else arguments
-        else:
-            args = arguments
-            try:  # the wire's bounds: nesting <= 255, integers within 64 bits (orjson's)
-                args_json = orjson.dumps(arguments)
-            except PEER_FAULTS as exc:
-                return Observation(f"arguments for tool {name} cannot be sent: "
-                                   f"{fault_text(exc)}", is_error=True)
-        if not isinstance(args, dict):
-            return Observation(f"arguments for tool {name} must be a JSON object", is_error=True)
+        wired = wire_arguments(name, arguments)
+        if isinstance(wired, str):
+            return Observation(wired, is_error=True)
+        args, args_json = wired
         if tool is not None:
             v = tool.input_validator()
             if v is not None and not v.is_valid(args):

@@ -20,6 +20,7 @@ import msgspec
 from aiohttp import web
 
 from agentd.obs import health, metrics, served, trace
+from agentd.wire.guard import PEER_FAULTS
 
 __all__ = ["mount", "serve_standalone"]
 
@@ -104,7 +105,7 @@ async def _continue_trace(request: web.Request, handler: Any) -> web.StreamRespo
     if length is not None and length <= _PEEK_MAX:
         try:
             peek = _peek.decode(await request.read())
-        except (msgspec.DecodeError, web.HTTPException):
+        except (*PEER_FAULTS, web.HTTPException):
             peek = None
     with served.span(peek.method if peek is not None else None,
                      peek.params if peek is not None else None, request.headers):

@@ -21,6 +21,7 @@ from agentd.log import log
 from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
 from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of, resource_servers
 from agentd.reactive.waiters import Waiters
+from agentd.wire.guard import PEER_FAULTS
 
 if TYPE_CHECKING:
     from agentd.mcp.selftool import SelfTool
@@ -76,7 +77,7 @@ def _terminal(obs: Observed) -> bool:
         return False
     try:
         body = orjson.loads(obs.text or "")
-    except orjson.JSONDecodeError:
+    except PEER_FAULTS:  # the server's text: not JSON, nested too deeply
         return False
     return isinstance(body, dict) and body.get("done") is True
 

@@ -41,6 +41,7 @@ from agentd.tree.control import (
     IoUpdated,
 )
 from agentd.tree.procs import Channel, RemoteError
+from agentd.wire.guard import PEER_FAULTS, fault_text
 
 __all__ = ["BrokeredIntelligence", "BrokeredToolbox"]
 
@@ -105,7 +106,11 @@ class BrokeredToolbox:
         if qualified_name not in self.tools:
             return IoObservation(f"unknown tool {qualified_name!r}", is_error=True)
         if isinstance(arguments, (str, bytes)):
-            arguments = orjson.loads(arguments) if arguments else None
+            try:
+                arguments = orjson.loads(arguments) if arguments else None
+            except PEER_FAULTS as exc:
+                return IoObservation(f"arguments for tool {qualified_name} are not valid "
+                                     f"JSON: {fault_text(exc)}", is_error=True)
         return await self._io(IoCall(qualified_name, arguments, time_limit,
                                      trace.current_traceparent()))
 
