@@ -32,6 +32,8 @@ async def test_structured_content_nested_5000_levels_is_the_servers_fault(agentd
     assert done.result["status"] == "completed"
     faults = done.events("tool.fault")
     assert faults and "deep" in faults[0]["tool"] and "nested too deeply" in faults[0]["fault"]
+    garbage = done.events("mcp.garbage")  # the server's refused bytes, named and visible
+    assert garbage and garbage[0]["server"] == "deep", done.stderr
     # the model was told it was a fault of the server, not tool output
     told = gw.bodies[1]["messages"][-1]["content"]
     assert "protocol or transport fault" in told and "nested too deeply" in told
@@ -140,6 +142,8 @@ async def test_served_deep_meta_deep_arguments_and_bad_utf8_are_client_errors(
         await canary(http, url)
     done = await stop(agent)
     assert not errors(done), errors(done)
+    rejected = done.events("mcp.serve.rejected")  # info, throttled: visible, no flood
+    assert rejected and all(e["level"] == "info" for e in rejected)
     assert "Traceback" not in done.stderr
     assert_all_json(done.stderr)
 
