@@ -4,7 +4,8 @@
 
 MODE ``deep`` is an MCP server (2025-11-25, JSON answers, hand-written so it
 can break the rules) at http://127.0.0.1:PORT/mcp whose one tool ``deep``
-answers a ``tools/call`` with ``structuredContent`` nested 5,000 levels.
+answers a ``tools/call`` with ``structuredContent`` nested 5,000 levels;
+``deep-init`` answers ``initialize`` itself with ``serverInfo`` nested as deep.
 
 MODE ``bad-metadata`` / ``bad-port`` is an OAuth-protected MCP endpoint that
 answers every POST with 401 and a ``WWW-Authenticate`` whose
@@ -26,8 +27,19 @@ def _answer(rid: object, result: object) -> web.Response:
     return web.json_response({"jsonrpc": "2.0", "id": rid, "result": result})
 
 
-async def _mcp_deep(request: web.Request) -> web.StreamResponse:
+async def _mcp_deep_init(request: web.Request) -> web.StreamResponse:
     msg = json.loads(await request.read())
+    if msg.get("method") != "initialize":
+        return await _mcp_deep(request, msg)
+    body = ('{"jsonrpc":"2.0","id":' + json.dumps(msg.get("id")) + ',"result":{"protocolVersion"'
+            ':"2025-11-25","capabilities":{},"serverInfo":{"name":"deep","version":"1","x":' +
+            "[" * DEPTH + "]" * DEPTH + "}}}")
+    return web.Response(body=body.encode(), content_type="application/json")
+
+
+async def _mcp_deep(request: web.Request, msg: dict | None = None) -> web.StreamResponse:
+    if msg is None:
+        msg = json.loads(await request.read())
     method, rid = msg.get("method"), msg.get("id")
     if rid is None:
         return web.Response(status=202)
@@ -49,8 +61,8 @@ async def _mcp_deep(request: web.Request) -> web.StreamResponse:
 def main(argv: list[str]) -> None:
     port, mode = int(argv[0]), argv[1]
     app = web.Application()
-    if mode == "deep":
-        app.router.add_post("/mcp", _mcp_deep)
+    if mode in ("deep", "deep-init"):
+        app.router.add_post("/mcp", _mcp_deep if mode == "deep" else _mcp_deep_init)
     else:
         base = f"http://127.0.0.1:{port}"
         metadata = "https://[x" if mode == "bad-metadata" else \

@@ -39,6 +39,21 @@ async def test_structured_content_nested_5000_levels_is_the_servers_fault(agentd
     assert "protocol or transport fault" in told and "nested too deeply" in told
 
 
+async def test_an_initialize_answer_nested_5000_levels_fails_the_handshake_at_once(agentd_bin):
+    """The required server's handshake fails with the reason (exit 6), without
+    waiting out the handshake timeout for an answer that already came."""
+    with python_peer("decode_peers.py", "deep-init") as peer:
+        async with Gateway([Reply.text("done")]) as gw:
+            done = await run_agentd(agentd_bin, [
+                "--instruction", "x", "--intelligence", gw.url, "--model", "m",
+                "--init-timeout", "600", "--mcp", f"deep={peer.url}"], limit=300)
+    _clean(done)
+    assert done.rc == 6, done.stderr
+    text = json.dumps(done.result)
+    assert "deep" in text and "nested too deeply" in text, text
+    assert done.events("mcp.garbage")[0]["server"] == "deep"
+
+
 OVERFLOWING_DATE = "Fri, 31 Dec 99999999999 23:59:59 GMT"
 
 

@@ -505,6 +505,9 @@ class MCPClient:
         try:
             async with asyncio.timeout(limit):
                 await t.post(data, fut, initialize=True)
+                if not fut.done():  # its one answer was no message for it: say why, now
+                    raise HandshakeError(f"{self.name}: initialize failed: "
+                                         f"{no_answer(mt.INITIALIZE, s.take_garbled())}")
                 result = await fut
         except TimeoutError:
             s.handshake_failed()  # initialize is never cancelled
