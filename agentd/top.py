@@ -21,10 +21,9 @@ import contextlib
 import time
 from typing import Any
 
-import orjson
-
 from agentd.config import ServerSpec
 from agentd.exitcodes import ExitCode
+from agentd.wire.guard import loads_peer
 
 __all__ = ["fetch", "render_text", "run_top"]
 
@@ -116,7 +115,7 @@ async def fetch(client: Any) -> dict[str, Any]:
     obs = await client.read_resource(STATUS_URI)
     if obs.is_error:
         raise RuntimeError(f"reading {STATUS_URI}: {obs.text[:200]}")
-    body = orjson.loads(obs.text)
+    body = loads_peer(obs.text, lambda text: RuntimeError(f"{STATUS_URI} is not JSON: {text}"))
     if not isinstance(body, dict):
         raise RuntimeError(f"{STATUS_URI} is not a JSON object")
     return body
