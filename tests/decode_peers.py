@@ -7,6 +7,9 @@ can break the rules) at http://127.0.0.1:PORT/mcp whose one tool ``deep``
 answers a ``tools/call`` with ``structuredContent`` nested 5,000 levels;
 ``deep-init`` answers ``initialize`` itself with ``serverInfo`` nested as deep.
 
+MODE ``a2a-deep-card`` is an A2A agent whose Agent Card (at the well-known
+path) nests 5,000 levels inside its ``capabilities``.
+
 MODE ``bad-metadata`` / ``bad-port`` is an OAuth-protected MCP endpoint that
 answers every POST with 401 and a ``WWW-Authenticate`` whose
 ``resource_metadata`` is ``https://[x`` (an unparsable host) or points at its
@@ -63,6 +66,16 @@ def main(argv: list[str]) -> None:
     app = web.Application()
     if mode in ("deep", "deep-init"):
         app.router.add_post("/mcp", _mcp_deep if mode == "deep" else _mcp_deep_init)
+    elif mode == "a2a-deep-card":
+        card = ('{"name":"deep","description":"d","version":"1","supportedInterfaces":[{"url":'
+                f'"http://127.0.0.1:{port}/","protocolBinding":"JSONRPC","protocolVersion":"1.0"}}],'
+                '"capabilities":{"x":' + "[" * DEPTH + "]" * DEPTH + '},"defaultInputModes":[],'
+                '"defaultOutputModes":[],"skills":[]}')
+
+        async def agent_card(request: web.Request) -> web.Response:
+            return web.Response(body=card.encode(), content_type="application/json")
+
+        app.router.add_get("/.well-known/agent-card.json", agent_card)
     else:
         base = f"http://127.0.0.1:{port}"
         metadata = "https://[x" if mode == "bad-metadata" else \

@@ -163,6 +163,21 @@ async def test_served_deep_meta_deep_arguments_and_bad_utf8_are_client_errors(
     assert_all_json(done.stderr)
 
 
+# ---------------------------------------------------------------------- A2A
+async def test_an_agent_card_nested_5000_levels_fails_the_required_peer(agentd_bin, tmp_path):
+    """The card is refused with the A2A fault's own words: exit 6, cleanly."""
+    script = tmp_path / "p.json"
+    script.write_text(json.dumps({"turns": [{"content": "unreached"}]}))
+    with python_peer("decode_peers.py", "a2a-deep-card") as peer:
+        done = await run_agentd(agentd_bin, [
+            "--features", "a2a", "--a2a-peer", f"p=http://127.0.0.1:{peer.port}",
+            "--instruction", "go", "--intelligence", f"playback:{script}"])
+    _clean(done)
+    assert done.rc == 6, done.stderr
+    failed = done.events("a2a.card.failed")
+    assert failed and "nested too deeply" in failed[0]["error"], failed
+
+
 # ------------------------------------------------------------ OAuth discovery
 @pytest.mark.parametrize("mode", ["bad-metadata", "bad-port"])
 async def test_oauth_metadata_that_is_no_url_fails_the_servers_handshake(
