@@ -301,7 +301,7 @@ class ClientSession:
             init = _dec_init.decode(result)
         except PEER_FAULTS as exc:
             self.state = "closed"
-            raise HandshakeError(f"malformed initialize result: {exc}") from None
+            raise HandshakeError(f"malformed initialize result: {fault_text(exc)}") from None
         if init.protocolVersion not in mt.SUPPORTED_PROTOCOL_VERSIONS:
             self.state = "closed"
             raise HandshakeError(
@@ -350,7 +350,8 @@ class ClientSession:
             d = _dec_discover.decode(result)
         except PEER_FAULTS as exc:
             self.state = "new"
-            raise DiscoverDeclined(f"undecodable server/discover result: {exc}") from None
+            raise DiscoverDeclined("undecodable server/discover result: "
+                                   f"{fault_text(exc)}") from None
         if not any(v in m26.MODERN_PROTOCOL_VERSIONS for v in d.supportedVersions):
             self.state = "new"
             raise DiscoverDeclined("server/discover lists no 2026-07-28 version: "
