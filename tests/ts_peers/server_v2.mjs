@@ -2,7 +2,7 @@
 // `@modelcontextprotocol/node`): a real peer for agentd's interop tests,
 // speaking both 2026-07-28 and 2025-11-25 on one endpoint.
 //
-//     node tests/ts_peers/server_v2.mjs PORT [--stateless]
+//     node tests/ts_peers/server_v2.mjs PORT [--stateless] [--legacy-only]
 //
 // Run with Node 22 from tests/peers/node_modules/.bin/node.  Module
 // resolution: this file lives outside any node_modules tree, so it imports the
@@ -19,6 +19,11 @@
 //                NodeStreamableHTTPServerTransport, one McpServer a session.
 //   --stateless  `createMcpHandler(factory)` alone: 2026-07-28 plus the SDK's
 //                own stateless 2025 fallback (no sessions, GET/DELETE 405).
+//   --legacy-only  2025-11-25 alone, as a deployment that keeps its 2025
+//                wiring does: every request goes to the sessionful transport
+//                (or, with --stateless, to the SDK's `legacyStatelessFallback`),
+//                so a 2026-07-28 probe is refused the way a 2025 server
+//                refuses it and a client falls back to `initialize`.
 //
 // Surface:
 //   tools      echo{text} (the text back), fail{} (an isError result),
@@ -44,11 +49,12 @@ const load = (p) => import(new URL(`@modelcontextprotocol/${p}`, MODULES).href);
 const srv = await load("server/dist/index.mjs");
 const nodeAdapter = await load("node/dist/index.mjs");
 const { McpServer, ResourceTemplate, ProtocolError, ProtocolErrorCode, createMcpHandler,
-  isLegacyRequest, isInitializeRequest } = srv;
+  isLegacyRequest, isInitializeRequest, legacyStatelessFallback } = srv;
 const { NodeStreamableHTTPServerTransport, toNodeHandler, toWebRequest } = nodeAdapter;
 
 const port = Number(process.argv[2]);
 const stateless = process.argv.includes("--stateless");
+const legacyOnly = process.argv.includes("--legacy-only");
 const PAGE_SIZE = 3;
 
 const bodies = new Map([
@@ -135,6 +141,8 @@ function makeServer({ sessions = false, listen = false } = {}) {
 const onerror = (err) => process.stderr.write(`mcp error: ${err?.stack ?? err}\n`);
 modern = createMcpHandler((ctx) => makeServer({ listen: ctx.era === "modern" }), { legacy: stateless ? "stateless" : "reject", onerror });
 const modernNode = toNodeHandler(modern, { onerror });
+const legacyStateless = toNodeHandler({ fetch: legacyStatelessFallback(() => makeServer(), onerror) },
+  { onerror });
 const sessions = new Map(); // session id -> transport
 
 async function readBody(req) {
@@ -173,6 +181,10 @@ async function handle(req, res) {
   const url = new URL(req.url, `http://${req.headers.host}`);
   if (url.pathname !== "/mcp") { res.writeHead(404).end(); return; }
   const body = req.method === "POST" ? await readBody(req) : undefined;
+  if (legacyOnly) {
+    await (stateless ? legacyStateless(req, res, body) : legacy(req, res, body));
+    return;
+  }
   if (stateless) { await modernNode(req, res, body); return; }
   const probe = await toWebRequest(req, body);
   if (await isLegacyRequest(probe, body)) await legacy(req, res, body);
