@@ -14,12 +14,13 @@ tools/list (two pages of four) -- the good ones:
     ``external_ref{}`` (a non-local ``$ref``: never fetched, kept);
 and the ones a client must exclude, each for its own reason:
     ``two_types{v}`` (``x-mcp-header`` on ``["string", "integer"]``),
-    ``deep{}`` (an input schema 200 levels (400 JSON containers) deep: it decodes, but no walk of it may recurse), ``dangling_ref{}`` (a local
+    ``deep{}`` (an input schema 200 levels (400 JSON containers) deep: it decodes, but no walk of it may recurse), ``abyss{}`` (1,000 levels:
+    beyond the JSON decoder's own nesting guard), ``dangling_ref{}`` (a local
     ``$ref`` to a definition that is not there), ``needs_task{}``
     (``execution.taskSupport: "required"``).
 
-The deep schema is more than the SDK's own serialiser nests (pydantic refuses
-it), so that one tool is listed as a marker the ASGI wrapper below swaps for
+The deep schemas are more than the SDK's own serialiser nests (pydantic refuses
+them), so those tools are listed with markers the ASGI wrapper below swaps for
 the deep JSON in the answer's bytes: the hostile part of this peer, on purpose.
 Every tool call echoes its name, the arguments and the ``mcp-param-*`` headers
 it carried.
@@ -31,7 +32,9 @@ import json
 import sys
 
 DEPTH = 200
+ABYSS = 1000
 MARKER = {"x-catalog-deep-marker": "deep"}
+ABYSS_MARKER = {"x-catalog-deep-marker": "abyss"}
 
 
 def deep_schema_json(depth: int = DEPTH) -> bytes:
@@ -67,6 +70,8 @@ def main(argv: list[str]) -> None:
                                            "x-mcp-header": "V"}})),
         types.Tool(name="deep", description="A schema far too deep.",
                    input_schema=obj({"x": MARKER})),
+        types.Tool(name="abyss", description="A schema beyond the decoder's guard.",
+                   input_schema=obj({"x": ABYSS_MARKER})),
         types.Tool(name="dangling_ref", description="A $ref to nowhere.",
                    input_schema=obj({"x": {"$ref": "#/$defs/missing"}})),
         types.Tool(name="needs_task", description="Task augmentation required.",
@@ -90,6 +95,8 @@ def main(argv: list[str]) -> None:
     app = server.streamable_http_app(json_response=True)
     marker = json.dumps(MARKER, separators=(",", ":")).encode()
     deep = deep_schema_json()
+    abyss_marker = json.dumps(ABYSS_MARKER, separators=(",", ":")).encode()
+    abyss = deep_schema_json(ABYSS)
     version_header = b"mcp-protocol-version"
 
     async def asgi(scope, receive, send):
@@ -118,7 +125,7 @@ def main(argv: list[str]) -> None:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body"):
                     return
-                body = b"".join(chunks).replace(marker, deep)
+                body = b"".join(chunks).replace(marker, deep).replace(abyss_marker, abyss)
                 headers = [(k, v) for k, v in start.get("headers", [])
                            if k.lower() != b"content-length"]
                 headers.append((b"content-length", str(len(body)).encode()))

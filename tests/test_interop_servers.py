@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import pytest
 from agentd_proc import run_agentd
 from logcapture import events
@@ -34,8 +35,11 @@ from peers import (
 )
 
 from agentd.config import ConfigError, ServerSpec, load_config_file
+from agentd.errors import RPCError
 from agentd.mcp import MCPClient
-from agentd.mcp.catalogue import ToolExcluded, admit, schema_depth
+from agentd.mcp.catalogue import ToolExcluded, admit, prune_deep, schema_depth
+from agentd.mcp.client_session import ClientSession, Resolved
+from agentd.mcp.retry import resource_missing
 from agentd.wire import mcp_types as mt
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
@@ -198,7 +202,7 @@ async def test_bad_declarations_exclude_one_tool_each(catalog, logs):
         modern = era == "modern"
         assert c.protocol_version == (MODERN if modern else LEGACY)
         kept = {"echo", "nullable", "maybe_task", "external_ref"}
-        excluded = {"deep", "dangling_ref"}
+        excluded = {"deep", "abyss", "dangling_ref"}
         # x-mcp-header only counts at 2026-07-28; the SDK sends no execution there
         (excluded if modern else kept).add("two_types")
         (kept if modern else excluded).add("needs_task")
@@ -206,6 +210,7 @@ async def test_bad_declarations_exclude_one_tool_each(catalog, logs):
         assert set(c.rejected_tools) == excluded
         reasons = c.rejected_tools
         assert "deeper than 128" in reasons["deep"]
+        assert "deeper than 128" in reasons["abyss"]  # cut by prune_deep, then excluded
         assert "#/$defs/missing" in reasons["dangling_ref"]
         if modern:
             assert "['string', 'integer']" in reasons["two_types"]
@@ -270,3 +275,57 @@ def test_max_schema_depth_is_bounded_in_the_config_file(tmp_path: Path, depth: i
     with pytest.raises(ConfigError, match=r"max_schema_depth must be 1\.\.256"):
         load_config_file(str(cfg))
 
+
+
+def _deep_json(levels: int) -> bytes:
+    return b'{"type":"object","properties":{"x":' * levels + b"{}" + b"}}" * levels
+
+
+def test_prune_deep_cuts_only_what_is_too_deep():
+    assert prune_deep(b'{"a":[1,{"b":"x}]\\"["}],"c":[[[1]]]}', 2) == \
+        b'{"a":[1,null],"c":[null]}'
+    assert prune_deep(b'{"a":[1]}', 2) == b'{"a":[1]}'
+    for broken in (b'{"a":[}', b'{"a":"x', b"]", b'{"a":1}}'):
+        assert prune_deep(broken, 8) is None
+    cut = prune_deep(b'{"t":' + _deep_json(5000) + b', "s": "{["}')
+    assert cut is not None and json.loads(cut)["s"] == "{["
+
+
+def _ready_session() -> ClientSession:
+    s = ClientSession(client_version="9.9.9")
+    rid, _ = s.start_initialize()
+    (ev,) = s.receive(json.dumps({"jsonrpc": "2.0", "id": rid, "result": {
+        "protocolVersion": LEGACY, "capabilities": {"tools": {}},
+        "serverInfo": {"name": "s", "version": "1"}}}))
+    s.finish_initialize(ev.result)
+    return s
+
+
+def test_only_a_listing_is_cut_any_other_deep_answer_is_refused():
+    s = _ready_session()
+    deep_tool = b'{"name":"abyss","inputSchema":' + _deep_json(1500) + b"}"
+    rid, _ = s.request(mt.TOOLS_LIST)
+    (ev,) = s.receive(b'{"jsonrpc":"2.0","id":%d,"result":{"tools":[%s,{"name":"ok",'
+                      b'"inputSchema":{}}]}}' % (rid, deep_tool))
+    assert isinstance(ev, Resolved)
+    listed = msgspec.json.decode(ev.result, type=mt.ListToolsResult).tools
+    assert [t.name for t in listed] == ["abyss", "ok"]
+    with pytest.raises(ToolExcluded, match="deeper than"):
+        admit(listed[0], headers=False, tasks=False, max_depth=256)
+    garbage = s.garbage
+    rid, _ = s.request(mt.TOOLS_CALL, {"name": "x", "arguments": {}})
+    assert s.receive(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[],"structuredContent":'
+                     b'%s}}' % (rid, _deep_json(1500))) == []
+    assert s.garbage == garbage + 1  # refused, never a silently cut result
+
+
+@pytest.mark.parametrize(("code", "message", "data", "missing"), [
+    (-32002, "Resource not found", {"uri": "a://b"}, True),
+    (-32602, "Unknown resource: a://b", {"uri": "a://b"}, True),
+    (-32602, "MCP error -32602: Resource a://b not found", None, True),
+    (-32602, "Resource URI a://b is invalid", {"uri": "a://b", "reason": "invalid_uri"}, False),
+    (-32602, "Invalid params: uri must be a string", None, False),
+    (-32603, "Resource not found", {"uri": "a://b"}, False),
+])
+def test_resource_missing_is_one_rule(code, message, data, missing):
+    assert resource_missing(RPCError(code, message, data)) is missing

@@ -18,18 +18,29 @@ anything but :class:`ToolExcluded`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, Final
 
+from agentd.config import MAX_SCHEMA_DEPTH_CAP
 from agentd.errors import MCPError
 from agentd.mcp.param_headers import HeaderDeclarationError, ParamHeader, tool_header_declarations
 from agentd.wire import mcp_types as mt
 
-__all__ = ["ToolExcluded", "admit", "schema_depth"]
+__all__ = ["PRUNE_DEPTH", "ToolExcluded", "admit", "prune_deep", "schema_depth"]
 
 _REF_KEYS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 _DATA_KEYS: Final = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
 _ANCHOR_KEYS: Final = ("$anchor", "$dynamicAnchor")
+
+
+PRUNE_DEPTH: Final = MAX_SCHEMA_DEPTH_CAP + 8
+"""Where :func:`prune_deep` cuts a ``tools/list`` answer: deeper than any schema
+admission accepts once the envelope (message, result, tools, tool) is counted,
+and far inside the JSON decoder's own nesting guard."""
+
+_STRUCTURE: Final = re.compile(rb'["{}\[\]]')
+_STRING_END: Final = re.compile(rb'["\\]')
 
 
 class ToolExcluded(MCPError, ValueError):
@@ -135,3 +146,66 @@ def admit(tool: mt.Tool, *, headers: bool, tasks: bool, max_depth: int
         return tool_header_declarations(tool.inputSchema)
     except HeaderDeclarationError as exc:
         raise ToolExcluded(str(exc)) from None
+
+
+def prune_deep(data: bytes | bytearray | str, limit: int = PRUNE_DEPTH) -> bytes | None:
+    """``data`` with every JSON object or array nested deeper than ``limit`` replaced by
+    ``null``; None when the bytes are not balanced JSON structure.
+
+    A ``tools/list`` answer holding one schema nested beyond the decoder's guard
+    (about a thousand levels) cannot be decoded at all, so without this one deep
+    tool would take the whole listing -- and the server -- with it.  The client
+    session cuts such an answer here and decodes it again; the cut schema is
+    still deeper than any admission accepts, so exactly that tool is excluded
+    (:func:`admit`).  A scan over the bytes, never recursive, linear in their
+    length: the structure characters are found by regular expression, strings
+    are skipped whole (escapes honoured).
+    """
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    out = bytearray()
+    depth = 0
+    cut = 0  # the depth of the value being cut (0: not cutting)
+    pos = 0
+    while True:
+        m = _STRUCTURE.search(raw, pos)
+        if m is None:
+            break
+        i = m.start()
+        if not cut:
+            out += raw[pos:i]
+        ch = raw[i]
+        if ch == 0x22:  # a string: find its unescaped end
+            j = i + 1
+            while True:
+                e = _STRING_END.search(raw, j)
+                if e is None:
+                    return None
+                if raw[e.start()] == 0x5C:  # backslash: skip the escaped byte
+                    j = e.start() + 2
+                    continue
+                j = e.start() + 1
+                break
+            if not cut:
+                out += raw[i:j]
+            pos = j
+            continue
+        if ch in (0x7B, 0x5B):  # { [
+            depth += 1
+            if not cut and depth > limit:
+                cut = depth
+                out += b"null"
+            elif not cut:
+                out.append(ch)
+        else:  # } ]
+            if depth == 0:
+                return None
+            if not cut:
+                out.append(ch)
+            elif depth == cut:
+                cut = 0
+            depth -= 1
+        pos = i + 1
+    if depth or cut:
+        return None
+    out += raw[pos:]
+    return bytes(out)

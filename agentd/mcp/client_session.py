@@ -40,6 +40,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from agentd.errors import MCPError
+from agentd.mcp.catalogue import prune_deep
 from agentd.mcp.param_headers import encode_value
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
@@ -577,10 +578,31 @@ class ClientSession:
         except (msgspec.DecodeError, msgspec.ValidationError):
             self.garbage += 1
             return []
+        except RecursionError:  # nested beyond the decoder's guard
+            msgs = self._deep_listing(stripped)
+            if not msgs:
+                self.garbage += 1
+                return []
         out: list = []
         for m in msgs:
             self._receive_one(m, out)
         return out
+
+    def _deep_listing(self, data: bytes | bytearray | str) -> tuple[_In, ...]:
+        """A ``tools/list`` answer nested too deeply to decode, cut by
+        :func:`~agentd.mcp.catalogue.prune_deep` so that admission excludes the
+        deep tools and serves the rest; any other message stays refused (a cut
+        result would be a silently different one)."""
+        pruned = prune_deep(data)
+        if pruned is None:
+            return ()
+        try:
+            m = _dec_one.decode(pruned)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return ()
+        if m.method is not UNSET or m.id is UNSET or m.id is None:
+            return ()
+        return (m,) if self._pending.get(m.id) == mt.TOOLS_LIST else ()
 
     def _receive_one(self, m: _In, out: list) -> None:
         method = m.method
