@@ -329,3 +329,20 @@ def test_only_a_listing_is_cut_any_other_deep_answer_is_refused():
 ])
 def test_resource_missing_is_one_rule(code, message, data, missing):
     assert resource_missing(RPCError(code, message, data)) is missing
+
+
+async def test_cli_serves_the_rest_of_a_catalogue_with_bad_tools(catalog, tmp_path: Path,
+                                                                agentd_bin):
+    """Before: the whole server failed its handshake (exit 6) for one bad tool."""
+    era, peer = catalog
+    play = tmp_path / "catalog.playback.json"
+    play.write_text(json.dumps({"playback": 1, "turns": [
+        {"tool_calls": [{"name": "cat__echo", "arguments": {"text": "still here"}}]},
+        {"expect": "still here", "content": "done"}]}))
+    done = await run_agentd(agentd_bin, [
+        "--instruction", "use the catalogue", "--intelligence", f"playback:{play}",
+        "--mcp", f"cat={peer.url}", "--ping-interval", "60"])
+    assert done.rc == 0, done.stderr
+    excluded = {e["tool"] for e in done.events("mcp.tools.excluded")}
+    assert {"deep", "abyss", "dangling_ref"} <= excluded
+    assert all(e["server"] == "cat" for e in done.events("mcp.tools.excluded"))
