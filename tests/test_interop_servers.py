@@ -259,7 +259,8 @@ def test_admission_rules():
     ok = mt.Tool(name="ok", inputSchema={"type": "object", "$defs": {"a": {"type": "string"}},
                                          "properties": {"a": {"$ref": "#/$defs/a"},
                                                         "b": {"$ref": "#anchor"},
-                                                        "c": {"$anchor": "anchor"}}})
+                                                        "c": {"$anchor": "anchor"},
+                                                        "$ref": {"type": "string"}}})
     assert admit(ok, headers=True, tasks=False, max_depth=128) == ()
     for bad in ({"$ref": 7}, {"$ref": "#/nope"}, {"$ref": "#missing-anchor"}):
         with pytest.raises(ToolExcluded):
@@ -338,7 +339,7 @@ def test_resource_missing_is_one_rule(code, message, data, missing):
 async def test_cli_serves_the_rest_of_a_catalogue_with_bad_tools(catalog, tmp_path: Path,
                                                                 agentd_bin):
     """Before: the whole server failed its handshake (exit 6) for one bad tool."""
-    era, peer = catalog
+    _, peer = catalog
     play = tmp_path / "catalog.playback.json"
     play.write_text(json.dumps({"playback": 1, "turns": [
         {"tool_calls": [{"name": "cat__echo", "arguments": {"text": "still here"}}]},

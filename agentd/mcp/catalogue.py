@@ -32,6 +32,8 @@ __all__ = ["PRUNE_DEPTH", "ToolExcluded", "admit", "prune_deep", "schema_depth"]
 _REF_KEYS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 _DATA_KEYS: Final = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
 _ANCHOR_KEYS: Final = ("$anchor", "$dynamicAnchor")
+_SCHEMA_MAPS: Final = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                                 "dependentSchemas"})
 
 
 PRUNE_DEPTH: Final = MAX_SCHEMA_DEPTH_CAP + 8
@@ -69,7 +71,9 @@ def schema_depth(schema: Any, limit: int) -> int:
 
 
 def _subschemas(schema: Any) -> Iterator[dict]:
-    """Every object in ``schema`` that is a (sub)schema (data keywords skipped)."""
+    """Every object in ``schema`` that is a (sub)schema: data keywords skipped, and
+    a name-to-schema map (``properties``, ``$defs``, ...) descended into without
+    being taken for a schema itself (a property may be named ``$ref``)."""
     stack = [schema]
     while stack:
         node = stack.pop()
@@ -77,7 +81,13 @@ def _subschemas(schema: Any) -> Iterator[dict]:
             stack.extend(node)
         elif isinstance(node, dict):
             yield node
-            stack.extend(v for k, v in node.items() if k not in _DATA_KEYS)
+            for key, value in node.items():
+                if key in _DATA_KEYS:
+                    continue
+                if key in _SCHEMA_MAPS and isinstance(value, dict):
+                    stack.extend(value.values())
+                else:
+                    stack.append(value)
 
 
 def _pointer(root: Any, fragment: str) -> bool:
