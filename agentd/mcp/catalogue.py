@@ -19,7 +19,6 @@ anything but :class:`ToolExcluded`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any, Final
 
 from agentd.config import MAX_SCHEMA_DEPTH_CAP
@@ -27,7 +26,7 @@ from agentd.errors import MCPError
 from agentd.mcp.param_headers import HeaderDeclarationError, ParamHeader, tool_header_declarations
 from agentd.wire import mcp_types as mt
 
-__all__ = ["PRUNE_DEPTH", "ToolExcluded", "admit", "prune_deep", "schema_depth"]
+__all__ = ["PRUNE_DEPTH", "ToolExcluded", "admit", "prune_deep"]
 
 _REF_KEYS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 _DATA_KEYS: Final = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
@@ -41,53 +40,56 @@ PRUNE_DEPTH: Final = MAX_SCHEMA_DEPTH_CAP + 8
 admission accepts once the envelope (message, result, tools, tool) is counted,
 and far inside the JSON decoder's own nesting guard."""
 
-_STRUCTURE: Final = re.compile(rb'["{}\[\]]')
-_STRING_END: Final = re.compile(rb'["\\]')
+# a whole JSON string (the unrolled form, fast in re), else a lone quote or
+# backslash (malformed), else one structure character
+_TOKENS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|["\\]|[{}\[\]]', re.DOTALL)
 
 
 class ToolExcluded(MCPError, ValueError):
     """A listed tool agentd leaves out of the catalogue; the message is the reason."""
 
 
-def schema_depth(schema: Any, limit: int) -> int:
-    """The nesting depth of ``schema`` (objects and arrays), counted up to ``limit + 1``.
+_SCHEMA, _MAP, _DATA = 0, 1, 2  # what a node is, for the walk below
 
-    Iterative, and it stops descending past the limit, so a schema of any depth
-    costs at most its size and never the interpreter's stack.
+
+def _scan(schema: Any, limit: int, where: str) -> tuple[list[tuple[str, Any]], set[str]]:
+    """One walk of ``schema``: :class:`ToolExcluded` if it nests (objects and arrays)
+    deeper than ``limit``, else its references (keyword, value) and anchors.
+
+    Iterative, and it stops at the first node past the limit, so a schema of
+    any depth costs at most its size and never the interpreter's stack.  A
+    name-to-schema map (``properties``, ``$defs``, ...) is descended into
+    without being taken for a schema itself (a property may be named
+    ``$ref``); data keywords (``const``, ``enum``, ...) count for depth only.
     """
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(schema, 1)]
+    refs: list[tuple[str, Any]] = []
+    anchors: set[str] = set()
+    stack: list[tuple[Any, int, int]] = [(schema, 1, _SCHEMA)]
+    push = stack.append
     while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, (dict, list)):
-            continue
-        if depth > deepest:
-            deepest = depth
-            if deepest > limit:
-                return deepest
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _subschemas(schema: Any) -> Iterator[dict]:
-    """Every object in ``schema`` that is a (sub)schema: data keywords skipped, and
-    a name-to-schema map (``properties``, ``$defs``, ...) descended into without
-    being taken for a schema itself (a property may be named ``$ref``)."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
+        node, depth, kind = stack.pop()
+        if depth > limit:
+            raise ToolExcluded(f"{where} nests deeper than {limit} levels (max_schema_depth)")
+        below = depth + 1
         if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            yield node
-            for key, value in node.items():
-                if key in _DATA_KEYS:
-                    continue
-                if key in _SCHEMA_MAPS and isinstance(value, dict):
-                    stack.extend(value.values())
-                else:
-                    stack.append(value)
+            for v in node:
+                if isinstance(v, (dict, list)):
+                    push((v, below, _SCHEMA if kind == _SCHEMA else _DATA))
+            continue
+        if kind != _SCHEMA:
+            for v in node.values():
+                if isinstance(v, (dict, list)):
+                    push((v, below, _SCHEMA if kind == _MAP else _DATA))
+            continue
+        for k, v in node.items():
+            if k in _REF_KEYS:
+                refs.append((k, v))
+            elif k in _ANCHOR_KEYS and isinstance(v, str):
+                anchors.add(v)
+            if isinstance(v, (dict, list)):
+                push((v, below, _DATA if k in _DATA_KEYS else
+                      _MAP if k in _SCHEMA_MAPS and isinstance(v, dict) else _SCHEMA))
+    return refs, anchors
 
 
 def _pointer(root: Any, fragment: str) -> bool:
@@ -104,29 +106,24 @@ def _pointer(root: Any, fragment: str) -> bool:
     return isinstance(node, (dict, bool))
 
 
-def _check_refs(schema: dict, where: str) -> None:
+def _check_refs(schema: dict, where: str, refs: list[tuple[str, Any]],
+                anchors: set[str]) -> None:
     """Every reference is a string, and every local one resolves in the document.
 
     Non-local references stay the validator's business (never fetched; that
     part of the check is skipped, agentd.mcp.schema); a local one that names
     nothing means the server's schema is broken where it points.
     """
-    nodes = list(_subschemas(schema))
-    anchors = {n[k] for n in nodes for k in _ANCHOR_KEYS if isinstance(n.get(k), str)}
-    for node in nodes:
-        for key in _REF_KEYS:
-            if key not in node:
-                continue
-            ref = node[key]
-            if not isinstance(ref, str):
-                raise ToolExcluded(f"{where} has a {key} that is not a string")
-            if not ref.startswith("#"):
-                continue
-            fragment = ref[1:]
-            ok = (_pointer(schema, fragment) if fragment == "" or fragment.startswith("/")
-                  else fragment in anchors)
-            if not ok:
-                raise ToolExcluded(f"{where} has {key} {ref[:200]!r}, which does not resolve")
+    for key, ref in refs:
+        if not isinstance(ref, str):
+            raise ToolExcluded(f"{where} has a {key} that is not a string")
+        if not ref.startswith("#"):
+            continue
+        fragment = ref[1:]
+        ok = (_pointer(schema, fragment) if fragment == "" or fragment.startswith("/")
+              else fragment in anchors)
+        if not ok:
+            raise ToolExcluded(f"{where} has {key} {ref[:200]!r}, which does not resolve")
 
 
 def admit(tool: mt.Tool, *, headers: bool, tasks: bool, max_depth: int
@@ -141,10 +138,9 @@ def admit(tool: mt.Tool, *, headers: bool, tasks: bool, max_depth: int
     if isinstance(tool.outputSchema, dict):
         schemas.append(("outputSchema", tool.outputSchema))
     for where, schema in schemas:
-        if schema_depth(schema, max_depth) > max_depth:
-            raise ToolExcluded(f"{where} nests deeper than {max_depth} levels "
-                               "(max_schema_depth)")
-        _check_refs(schema, where)
+        refs, anchors = _scan(schema, max_depth, where)
+        if refs:
+            _check_refs(schema, where, refs, anchors)
     execution = tool.execution
     if (not tasks and isinstance(execution, mt.ToolExecution)
             and execution.taskSupport == "required"):
@@ -167,54 +163,36 @@ def prune_deep(data: bytes | bytearray | str, limit: int = PRUNE_DEPTH) -> bytes
     tool would take the whole listing -- and the server -- with it.  The client
     session cuts such an answer here and decodes it again; the cut schema is
     still deeper than any admission accepts, so exactly that tool is excluded
-    (:func:`admit`).  A scan over the bytes, never recursive, linear in their
-    length: the structure characters are found by regular expression, strings
-    are skipped whole (escapes honoured).
+    (:func:`admit`).  One regular-expression scan over the bytes (strings
+    matched whole, escapes honoured), never recursive, linear in their length.
     """
     raw = data.encode() if isinstance(data, str) else bytes(data)
     out = bytearray()
     depth = 0
     cut = 0  # the depth of the value being cut (0: not cutting)
-    pos = 0
-    while True:
-        m = _STRUCTURE.search(raw, pos)
-        if m is None:
-            break
-        i = m.start()
-        if not cut:
-            out += raw[pos:i]
-        ch = raw[i]
-        if ch == 0x22:  # a string: find its unescaped end
-            j = i + 1
-            while True:
-                e = _STRING_END.search(raw, j)
-                if e is None:
-                    return None
-                if raw[e.start()] == 0x5C:  # backslash: skip the escaped byte
-                    j = e.start() + 2
-                    continue
-                j = e.start() + 1
-                break
-            if not cut:
-                out += raw[i:j]
-            pos = j
+    pos = 0  # the first byte not yet copied (or skipped)
+    for m in _TOKENS.finditer(raw):
+        ch = raw[m.start()]
+        if ch == 0x22:  # a whole string: copied with what precedes it, or skipped
             continue
+        if ch == 0x5C:  # a backslash outside a string, or a string never closed
+            return None
+        i = m.start()
         if ch in (0x7B, 0x5B):  # { [
             depth += 1
-            if not cut and depth > limit:
-                cut = depth
+            if cut:
+                continue
+            if depth > limit:
+                out += raw[pos:i]
                 out += b"null"
-            elif not cut:
-                out.append(ch)
-        else:  # } ]
-            if depth == 0:
-                return None
-            if not cut:
-                out.append(ch)
-            elif depth == cut:
-                cut = 0
-            depth -= 1
-        pos = i + 1
+                cut = depth
+            continue
+        if depth == 0:  # } ] without an opener
+            return None
+        if cut and depth == cut:
+            cut = 0
+            pos = i + 1
+        depth -= 1
     if depth or cut:
         return None
     out += raw[pos:]
