@@ -23,6 +23,8 @@ from pathlib import Path
 import msgspec
 import pytest
 from agentd_proc import run_agentd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from logcapture import events
 from peers import (
     PeerProcess,
@@ -261,6 +263,10 @@ def test_admission_rules():
                                                         "c": {"$anchor": "anchor"},
                                                         "$ref": {"type": "string"}}})
     assert admit(ok, headers=True, tasks=False, max_depth=128) == ()
+    odd = {"type": "object", "properties": {"y": {"anyOf": [{"type": "string"}]},
+                                            "x": {"$ref": "#/properties/y/anyOf/\u00b2"}}}
+    with pytest.raises(ToolExcluded, match="does not resolve"):  # not int("²")'s ValueError
+        admit(mt.Tool(name="odd", inputSchema=odd), headers=False, tasks=False, max_depth=128)
     for bad in ({"$ref": 7}, {"$ref": "#/nope"}, {"$ref": "#missing-anchor"}):
         with pytest.raises(ToolExcluded):
             admit(mt.Tool(name="b", inputSchema={"type": "object", "properties": {"x": bad}}),
@@ -350,3 +356,42 @@ async def test_cli_serves_the_rest_of_a_catalogue_with_bad_tools(catalog, tmp_pa
     excluded = {e["tool"] for e in done.events("mcp.tools.excluded")}
     assert {"deep", "abyss", "dangling_ref"} <= excluded
     assert all(e["server"] == "cat" for e in done.events("mcp.tools.excluded"))
+
+
+_KEYS = ["type", "properties", "items", "$ref", "$defs", "$anchor", "anyOf", "x-mcp-header",
+         "const", "enum", "required", "definitions", "$dynamicRef", "patternProperties", "a"]
+_SCALARS = (st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+            | st.sampled_from(["#", "#/", "#/$defs/a", "#/properties/a", "#a", "string",
+                               "integer", "null", "Region", "#/properties/a/items/²"]))
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+    st.sampled_from(_KEYS), inner, max_size=5), max_leaves=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(schema=st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=6),
+       headers=st.booleans(), depth=st.integers(1, 12))
+def test_admission_raises_nothing_but_its_own_exclusion(schema, headers, depth):
+    try:
+        decls = admit(mt.Tool(name="t", inputSchema=schema), headers=headers, tasks=False,
+                      max_depth=depth)
+    except ToolExcluded as exc:
+        assert str(exc)
+    else:
+        assert isinstance(decls, tuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_JSON, limit=st.integers(1, 6))
+def test_prune_deep_keeps_shallow_json_and_bounds_deep_json(value, limit):
+    data = json.dumps(value).encode()
+    cut = prune_deep(data, limit)
+    assert cut is not None
+    pruned = json.loads(cut)
+
+    def depth(v) -> int:
+        kids = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        return 0 if kids is None else 1 + max(map(depth, kids), default=0)
+
+    assert depth(pruned) <= limit
+    if depth(value) <= limit:
+        assert pruned == value

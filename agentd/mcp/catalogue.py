@@ -99,7 +99,8 @@ def _pointer(root: Any, fragment: str) -> bool:
         step = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and step in node:
             node = node[step]
-        elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+        elif (isinstance(node, list) and step.isascii() and step.isdigit()
+              and int(step) < len(node)):
             node = node[int(step)]
         else:
             return False
