@@ -15,6 +15,7 @@ tests/catalog_server.py and server-everything's task-only tool.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from peers import (
 
 from agentd.config import ConfigError, ServerSpec, load_config_file
 from agentd.errors import RPCError
-from agentd.mcp import MCPClient
+from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.catalogue import ToolExcluded, admit, prune_deep
 from agentd.mcp.client_session import ClientSession, Resolved
 from agentd.mcp.retry import resource_missing
@@ -395,3 +396,18 @@ def test_prune_deep_keeps_shallow_json_and_bounds_deep_json(value, limit):
     assert depth(pruned) <= limit
     if depth(value) <= limit:
         assert pruned == value
+
+
+@pytest.mark.parametrize(("major", "flags", "revision"), [
+    (1, (), LEGACY), (2, (), MODERN), (2, ("--legacy-only",), LEGACY)])
+async def test_ts_peers_touch_reaches_a_subscriber(major, flags, revision):
+    """The TS peers' subscription surface (the reactive tests build on it):
+    resources/subscribe + GET stream at 2025-11-25, subscriptions/listen at 2026-07-28."""
+    with ts_peer(major, *flags) as peer:
+        async with Toolbox([ServerSpec(name="ts", url=peer.url)], ping_interval=None) as tb:
+            assert tb.clients["ts"].protocol_version == revision
+            assert await tb.subscribe("mem://notes/2")
+            await tb.call("ts__touch", {"uri": "mem://notes/2"})
+            async with asyncio.timeout(30):  # a bound on the wait, not a timing assertion
+                server, uri, obs = await tb.next_update()
+    assert (server, uri, obs.text) == ("ts", "mem://notes/2", "mem://notes/2 body #1")
