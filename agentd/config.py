@@ -56,6 +56,8 @@ DEFAULT_DRAIN_TIMEOUT = 25.0
 DEFAULT_OBSERVATION_BYTES = 64 * 1024
 DEFAULT_DEBOUNCE = 0.05
 DEFAULT_MAX_SUBSCRIPTIONS = 64
+DEFAULT_MAX_SCHEMA_DEPTH = 128  # a tool schema nested deeper is excluded (per server)
+MAX_SCHEMA_DEPTH_CAP = 256  # its ceiling: the schema walks below it stay far from the stack
 
 
 class ConfigError(AgentdError):
@@ -110,6 +112,8 @@ class ServerSpec(msgspec.Struct, frozen=True):
     client_cert: str | None = None  # PEM certificate presented to an mTLS server
     client_key: str | None = None  # its private key (PEM)
     auth: OAuthAuth | ClientCredentialsAuth | None = None  # OAuth (agentd.mcp.oauth)
+    # the deepest tool schema offered (agentd.mcp.catalogue); a deeper one is excluded
+    max_schema_depth: int = DEFAULT_MAX_SCHEMA_DEPTH
 
 
 class ServeSpec(msgspec.Struct, frozen=True):
@@ -409,6 +413,8 @@ def _endpoint_specs(path: str, raws: object, key: str, what: str) -> list[Server
         check_endpoint(spec.url, where)
         if bool(spec.client_cert) != bool(spec.client_key):
             raise ConfigError(f"{where}: client_cert and client_key go together")
+        if not 1 <= spec.max_schema_depth <= MAX_SCHEMA_DEPTH_CAP:
+            raise ConfigError(f"{where}: max_schema_depth must be 1..{MAX_SCHEMA_DEPTH_CAP}")
         for field in ("ca_file", "client_cert", "client_key"):
             value = getattr(spec, field)
             if value and not os.access(value, os.R_OK):

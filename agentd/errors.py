@@ -107,7 +107,9 @@ class ToolFault(MCPError):
         self.retryable = retryable
         self.code = code
         self.method = method
-        self.cause = cause  # "timeout", "stale", "gone", "closed" or "" (agentd.mcp.faults)
+        # "timeout", "stale", "gone", "closed", "missing" (resources/read: no such
+        # resource, agentd.mcp.retry.resource_missing) or "" (agentd.mcp.faults)
+        self.cause = cause
 
 
 class IntelligenceError(AgentdError):

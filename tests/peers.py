@@ -203,3 +203,19 @@ class PythonPeer(PeerProcess):
 def python_peer(script: str, *args: str, port: int | None = None) -> PythonPeer:
     """A Python peer script from tests/ run with this interpreter: ``script PORT args``."""
     return PythonPeer(script, *args, port=port)
+
+
+class NodePeer(PythonPeer):
+    """A Node script from tests/ run with the npm peers' Node 22 (``script PORT args``)."""
+
+    def _argv(self, port: int) -> list[str]:
+        return [str(NPM_BIN / "node"), str(ROOT / "tests" / self.script), str(port), *self.args]
+
+
+def ts_peer(major: int, *args: str, port: int | None = None) -> NodePeer:
+    """The TypeScript SDK server ``tests/ts_peers/server_v{major}.mjs`` (1 or 2) on loopback.
+
+    Missing npm peers skip the test (fail under CI=true), as for every npm peer.
+    """
+    ensure_npm_peers("node")
+    return NodePeer(f"ts_peers/server_v{major}.mjs", *args, port=port)

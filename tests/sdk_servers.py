@@ -4,6 +4,7 @@ Run as a script, one server per process, on loopback:
 
     python tests/sdk_servers.py PORT [--page-size N] [--state FILE] [--json]
                                 [--era legacy|modern] [--tools-ttl MS] [--no-listen]
+                                [--stateless]
 
 It is the low-level ``mcp.server.lowlevel.Server`` of the official Python SDK
 (2.x) over Streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (SSE answers, or
@@ -47,6 +48,9 @@ revisions (``--era``)
     schema is answered -32020 until it re-lists).  The last request headers a tool call
     carried are kept for ``GET /headers``.  ``--no-listen`` serves no
     ``subscriptions/listen`` (the SDK then answers it -32601 / HTTP 404).
+``--stateless``
+    the SDK's ``stateless_http``: no 2025-11-25 sessions (and so no
+    subscriptions or server-to-client requests at that revision).
 control routes (plain HTTP beside ``/mcp``)
     ``POST /update?value=V`` sets ``mem://watched`` and notifies subscribers;
     ``GET /stats`` -> ``{"cancelled", "subscribe", "calls", "sampling_error",
@@ -321,7 +325,9 @@ def main(argv: list[str]) -> None:
     async def get_stats(request: Request) -> Response:
         return JSONResponse(stats)
 
-    app = server.streamable_http_app(json_response=json_response, custom_starlette_routes=[
+    app = server.streamable_http_app(json_response=json_response,
+                                     stateless_http="--stateless" in argv,
+                                     custom_starlette_routes=[
         Route("/update", update, methods=["POST"]),
         Route("/stats", get_stats, methods=["GET"]),
     ])

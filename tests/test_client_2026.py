@@ -101,7 +101,7 @@ async def test_catalogue_at_2026_excludes_invalid_header_tools(modern, logs):
         assert len(c.tools) == 14
         assert {r.uri for r in c.resources} == {"mem://greeting", "mem://blob", "mem://watched"}
         assert [t.uriTemplate for t in c.resource_templates] == ["mem://items/{id}"]
-    rejected = events(logs, "mcp.tool.rejected")
+    rejected = events(logs, "mcp.tools.excluded")
     assert [(e["tool"], e["level"]) for e in rejected] == [("bad_header", "warning")]
     assert "items" in rejected[0]["reason"] or "reachable" in rejected[0]["reason"]
 

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.server_session": 2,
     "agentd.mcp.schema": 2,
     "agentd.mcp.param_headers": 2,
+    "agentd.mcp.catalogue": 2,
     "agentd.mcp.stateless_session": 2,  # the 2026-07-28 server rules
     "agentd.obs": 2,
     # 3: transport, clients, servers, observability exporters

@@ -38,6 +38,7 @@ from agentd.errors import ToolFault
 from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.mcp.arguments import wire_arguments
+from agentd.mcp.catalogue import ToolExcluded, admit
 from agentd.mcp.client_session import (
     Capabilities,
     CapabilityError,
@@ -50,13 +51,7 @@ from agentd.mcp.client_session import (
     Reply,
     Resolved,
 )
-from agentd.mcp.param_headers import (
-    HeaderDeclarationError,
-    ParamHeader,
-    encode_value,
-    param_headers,
-    tool_header_declarations,
-)
+from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
 from agentd.mcp.retry import (
     IDEMPOTENT_METHODS,
     HTTPStatusError,
@@ -66,6 +61,7 @@ from agentd.mcp.retry import (
     TransportError,
     classify,
     no_answer,
+    resource_missing,
 )
 from agentd.mcp.schema import Validator, schemas
 from agentd.obs import trace
@@ -75,9 +71,7 @@ from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
 from agentd.wire.guard import PEER_FAULTS
 from agentd.wire.jsonrpc import (
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
     ProtocolError,
 )
 
@@ -294,7 +288,7 @@ class MCPClient:
         self.listen_opens = 0  # listen streams acknowledged (re-opens included)
         self._expires: dict[str, float] = {}  # catalogue part -> monotonic expiry (ttlMs)
         self._dirty: set[str] = set()  # catalogue parts a list_changed invalidated
-        self.rejected_tools: dict[str, str] = {}  # excluded for invalid x-mcp-header
+        self.rejected_tools: dict[str, str] = {}  # name -> why it is left out (catalogue)
         self.generation = 0  # bumps at every (re)initialize
         self.tools: dict[str, ToolInfo] = {}
         self.tools_version = 0
@@ -970,8 +964,11 @@ class MCPClient:
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)
+                missing = (method == mt.RESOURCES_READ and isinstance(exc, RPCError)
+                           and resource_missing(exc))
                 raise ToolFault(self.name, f"{method}: {d.reason}", retryable=d.retryable,
-                                code=code, method=method) from None
+                                code=code, method=method,
+                                cause="missing" if missing else "") from None
 
     def _decode(self, raw: msgspec.Raw, type_: type, method: str) -> Any:
         try:
@@ -994,15 +991,14 @@ class MCPClient:
             if t.name in tools:
                 dupes += 1
                 continue
-            decls: tuple[ParamHeader, ...] = ()
-            if stateless:  # SEP-2243: an invalid declaration excludes the tool
-                try:
-                    decls = tool_header_declarations(t.inputSchema or {})
-                except HeaderDeclarationError as exc:
-                    rejected[t.name] = str(exc)
-                    self.log.warning("mcp.tool.rejected", tool=t.name[:200],
-                                     reason=str(exc)[:300])
-                    continue
+            try:  # x-mcp-header (SEP-2243) counts at 2026-07-28; agentd declares no tasks
+                decls = admit(t, headers=stateless, tasks=False,
+                              max_depth=self.spec.max_schema_depth)
+            except ToolExcluded as exc:
+                rejected[t.name] = str(exc)
+                self.log.warning("mcp.tools.excluded", tool=t.name[:200],
+                                 reason=str(exc)[:300])
+                continue
             tools[t.name] = ToolInfo(
                 name_header=encode_value(t.name) if stateless else "",
                 param_headers=decls,
@@ -1194,7 +1190,8 @@ class MCPClient:
     async def read_resource(self, uri: str, *, time_limit: float | None = None) -> Observation:
         """``resources/read``: text items as text, blobs described (base64 in ``content``).
 
-        A missing resource (-32002) is an ``is_error`` observation naming the URI.
+        A missing resource (:func:`~agentd.mcp.retry.resource_missing`) is an
+        ``is_error`` observation naming the URI, never a fault.
         """
         params: Any = mt.ReadResourceParams(uri=uri)
         rounds = 0
@@ -1203,9 +1200,8 @@ class MCPClient:
                 raw = await self._request(mt.RESOURCES_READ, params, time_limit=time_limit,
                                           name=uri)
             except ToolFault as exc:
-                # 2026-07-28 answers a missing resource with -32602 (data.uri)
-                if exc.code == RESOURCE_NOT_FOUND or (
-                        exc.code == INVALID_PARAMS and self._session.stateless):
+                if exc.cause == "missing":  # retry.resource_missing: an answer, not a fault
+                    self.log.info("mcp.resource.missing", uri=uri[:300], code=exc.code)
                     return Observation(f"resource not found: {uri}", is_error=True)
                 raise
             ir = ClientSession.input_required(raw) if self._session.stateless else None

@@ -40,6 +40,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from agentd.errors import MCPError
+from agentd.mcp.catalogue import prune_deep
 from agentd.mcp.param_headers import encode_value
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
@@ -577,6 +578,12 @@ class ClientSession:
                 msgs = _dec_batch.decode(stripped)
             else:
                 msgs = (_dec_one.decode(stripped),)
+        except RecursionError as exc:  # nested beyond the decoder's guard
+            msgs = self._deep_listing(stripped)
+            if not msgs:
+                self.garbage += 1
+                self.garbled = fault_text(exc)
+                return []
         except PEER_FAULTS as exc:
             self.garbage += 1
             self.garbled = fault_text(exc)
@@ -592,6 +599,22 @@ class ClientSession:
         undecodable fails with, instead of "no answer"."""
         reason, self.garbled = self.garbled, ""
         return reason
+
+    def _deep_listing(self, data: bytes | bytearray | str) -> tuple[_In, ...]:
+        """A ``tools/list`` answer nested too deeply to decode, cut by
+        :func:`~agentd.mcp.catalogue.prune_deep` so that admission excludes the
+        deep tools and serves the rest; any other message stays refused (a cut
+        result would be a silently different one)."""
+        pruned = prune_deep(data)
+        if pruned is None:
+            return ()
+        try:
+            m = _dec_one.decode(pruned)
+        except PEER_FAULTS:
+            return ()
+        if m.method is not UNSET or m.id is UNSET or m.id is None:
+            return ()
+        return (m,) if self._pending.get(m.id) == mt.TOOLS_LIST else ()
 
     def _receive_one(self, m: _In, out: list) -> None:
         method = m.method

@@ -69,6 +69,25 @@ def encode_value(value: str) -> str:
     return _SENTINEL_HEAD + base64.b64encode(value.encode("utf-8")).decode("ascii") + _SENTINEL_TAIL
 
 
+def _header_type(typ: Any) -> str | None:
+    """The primitive a declaring property has, or None if it may not be mirrored.
+
+    ``"type": ["string", "null"]`` (a nullable string) counts as ``string``:
+    the revision's own table says a null value sends no header, so a
+    nullable primitive is exactly that primitive with "absent" allowed.  Any
+    other list (two primitives, ``number``, duplicates) has no single header
+    form and is refused.
+    """
+    if isinstance(typ, str):
+        return typ if typ in _PRIMITIVES else None
+    if not isinstance(typ, list) or not all(isinstance(t, str) for t in typ):
+        return None
+    rest = [t for t in typ if t != "null"]
+    if len(rest) != 1 or len(typ) != len(set(typ)) or rest[0] not in _PRIMITIVES:
+        return None
+    return rest[0]
+
+
 def _walk(schema: Any, path: tuple[str, ...], out: list[ParamHeader], seen: set[str],
           reachable: bool) -> None:
     """Collect ``x-mcp-header`` declarations; raise on any invalid one.
@@ -92,10 +111,12 @@ def _walk(schema: Any, path: tuple[str, ...], out: list[ParamHeader], seen: set[
         if not isinstance(name, str) or not name or not _TOKEN.match(name):
             raise HeaderDeclarationError(f"x-mcp-header {name!r} on {where} is not an HTTP "
                                          "field-name token")
-        typ = schema.get("type")
-        if typ not in _PRIMITIVES:
-            raise HeaderDeclarationError(f"x-mcp-header {name!r} on {where} has type {typ!r}; "
-                                         "only string, integer and boolean may be mirrored")
+        typ = _header_type(schema.get("type"))
+        if typ is None:
+            raise HeaderDeclarationError(f"x-mcp-header {name!r} on {where} has type "
+                                         f"{str(schema.get('type'))[:100]}; only string, "
+                                         "integer and boolean (or one of them with null) "
+                                         "may be mirrored")
         key = name.lower()
         if key in seen:
             raise HeaderDeclarationError(f"x-mcp-header {name!r} is declared twice")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import email.utils
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -72,6 +73,7 @@ __all__ = [
     "classify",
     "no_answer",
     "parse_retry_after",
+    "resource_missing",
 ]
 
 IDEMPOTENT_METHODS: Final = frozenset({
@@ -173,6 +175,31 @@ def classify(exc: BaseException, *, idempotent: bool) -> Decision:
     if isinstance(exc, TimeoutError):
         return Decision(True, False, False, "timed out")
     return Decision(False, False, False, f"{type(exc).__name__}: {exc}")
+
+
+_MISSING: Final = re.compile(r"not[ _]found|unknown|no such|does not exist|doesn't exist",
+                             re.IGNORECASE)
+
+
+def resource_missing(exc: RPCError) -> bool:
+    """Whether an error answering ``resources/read`` means "no such resource".
+
+    The one rule, at both revisions: -32002, or -32602 that says so -- its
+    ``data.uri`` names the URI (the 2026-07-28 form; the official SDK 2.3, FastMCP
+    4 and the TypeScript SDK 2.x send it at 2025-11-25 too) unless a
+    ``data.reason`` names another problem (an invalid URI), or its message says
+    the resource is unknown / not found (the TypeScript SDK 1.x).  Any other
+    -32602 stays a fault: the request itself was wrong.
+    """
+    if exc.code == RESOURCE_NOT_FOUND:
+        return True
+    if exc.code != INVALID_PARAMS:
+        return False
+    data = exc.data
+    if isinstance(data, dict) and isinstance(data.get("uri"), str):
+        reason = data.get("reason")
+        return reason is None or bool(_MISSING.search(str(reason)[:200]))
+    return bool(_MISSING.search(exc.message[:300]))
 
 
 @dataclass(frozen=True, slots=True)
