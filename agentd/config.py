@@ -52,6 +52,10 @@ DEFAULT_MAX_SUBAGENTS = 256
 DEFAULT_MAX_STEPS = 50
 DEFAULT_INIT_TIMEOUT = 10.0
 DEFAULT_PING_INTERVAL = 30.0
+# a tools/call with no progress notification for this long, or running this long in
+# all, is ended by agentd (agentd.mcp.call_limits; why these values: docs/cli.md)
+DEFAULT_TOOL_IDLE_TIMEOUT = 120.0
+DEFAULT_TOOL_TIMEOUT = 3600.0
 DEFAULT_DRAIN_TIMEOUT = 25.0
 DEFAULT_OBSERVATION_BYTES = 64 * 1024
 DEFAULT_DEBOUNCE = 0.05
@@ -148,6 +152,8 @@ class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
     token_ceiling: int | None = None  # a child's: what is left of the tree's ceiling
     init_timeout: float = DEFAULT_INIT_TIMEOUT
     ping_interval: float = DEFAULT_PING_INTERVAL
+    tool_idle_timeout: float = DEFAULT_TOOL_IDLE_TIMEOUT  # 0: no idle limit
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT  # 0: no cap
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     observation_bytes: int = DEFAULT_OBSERVATION_BYTES
 
@@ -476,6 +482,9 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
             raise ConfigError(f"--{key.replace('_', '-')} must be positive")
     if values.get("debounce") is not None and values["debounce"] < 0:
         raise ConfigError("--debounce must not be negative")
+    for key in ("tool_idle_timeout", "tool_timeout"):  # 0 switches the limit off
+        if values.get(key) is not None and not values[key] >= 0:
+            raise ConfigError(f"--{key.replace('_', '-')} must not be negative (0: no limit)")
     if values.get("metrics_listen"):
         host, _port = split_host_port(values["metrics_listen"])
         serve = values.get("serve")
