@@ -16,6 +16,7 @@ import json
 import urllib.request
 
 import pytest
+from agentd_proc import run_agentd
 from gateway import Gateway, Reply
 from logcapture import events
 from peers import python_peer, require_modules
@@ -151,6 +152,29 @@ async def test_progress_for_a_token_we_never_sent_is_dropped(legacy_sdk):
         assert obs.text == "stray sent" and not obs.is_error
         assert c._watches.unknown == 1
         assert (await c.call_tool("echo", {"text": "x"})).text == "x"
+
+
+# -- the real console script: the flags reach the root's toolbox --------------------
+
+
+async def test_the_flags_end_a_silent_call_of_a_run(agentd_bin, tmp_path, legacy_sdk):
+    script = tmp_path / "play.json"
+    script.write_text(json.dumps({"turns": [
+        {"tool_calls": [{"name": "p__silent", "arguments": {}}]},
+        {"expect": [IDLE_TEXT], "tool_calls": [{"name": "p__echo", "arguments": {"text": "after"}}]},
+        {"expect": ["after"], "content": "done"},
+    ]}))
+    before = http(legacy_sdk)
+    done = await run_agentd(agentd_bin, [
+        "--instruction", "call the slow tool", "--intelligence", f"playback:{script}",
+        "--mcp", f"p={legacy_sdk.url}", "--tool-idle-timeout", str(IDLE),
+        "--tool-timeout", "0", "--ping-interval", "60"])
+    assert done.rc == 0, done.stderr
+    assert done.result["status"] == "completed" and done.result["result"] == "done"
+    assert [(e["tool"], e["limit"]) for e in done.events("mcp.tool.limit")] == [
+        ("silent", "idle")]
+    assert await until(lambda: http(legacy_sdk)["cancelled"].get("silent", 0)
+                       == before["cancelled"].get("silent", 0) + 1)
 
 
 # -- subagents: their calls are brokered by the parent, under the parent's limits ----
