@@ -176,7 +176,9 @@ async def test_handshake_wire_headers_and_delete(fault):
         assert h["Mcp-Session-Id"] == "sess-1"
         assert h["MCP-Protocol-Version"] == "2025-11-25"
     call = next(m for meth, m, _ in s.seen if meth == "tools/call")
-    assert call["params"]["_meta"] == {"io.modelcontextprotocol/run-id": "rid"}
+    # the run id, and the progress token every call asks for (docs/client.md)
+    assert call["params"]["_meta"] == {"io.modelcontextprotocol/run-id": "rid",
+                                       "progressToken": 1}
     assert s.deletes == 1
 
 

@@ -136,6 +136,8 @@ class CallWatches:
                                why="malformed" if got is None else "unknown token")
             return
         d = watch.deadline
+        if d.ended is not None:  # the call is being abandoned: nothing left to refresh
+            return
         if got.value is not None and d.progressed(got.value, asyncio.get_running_loop().time()):
             watch.refresh()
             if self.log.enabled("debug"):
