@@ -19,7 +19,7 @@ import pytest
 from agentd_proc import run_agentd
 from gateway import Gateway, Reply
 from logcapture import events
-from peers import python_peer, require_modules
+from peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer, require_modules
 from tree_helpers import make_config, precompile, until
 
 from agentd.config import ServerSpec
@@ -152,6 +152,34 @@ async def test_progress_for_a_token_we_never_sent_is_dropped(legacy_sdk):
         assert obs.text == "stray sent" and not obs.is_error
         assert c._watches.unknown == 1
         assert (await c.call_tool("echo", {"text": "x"})).text == "x"
+
+
+# -- the TypeScript SDK 1.x: @modelcontextprotocol/server-everything ----------------
+
+
+@pytest.fixture(scope="module")
+def everything():
+    bin_dir = ensure_npm_peers("mcp-server-everything", "node")
+    port = free_port()
+    peer = PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
+                       env=npm_env({"PORT": str(port)}))
+    with peer:
+        yield peer
+
+
+async def test_server_everything_long_operation_with_and_without_progress(everything):
+    """Its long-running operation reports a step every ``duration/steps`` seconds
+    (server-side sleeps): many short steps outlive the idle limit, one long step
+    does not."""
+    tool = "trigger-long-running-operation"
+    async with client(everything, ToolLimits(idle=2.0, total=60)) as c:
+        obs = await c.call_tool(tool, {"duration": 6, "steps": 60})  # 0.1 s steps, 6 s
+        assert not obs.is_error and "Long running operation completed" in obs.text, obs.text
+        obs = await c.call_tool(tool, {"duration": 30, "steps": 1})  # silent for 30 s
+        assert obs.is_error
+        assert obs.text == ("tool call ended by agentd: no progress for 2 s "
+                            "(--tool-idle-timeout)")
+        assert (await c.call_tool("echo", {"message": "again"})).text.endswith("again")
 
 
 # -- the real console script: the flags reach the root's toolbox --------------------
