@@ -3,7 +3,9 @@ them, the server is told and stays usable (issue 29).
 
 Peers are ``tests/progress_servers.py`` in subprocesses on loopback: the official
 SDK 2.3 ``MCPServer`` and FastMCP 4, each at 2025-11-25 (``--era legacy``) and at
-2026-07-28 (``--era modern``).  No timing is asserted: a call outlives its idle
+2026-07-28 (``--era modern``); the TypeScript SDK 1.x's server-everything (its
+long-running operation) and a TypeScript SDK 2.x server at 2026-07-28
+(``tests/ts_peers/progress_server_v2.mjs``).  No timing is asserted: a call outlives its idle
 limit because the test releases it only after the *server* reports it has been
 running for several idle periods (the server heartbeats meanwhile); a silent call
 ends on its limit whenever the loop gets to it; every wait is bounded.
@@ -19,7 +21,15 @@ import pytest
 from agentd_proc import run_agentd
 from gateway import Gateway, Reply
 from logcapture import events
-from peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer, require_modules
+from peers import (
+    ROOT,
+    PeerProcess,
+    ensure_npm_peers,
+    free_port,
+    npm_env,
+    python_peer,
+    require_modules,
+)
 from tree_helpers import make_config, precompile, until
 
 from agentd.config import ServerSpec
@@ -180,6 +190,33 @@ async def test_server_everything_long_operation_with_and_without_progress(everyt
         assert obs.text == ("tool call ended by agentd: no progress for 2 s "
                             "(--tool-idle-timeout)")
         assert (await c.call_tool("echo", {"message": "again"})).text.endswith("again")
+
+
+# -- the TypeScript SDK 2.x at 2026-07-28: tests/ts_peers/progress_server_v2.mjs ------
+
+
+@pytest.fixture(scope="module")
+def ts_v2():
+    bin_dir = ensure_npm_peers("node")
+    port = free_port()
+    script = ROOT / "tests" / "ts_peers" / "progress_server_v2.mjs"
+    with PeerProcess([str(bin_dir / "node"), str(script), str(port)], port,
+                     env=npm_env()) as peer:
+        yield peer
+
+
+async def test_typescript_sdk_2_progress_silence_and_the_next_call(ts_v2):
+    async with client(ts_v2, ToolLimits(idle=IDLE, total=60)) as c:
+        assert c.protocol_version == "2026-07-28"
+        obs = await released_after(ts_v2, c, "heartbeat", 4)
+        assert not obs.is_error and obs.text.startswith("released after"), obs.text
+        before = http(ts_v2)
+        obs = await c.call_tool("silent", {})
+        assert obs.is_error and obs.text == IDLE_TEXT
+        # closing the answer stream aborted the handler's request
+        assert await until(lambda: http(ts_v2)["cancelled"].get("silent", 0)
+                           == before["cancelled"].get("silent", 0) + 1)
+        assert (await c.call_tool("echo", {"text": "next"})).text == "next"
 
 
 # -- the real console script: the flags reach the root's toolbox --------------------
