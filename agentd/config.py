@@ -114,6 +114,10 @@ class ServerSpec(msgspec.Struct, frozen=True):
     client_cert: str | None = None  # PEM certificate presented to an mTLS server
     client_key: str | None = None  # its private key (PEM)
     auth: OAuthAuth | ClientCredentialsAuth | None = None  # OAuth (agentd.mcp.oauth)
+    # this server's tool-call limits over --tool-idle-timeout / --tool-timeout
+    # (None: the run's; 0: no limit), for a server whose long tools report no progress
+    tool_idle_timeout: float | None = None
+    tool_timeout: float | None = None
 
 
 class ServeSpec(msgspec.Struct, frozen=True):
@@ -410,6 +414,10 @@ def _endpoint_specs(path: str, raws: object, key: str, what: str) -> list[Server
         check_endpoint(spec.url, where)
         if bool(spec.client_cert) != bool(spec.client_key):
             raise ConfigError(f"{where}: client_cert and client_key go together")
+        for field in ("tool_idle_timeout", "tool_timeout"):
+            value = getattr(spec, field)
+            if value is not None and not value >= 0:
+                raise ConfigError(f"{where}: {field} must not be negative (0: no limit)")
         for field in ("ca_file", "client_cert", "client_key"):
             value = getattr(spec, field)
             if value and not os.access(value, os.R_OK):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from logcapture import events
 
 from agentd import log
-from agentd.config import Config, ConfigError, RunLimits
+from agentd.config import Config, ConfigError, RunLimits, ServerSpec
 from agentd.flags import config_from_flags
 from agentd.mcp.call_limits import (
     CallDeadline,
@@ -27,6 +27,7 @@ from agentd.mcp.call_limits import (
     ToolLimits,
     meta_with_token,
     parse_progress,
+    server_limits,
     tool_limits,
 )
 from agentd.mcp.call_watch import CallWatches
@@ -150,6 +151,29 @@ def test_tool_limits_of_the_config():
     assert tool_limits(RunLimits()) == ToolLimits(120.0, 3600.0)
     assert tool_limits(RunLimits(tool_idle_timeout=0, tool_timeout=0)) == ToolLimits(None, None)
     assert tool_limits(Config(tool_idle_timeout=5)) == ToolLimits(5, 3600.0)
+
+
+def test_a_servers_entry_overrides_the_runs_limits():
+    run = ToolLimits(120.0, 3600.0)
+    assert server_limits(run, ServerSpec("s", "http://127.0.0.1/mcp")) == run
+    slow = ServerSpec("s", "http://127.0.0.1/mcp", tool_idle_timeout=0, tool_timeout=7200)
+    assert server_limits(run, slow) == ToolLimits(None, 7200)
+    quick = ServerSpec("s", "http://127.0.0.1/mcp", tool_idle_timeout=5)
+    assert server_limits(ToolLimits(None, None), quick) == ToolLimits(5, None)
+
+
+def test_a_config_files_server_entry_carries_its_limits(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('[[mcp_servers]]\nname = "slow"\nurl = "http://127.0.0.1:9/mcp"\n'
+                    "tool_idle_timeout = 0\ntool_timeout = 7200\n")
+    cfg = config_from_flags({"config_file": str(good)}, needs_instruction=False)
+    spec = cfg.server("slow")
+    assert spec is not None and (spec.tool_idle_timeout, spec.tool_timeout) == (0, 7200)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[mcp_servers]]\nname = "s"\nurl = "http://127.0.0.1:9/mcp"\n'
+                   "tool_timeout = -1\n")
+    with pytest.raises(ConfigError, match="tool_timeout must not be negative"):
+        config_from_flags({"config_file": str(bad)}, needs_instruction=False)
 
 
 @pytest.mark.parametrize("key", ["tool_idle_timeout", "tool_timeout"])

@@ -146,6 +146,19 @@ async def test_through_the_toolbox_the_limit_is_an_observation_not_a_fault(serve
         assert tb.lost is not None and not tb.lost.done()
 
 
+async def test_a_servers_own_limit_overrides_the_runs(legacy_sdk):
+    """The run allows a minute of silence; this server's entry only half a second
+    (and another entry for the same endpoint, none at all, is not cut)."""
+    quick = ServerSpec(name="quick", url=legacy_sdk.url, tool_idle_timeout=IDLE)
+    lax = ServerSpec(name="lax", url=legacy_sdk.url, tool_idle_timeout=0, tool_timeout=1.0)
+    async with Toolbox([quick, lax], run_id="r", ping_interval=None,
+                       tool_limits=ToolLimits(60, 60)) as tb:
+        obs = await tb.call("quick__silent", {})
+        assert obs.is_error and obs.text == IDLE_TEXT
+        obs = await tb.call("lax__silent", {})  # no idle limit: its own 1 s cap ends it
+        assert obs.text == "tool call ended by agentd: still running after 1 s (--tool-timeout)"
+
+
 # -- 2025-11-25 only: the GET stream, and tokens that are not ours -------------------
 
 

@@ -28,7 +28,7 @@ from typing import Final, Literal
 import msgspec
 from msgspec import Raw
 
-from agentd.config import DEFAULT_TOOL_IDLE_TIMEOUT, DEFAULT_TOOL_TIMEOUT, RunLimits
+from agentd.config import DEFAULT_TOOL_IDLE_TIMEOUT, DEFAULT_TOOL_TIMEOUT, RunLimits, ServerSpec
 
 __all__ = [
     "IDLE_FLAG",
@@ -39,6 +39,7 @@ __all__ = [
     "ToolLimits",
     "meta_with_token",
     "parse_progress",
+    "server_limits",
     "tool_limits",
 ]
 
@@ -66,6 +67,13 @@ class ToolLimits:
 def tool_limits(config: RunLimits) -> ToolLimits:
     """The limits a run's (or a child's) configuration sets."""
     return ToolLimits.of(config.tool_idle_timeout, config.tool_timeout)
+
+
+def server_limits(run: ToolLimits, spec: ServerSpec) -> ToolLimits:
+    """The run's limits with what the server's own entry overrides (0: none)."""
+    idle, total = spec.tool_idle_timeout, spec.tool_timeout
+    return ToolLimits(run.idle if idle is None else idle or None,
+                      run.total if total is None else total or None)
 
 
 def _secs(v: float) -> str:

@@ -36,7 +36,7 @@ from agentd.config import (
 )
 from agentd.errors import ToolFault
 from agentd.log import log
-from agentd.mcp.call_limits import ToolLimits
+from agentd.mcp.call_limits import ToolLimits, server_limits
 from agentd.mcp.call_watch import CallLimitReached, CallWatch, CallWatches
 from agentd.mcp.client_session import (
     Capabilities,
@@ -261,7 +261,7 @@ class MCPClient:
         self.on_tools_changed = on_tools_changed
         self.log = log.bind(server=spec.name)
         # every tools/call's idle deadline and cap (agentd.mcp.call_limits)
-        self._watches = CallWatches(tool_limits or ToolLimits(), self.log)
+        self._watches = CallWatches(server_limits(tool_limits or ToolLimits(), spec), self.log)
         self._session = ClientSession(client_version=agentd.__version__)
         self._transport: StreamableHTTPTransport | None = None
         self._pending: dict[int | str, asyncio.Future] = {}
