@@ -35,6 +35,7 @@ from tree_helpers import make_config, precompile, until
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.call_limits import ToolLimits
+from agentd.obs import metrics
 from agentd.tree.api import SpawnRequest
 from agentd.tree.supervisor import Supervisor
 
@@ -96,6 +97,7 @@ async def test_progress_keeps_a_call_alive_past_its_idle_limit(server):
 
 
 async def test_a_silent_call_ends_on_the_idle_limit_and_the_server_stays_usable(server, logs):
+    counted = metrics.MCP_CALLS.get("p", "silent", "idle_limit")
     async with client(server, ToolLimits(idle=IDLE, total=60)) as c:
         before = http(server)
         obs = await c.call_tool("silent", {})
@@ -110,12 +112,14 @@ async def test_a_silent_call_ends_on_the_idle_limit_and_the_server_stays_usable(
             assert notes == []
         ok = await c.call_tool("echo", {"text": "still here"})
         assert not ok.is_error and ok.text == "still here"
+    assert metrics.MCP_CALLS.get("p", "silent", "idle_limit") == counted + 1
     limit = events(logs, "mcp.tool.limit")
     assert [(e["tool"], e["limit"], e["flag"], e["level"]) for e in limit] == [
         ("silent", "idle", "--tool-idle-timeout", "warning")]
 
 
 async def test_the_cap_ends_a_call_that_reports_progress_for_ever(server):
+    counted = metrics.MCP_CALLS.get("p", "heartbeat", "total_limit")
     async with client(server, ToolLimits(idle=60, total=1.0)) as c:
         before = http(server)
         obs = await c.call_tool("heartbeat", {})
@@ -125,6 +129,7 @@ async def test_the_cap_ends_a_call_that_reports_progress_for_ever(server):
                            == before["cancelled"].get("heartbeat", 0) + 1)
         assert http(server)["progress_sent"] > before["progress_sent"]  # it did report
         assert (await c.call_tool("echo", {"text": "next"})).text == "next"
+    assert metrics.MCP_CALLS.get("p", "heartbeat", "total_limit") == counted + 1
 
 
 async def test_progress_that_never_increases_is_not_progress(server, logs):

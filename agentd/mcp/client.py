@@ -1065,7 +1065,8 @@ class MCPClient:
                                                  watch)
                 return rec.done(self._tool_observation(name, self.tools.get(name), raw))
             except CallLimitReached as exc:  # an observation: the server stays in use
-                return rec.done(Observation(exc.reached.text, is_error=True))
+                r = exc.reached
+                return rec.done(Observation(r.text, is_error=True), f"{r.limit}_limit")
             finally:
                 if watch is not None:
                     watch.release()
