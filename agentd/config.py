@@ -414,9 +414,9 @@ def _endpoint_specs(path: str, raws: object, key: str, what: str) -> list[Server
         check_endpoint(spec.url, where)
         if bool(spec.client_cert) != bool(spec.client_key):
             raise ConfigError(f"{where}: client_cert and client_key go together")
-        for field in ("tool_idle_timeout", "tool_timeout"):
-            value = getattr(spec, field)
-            if value is not None and not value >= 0:
+        for field, limit in (("tool_idle_timeout", spec.tool_idle_timeout),
+                             ("tool_timeout", spec.tool_timeout)):
+            if limit is not None and not limit >= 0:
                 raise ConfigError(f"{where}: {field} must not be negative (0: no limit)")
         for field in ("ca_file", "client_cert", "client_key"):
             value = getattr(spec, field)
