@@ -82,6 +82,11 @@ def _secs(text: str) -> str:
      help="declare an A2A agent to delegate to via a2a.delegate (repeatable; --features a2a)")
 @opt("--init-timeout", section="TOOLS / MCP", type=float, help=_secs("MCP handshake timeout  [default: 10]"))
 @opt("--ping-interval", section="TOOLS / MCP", type=float, help=_secs("ping idle MCP connections every  [default: 30]"))
+@opt("--tool-idle-timeout", section="TOOLS / MCP", type=float,
+     help=_secs("end a tool call after this long without a progress notification "
+                "(0: never)  [default: 0]"))
+@opt("--tool-timeout", section="TOOLS / MCP", type=float,
+     help=_secs("end a tool call after this long in all (0: never)  [default: 3600]"))
 @opt("--auth-interactive", section="TOOLS / MCP", is_flag=True, default=None,
      help="let a server that needs an OAuth login open a browser during the run  "
           "[default: off: it fails its handshake, naming `agentd auth login NAME`]")

@@ -52,6 +52,10 @@ DEFAULT_MAX_SUBAGENTS = 256
 DEFAULT_MAX_STEPS = 50
 DEFAULT_INIT_TIMEOUT = 10.0
 DEFAULT_PING_INTERVAL = 30.0
+# a tools/call with no progress notification for this long, or running this long in
+# all, is ended by agentd (agentd.mcp.call_limits; why these values: docs/cli.md)
+DEFAULT_TOOL_IDLE_TIMEOUT = 0.0  # off: docs/cli.md says why
+DEFAULT_TOOL_TIMEOUT = 3600.0
 DEFAULT_DRAIN_TIMEOUT = 25.0
 DEFAULT_OBSERVATION_BYTES = 64 * 1024
 DEFAULT_DEBOUNCE = 0.05
@@ -114,6 +118,10 @@ class ServerSpec(msgspec.Struct, frozen=True):
     auth: OAuthAuth | ClientCredentialsAuth | None = None  # OAuth (agentd.mcp.oauth)
     # the deepest tool schema offered (agentd.mcp.catalogue); a deeper one is excluded
     max_schema_depth: int = DEFAULT_MAX_SCHEMA_DEPTH
+    # this server's tool-call limits over --tool-idle-timeout / --tool-timeout
+    # (None: the run's; 0: no limit), for a server whose long tools report no progress
+    tool_idle_timeout: float | None = None
+    tool_timeout: float | None = None
 
 
 class ServeSpec(msgspec.Struct, frozen=True):
@@ -152,6 +160,8 @@ class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
     token_ceiling: int | None = None  # a child's: what is left of the tree's ceiling
     init_timeout: float = DEFAULT_INIT_TIMEOUT
     ping_interval: float = DEFAULT_PING_INTERVAL
+    tool_idle_timeout: float = DEFAULT_TOOL_IDLE_TIMEOUT  # 0: no idle limit
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT  # 0: no cap
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     observation_bytes: int = DEFAULT_OBSERVATION_BYTES
 
@@ -415,6 +425,10 @@ def _endpoint_specs(path: str, raws: object, key: str, what: str) -> list[Server
             raise ConfigError(f"{where}: client_cert and client_key go together")
         if not 1 <= spec.max_schema_depth <= MAX_SCHEMA_DEPTH_CAP:
             raise ConfigError(f"{where}: max_schema_depth must be 1..{MAX_SCHEMA_DEPTH_CAP}")
+        for field, limit in (("tool_idle_timeout", spec.tool_idle_timeout),
+                             ("tool_timeout", spec.tool_timeout)):
+            if limit is not None and not limit >= 0:
+                raise ConfigError(f"{where}: {field} must not be negative (0: no limit)")
         for field in ("ca_file", "client_cert", "client_key"):
             value = getattr(spec, field)
             if value and not os.access(value, os.R_OK):
@@ -487,6 +501,9 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
             raise ConfigError(f"--{key.replace('_', '-')} must be positive")
     if values.get("debounce") is not None and values["debounce"] < 0:
         raise ConfigError("--debounce must not be negative")
+    for key in ("tool_idle_timeout", "tool_timeout"):  # 0 switches the limit off
+        if values.get(key) is not None and not values[key] >= 0:
+            raise ConfigError(f"--{key.replace('_', '-')} must not be negative (0: no limit)")
     if values.get("metrics_listen"):
         host, _port = split_host_port(values["metrics_listen"])
         serve = values.get("serve")

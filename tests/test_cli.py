@@ -39,6 +39,8 @@ def run(agentd_bin: str, *args: str, **kw) -> subprocess.CompletedProcess:
         (["--intelligence", "playback:/dev/null"], "--instruction"),
         (["--instruction", "x", "--config", "/nonexistent/agentd.toml"], "--config"),
         (["--instruction", "x", "--max-depth", "0"], "--max-depth"),
+        (["--instruction", "x", "--tool-idle-timeout", "-1"], "--tool-idle-timeout"),
+        (["--instruction", "x", "--tool-timeout", "-5"], "--tool-timeout"),
         (["--instruction", "x", "--spawn", "vfork"], "--spawn"),
         (["--instruction", "x", "--log-format", "xml"], "--log-format"),
         (["--no-such-flag"], "no-such-flag"),

@@ -3,7 +3,8 @@
 Each test programs :class:`FaultServer` with the one misbehaviour it needs:
 garbage in an SSE stream, the same cursor forever, a 10,000-tool page, never
 answering initialize, session expiry (404), an SSE stream cut mid-event,
-unspeakable versions, a server that stops answering pings.  Everything else is
+unspeakable versions, a server that stops answering pings, progress
+notifications no conforming server sends.  Everything else is
 tested against real peers (test_client_sdk.py, test_client_everything.py).
 """
 
@@ -176,7 +177,9 @@ async def test_handshake_wire_headers_and_delete(fault):
         assert h["Mcp-Session-Id"] == "sess-1"
         assert h["MCP-Protocol-Version"] == "2025-11-25"
     call = next(m for meth, m, _ in s.seen if meth == "tools/call")
-    assert call["params"]["_meta"] == {"io.modelcontextprotocol/run-id": "rid"}
+    # the run id, and the progress token every call asks for (docs/client.md)
+    assert call["params"]["_meta"] == {"io.modelcontextprotocol/run-id": "rid",
+                                       "progressToken": 1}
     assert s.deletes == 1
 
 
@@ -547,3 +550,49 @@ async def test_mutual_tls_presents_the_client_certificate(fault, tmp_path):
         async with MCPClient(ServerSpec(name="mtls", url=s.url, ca_file=str(ca_file)),
                              ping_interval=None):
             pass
+
+
+# ------------------------------------------------------------------ progress
+
+
+async def test_hostile_progress_is_dropped_and_the_call_completes(fault):
+    """Progress no conforming server sends -- foreign and malformed tokens, values
+    that are not numbers, go backwards, are not finite, or carry no params -- before
+    the answer: nothing raises, nothing of it refreshes the call, the answer
+    arrives."""
+    from agentd.mcp.call_limits import ToolLimits
+
+    s = await fault()
+
+    async def call(msg, request):
+        token = msg["params"]["_meta"]["progressToken"]
+
+        def note(params):
+            return event({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": params})
+
+        body = sse(
+            note({"progressToken": token, "progress": 5}),
+            note({"progressToken": token, "progress": 4}),
+            note({"progressToken": token, "progress": "six"}),
+            note({"progressToken": token, "progress": None}),
+            b'data: {"jsonrpc":"2.0","method":"notifications/progress","params":'
+            b'{"progressToken":' + orjson.dumps(token) + b',"progress":1e999}}\n\n',
+            note({"progressToken": str(token), "progress": 9}),
+            note({"progressToken": True, "progress": 9}),
+            note({"progressToken": "x" * 10_000, "progress": 9}),
+            note({"progress": 9}),
+            event({"jsonrpc": "2.0", "method": "notifications/progress"}),
+            event({"jsonrpc": "2.0", "method": "notifications/progress", "params": [1]}),
+            event({"jsonrpc": "2.0", "id": msg["id"],
+                   "result": {"content": [{"type": "text", "text": "survived"}]}}))
+        return web.Response(body=body, content_type="text/event-stream")
+
+    s.handlers["tools/call"] = call
+    async with client(s, tool_limits=ToolLimits(idle=60, total=60)) as c:
+        assert (await c.call_tool("t")).text == "survived"
+        # dropped: the foreign tokens ("1", True, 10,000 characters), no token, no or
+        # bad params, and 1e999 (not a JSON number msgspec takes); 4, "six" and
+        # null were the call's own token, not progress (logged as stalled)
+        assert c._watches.unknown == 7
+        assert (await c.call_tool("t")).text == "survived"  # and again: nothing stuck

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.param_headers": 2,
     "agentd.mcp.catalogue": 2,
     "agentd.mcp.stateless_session": 2,  # the 2026-07-28 server rules
+    "agentd.mcp.call_limits": 2,  # a tools/call's idle deadline and cap (sans-IO)
     "agentd.obs": 2,
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.auth": 3,
@@ -51,6 +52,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.http_server": 3,
     "agentd.mcp.handler": 3,  # the handler framework: drives the server rules
     "agentd.mcp.stateless": 3,  # drives the 2026-07-28 rules on the handler
+    "agentd.mcp.call_watch": 3,  # the wait the progress notifications re-arm
     "agentd.mcp.client": 3,
     "agentd.mcp.toolbox": 3,
     "agentd.mcp.seams": 3,  # the Protocols the loop and the daemon name a toolbox by

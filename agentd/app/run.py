@@ -125,13 +125,14 @@ class RunContext:
 # --- the integration points (one call site each) ----------------------------------
 
 def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    from agentd.mcp.call_limits import tool_limits
     from agentd.mcp.toolbox import Toolbox
 
     # a stale server: the reactive daemon reconnects with backoff; a task run
     # hands it to the fault policy (agentd.mcp.faults)
     return Toolbox(config.mcp, run_id=run_id, init_timeout=config.init_timeout,
                    ping_interval=config.ping_interval, secrets_dir=config.secrets_dir,
-                   reconnect_stale=config.mode == "reactive")
+                   reconnect_stale=config.mode == "reactive", tool_limits=tool_limits(config))
 
 
 async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> SubagentBackend:

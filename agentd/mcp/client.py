@@ -38,6 +38,8 @@ from agentd.errors import ToolFault
 from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.mcp.arguments import wire_arguments
+from agentd.mcp.call_limits import ToolLimits, server_limits
+from agentd.mcp.call_watch import CallLimitReached, CallWatch, CallWatches
 from agentd.mcp.catalogue import ToolExcluded, admit
 from agentd.mcp.client_session import (
     Capabilities,
@@ -238,7 +240,7 @@ class MCPClient:
                  on_tools_changed: Callable[[MCPClient], None] | None = None,
                  reconnect_stale: bool = True,
                  on_gone: Callable[[MCPClient, str], None] | None = None,
-                 traceparent: str | None = None) -> None:
+                 traceparent: str | None = None, tool_limits: ToolLimits | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.auth: Any = None  # an agentd.mcp.oauth.OAuth to use instead of the default
@@ -256,6 +258,8 @@ class MCPClient:
         self.updates: asyncio.Queue = updates if updates is not None else asyncio.Queue()
         self.on_tools_changed = on_tools_changed
         self.log = log.bind(server=spec.name)
+        # every tools/call's idle deadline and cap (agentd.mcp.call_limits)
+        self._watches = CallWatches(server_limits(tool_limits or ToolLimits(), spec), self.log)
         self._session = ClientSession(client_version=agentd.__version__)
         self._transport: StreamableHTTPTransport | None = None
         self._pending: dict[int | str, asyncio.Future] = {}
@@ -837,6 +841,8 @@ class MCPClient:
         elif m == mt.NOTIFICATION_RESOURCES_LIST_CHANGED:
             self._dirty.add("resources")
             self._schedule_relist("resources", self._refresh_resources)
+        elif m == mt.NOTIFICATION_PROGRESS:
+            self._watches.notified(ev.params)
         elif m == mt.NOTIFICATION_MESSAGE and self.log.enabled("debug"):
             self.log.debug("mcp.server_log", data=bytes(ev.params)[:_MAX_AUDIT_TEXT].decode(
                 "utf-8", "replace"))
@@ -880,34 +886,37 @@ class MCPClient:
             raise ToolFault(self.name, "client closed", retryable=False)
 
     async def _send(self, rid: int | str, data: bytes, method: str, time_limit: float | None,
-                    headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()
-                    ) -> msgspec.Raw:
-        """One send of a request and the wait for its answer."""
+                    headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+                    watch: CallWatch | None = None) -> msgspec.Raw:
+        """One send of a request and the wait for its answer (within ``watch``'s limits)."""
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         t = self._transport
         assert t is not None
         self._session.take_garbled()  # only a refusal of this answer is its reason
         try:
-            if time_limit is None:
-                await t.post(data, fut, headers=headers)
-                if fut.done():
-                    return fut.result()
-                if not t.get_offered:  # nowhere else it could come from
-                    raise no_answer(method, self._session.take_garbled())
-                return await fut
-            async with asyncio.timeout(time_limit):
-                await t.post(data, fut, headers=headers)
-                if not fut.done() and not t.get_offered:
-                    raise no_answer(method, self._session.take_garbled())
-                return await fut
+            async with watch if watch is not None else contextlib.nullcontext():
+                if time_limit is None:
+                    await t.post(data, fut, headers=headers)
+                    if fut.done():
+                        return fut.result()
+                    if not t.get_offered:  # nowhere else it could come from
+                        raise no_answer(method, self._session.take_garbled())
+                    return await fut
+                async with asyncio.timeout(time_limit):
+                    await t.post(data, fut, headers=headers)
+                    if not fut.done() and not t.get_offered:
+                        raise no_answer(method, self._session.take_garbled())
+                    return await fut
         except BaseException as exc:
             self._pending.pop(rid, None)
             if not fut.done():
                 fut.cancel()
             elif not fut.cancelled():
                 fut.exception()  # retrieved: it is superseded by ``exc``
-            if isinstance(exc, (asyncio.CancelledError, TimeoutError)):
+            if isinstance(exc, CallLimitReached):
+                self._abandon(rid, exc.reached.reason)
+            elif isinstance(exc, (asyncio.CancelledError, TimeoutError)):
                 self._abandon(rid, "timeout" if isinstance(exc, TimeoutError) else "cancelled")
             else:
                 self._session.forget(rid)
@@ -936,7 +945,8 @@ class MCPClient:
 
     async def _retrying(self, method: str,
                         build: Callable[[], tuple[int | str, bytes, Any]],
-                        time_limit: float | None, *, idempotent: bool) -> msgspec.Raw:
+                        time_limit: float | None, *, idempotent: bool,
+                        watch: CallWatch | None = None) -> msgspec.Raw:
         """THE retry loop of this client (every request and every tools/call):
         ``build`` makes each send anew, with a fresh JSON-RPC id; the policy of
         :mod:`agentd.mcp.retry` decides on a re-send, a reconnect or a fault."""
@@ -948,7 +958,7 @@ class MCPClient:
             rid, data, headers = build()
             gen = self.generation
             try:
-                return await self._send(rid, data, method, time_limit, headers)
+                return await self._send(rid, data, method, time_limit, headers, watch)
             except TimeoutError:
                 raise ToolFault(self.name, f"{method} timed out after {time_limit:g}s",
                                 retryable=True, method=method, cause="timeout") from None
@@ -1041,13 +1051,22 @@ class MCPClient:
             name_json = tool.name_json
         else:
             name_json = orjson.dumps(name)
+        watch = self._watches.open(name)
         with McpCall(self.name, name, listed=tool is not None,
                      revision=self.protocol_version) as rec:  # span, count, latency
-            if not self._session.stateless:
-                raw = await self._call(name_json, args_json, time_limit)
-                return rec.done(self._tool_observation(name, tool, raw))
-            raw = await self._call_stateless(name, args, name_json, args_json, time_limit)
-            return rec.done(self._tool_observation(name, self.tools.get(name), raw))
+            try:
+                if not self._session.stateless:
+                    raw = await self._call(name_json, args_json, time_limit, watch=watch)
+                    return rec.done(self._tool_observation(name, tool, raw))
+                raw = await self._call_stateless(name, args, name_json, args_json, time_limit,
+                                                 watch)
+                return rec.done(self._tool_observation(name, self.tools.get(name), raw))
+            except CallLimitReached as exc:  # an observation: the server stays in use
+                r = exc.reached
+                return rec.done(Observation(r.text, is_error=True), f"{r.limit}_limit")
+            finally:
+                if watch is not None:
+                    watch.release()
 
     def _call_headers(self, name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
         tool = self.tools.get(name)
@@ -1058,7 +1077,8 @@ class MCPClient:
         return headers
 
     async def _call_stateless(self, name: str, args: Mapping[str, Any], name_json: bytes,
-                              args_json: bytes, time_limit: float | None) -> msgspec.Raw:
+                              args_json: bytes, time_limit: float | None,
+                              watch: CallWatch | None = None) -> msgspec.Raw:
         """``tools/call`` at 2026-07-28: the standard and ``x-mcp-header`` headers,
         MRTR answered, and one re-list + retry on a header mismatch (-32020), as
         the revision advises (the tool's schema may have changed)."""
@@ -1068,7 +1088,7 @@ class MCPClient:
         while True:
             try:
                 raw = await self._call(name_json, args_json, time_limit,
-                                       self._call_headers(name, args), extra)
+                                       self._call_headers(name, args), extra, watch)
             except ToolFault as exc:
                 if exc.code != m26.HEADER_MISMATCH or relisted:
                     raise
@@ -1105,17 +1125,20 @@ class MCPClient:
         return extra
 
     async def _call(self, name_json: bytes, args_json: bytes, time_limit: float | None,
-                    headers: list[tuple[str, str]] | tuple = (), extra: bytes = b""
-                    ) -> msgspec.Raw:
+                    headers: list[tuple[str, str]] | tuple = (), extra: bytes = b"",
+                    watch: CallWatch | None = None) -> msgspec.Raw:
         session = self._session
 
         def build() -> tuple[int | str, bytes, Any]:
             # the live span's traceparent, when tracing (SEP-414); else the run's
             meta = trace.meta(session.meta_json if session.stateless else self._meta_json)
+            if watch is not None:  # a fresh progressToken per send (both revisions)
+                meta = watch.meta(meta)
             rid, data = session.call_tool(name_json, args_json, meta, extra)
             return rid, data, headers
 
-        return await self._retrying(mt.TOOLS_CALL, build, time_limit, idempotent=False)
+        return await self._retrying(mt.TOOLS_CALL, build, time_limit, idempotent=False,
+                                    watch=watch)
 
     def _tool_observation(self, name: str, tool: ToolInfo | None, raw: msgspec.Raw
                           ) -> Observation:

@@ -38,9 +38,11 @@ class McpCall:
         self._t0 = time.perf_counter()
         return self
 
-    def done(self, observation: Any) -> Any:
-        """The call answered: record whether the tool said it failed."""
-        self.outcome = "tool_error" if getattr(observation, "is_error", False) else "ok"
+    def done(self, observation: Any, outcome: str | None = None) -> Any:
+        """The call answered: record whether the tool said it failed (or, as
+        ``outcome``, what else ended it: a tool-call limit)."""
+        self.outcome = outcome or (
+            "tool_error" if getattr(observation, "is_error", False) else "ok")
         return observation
 
     def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:

@@ -221,7 +221,8 @@ INTELLIGENCE_SECONDS = _h("agentd_intelligence_call_duration_seconds",
                           "Duration of intelligence calls.", "model")
 MCP_CALLS = _c("agentd_mcp_calls_total",
                "MCP tools/call requests, by server, tool and outcome "
-               "(ok|tool_error|fault|cancelled).", "server", "tool", "outcome")
+               "(ok|tool_error|fault|cancelled|idle_limit|total_limit).", "server", "tool",
+               "outcome")
 MCP_SECONDS = _h("agentd_mcp_call_duration_seconds",
                  "Latency of MCP tools/call requests.", "server", "tool")
 SUBAGENTS_LIVE = _g("agentd_subagents_live", "Subagents running now.")

@@ -273,10 +273,12 @@ class Supervisor:
 
         toolbox = None
         if cfg.mcp:
+            from agentd.mcp.call_limits import tool_limits
             from agentd.mcp.toolbox import Toolbox
 
             toolbox = Toolbox(cfg.mcp, run_id=self.run_id, init_timeout=cfg.init_timeout,
-                              ping_interval=cfg.ping_interval, secrets_dir=cfg.secrets_dir)
+                              ping_interval=cfg.ping_interval, secrets_dir=cfg.secrets_dir,
+                              tool_limits=tool_limits(cfg))
             await toolbox.__aenter__()
             self._own_toolbox = toolbox
         self.broker = Broker(intelligence=provider, toolbox=toolbox)
