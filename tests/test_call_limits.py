@@ -148,7 +148,7 @@ def test_the_token_rides_params_meta_of_tools_call_at_both_revisions():
 
 
 def test_tool_limits_of_the_config():
-    assert tool_limits(RunLimits()) == ToolLimits(120.0, 3600.0)
+    assert tool_limits(RunLimits()) == ToolLimits(None, 3600.0) == ToolLimits()
     assert tool_limits(RunLimits(tool_idle_timeout=0, tool_timeout=0)) == ToolLimits(None, None)
     assert tool_limits(Config(tool_idle_timeout=5)) == ToolLimits(5, 3600.0)
 

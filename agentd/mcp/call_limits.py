@@ -55,8 +55,8 @@ class ToolLimits:
     """Seconds without progress (``idle``) and in all (``total``); None: no limit.
     The defaults are the flags' (docs/cli.md)."""
 
-    idle: float | None = DEFAULT_TOOL_IDLE_TIMEOUT
-    total: float | None = DEFAULT_TOOL_TIMEOUT
+    idle: float | None = DEFAULT_TOOL_IDLE_TIMEOUT or None
+    total: float | None = DEFAULT_TOOL_TIMEOUT or None
 
     @classmethod
     def of(cls, idle: float | None, total: float | None) -> ToolLimits:
