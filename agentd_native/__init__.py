@@ -18,7 +18,7 @@ import importlib.util
 
 from agentd_native import framing as _framing
 from agentd_native import sse as _sse
-from agentd_native.errors import FrameTooLarge
+from agentd_native.errors import FrameTooLarge, SSEEventTooLarge
 from agentd_native.framing import MAX_FRAME, FrameDecoder, encode_frame
 from agentd_native.sse import SSEEvent, SSEParser
 
@@ -28,6 +28,7 @@ __all__ = [
     "FrameDecoder",
     "FrameTooLarge",
     "SSEEvent",
+    "SSEEventTooLarge",
     "SSEParser",
     "encode_frame",
 ]

@@ -52,7 +52,10 @@ cdef list _TAG
 cdef list _SPAN_HEADS
 cdef list _NO_PARTS
 cdef Py_ssize_t _CACHE_MAX
-cdef object _INT64_MIN, _INT64_END, _DOUBLE, _TIMES_FLAGS, _ID, _IDS
+cdef object _INT64_MIN, _INT64_END, _U64_END, _U128_END, _DOUBLE, _TIMES_FLAGS, _ID, _IDS
+
+cdef int _check_record(object trace_id, object span_id, object parent_id, object start_ns,
+                       object end_ns) except -1
 
 cpdef bytes _varint(object n)
 @cython.locals(n=Py_ssize_t)

@@ -35,6 +35,7 @@ import types
 from _thread import allocate_lock as _allocate_lock
 from collections import deque
 
+from agentd_native.errors import SpanRecordInvalid
 from agentd_native.span import Span
 
 TYPE_CHECKING = False
@@ -124,7 +125,22 @@ _SPAN_HEADS = [] if _COMPILED else [b"\x12" + _varint(n) for n in range(2048)]
 _CACHE_MAX = 4096  # entries per cache: names and attribute values repeat, but a bound
 _INT64_MIN = -(1 << 63)
 _INT64_END = 1 << 63
+_U64_END = 1 << 64
+_U128_END = 1 << 128
 _NO_PARTS: list[bytes] = []  # the compiled twin's `parts` (it writes to its buffer)
+
+
+def _check_record(trace_id: Any, span_id: Any, parent_id: Any, start_ns: Any,
+                  end_ns: Any) -> None:
+    """A tuple record's ids and times are ints in their protobuf ranges (128-bit
+    trace id, 64-bit span ids, fixed64 times), or `SpanRecordInvalid` -- the same
+    answer in both twins, before anything is written."""
+    if not isinstance(trace_id, int) or not 0 <= trace_id < _U128_END:
+        raise SpanRecordInvalid("trace_id", trace_id)
+    for field, value in (("span_id", span_id), ("parent_id", parent_id),
+                         ("start_ns", start_ns), ("end_ns", end_ns)):
+        if not isinstance(value, int) or not 0 <= value < _U64_END:
+            raise SpanRecordInvalid(field, value)
 
 
 class SpanEncoder:
@@ -266,6 +282,7 @@ class SpanEncoder:
             if type(rec) is not tuple:
                 rec = rec.record()  # a span of the other twin (tests load both)
             name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attrs, error = rec
+            _check_record(trace_id, span_id, parent_id, start_ns, end_ns)
         heads = self._heads.get(kind)
         head = heads.get(name) if heads is not None else None
         if head is None:

@@ -6,6 +6,7 @@ cdef extern from "<string.h>":
     const char *_memchr "memchr" (const char *s, int c, size_t n) nogil
 
 cdef bint _COMPILED
+cdef Py_ssize_t _RETRY_DIGITS
 
 @cython.locals(p="const char *", q="const char *")
 cdef Py_ssize_t _find(bytes buf, int byte, Py_ssize_t start, Py_ssize_t end)
@@ -24,8 +25,13 @@ cdef SSEEvent _make_event(str event, str data, str id_)
 cdef class SSEParser:
     cdef readonly str last_event_id
     cdef readonly object retry
+    cdef readonly Py_ssize_t max_event
+    cdef readonly long long retry_min
+    cdef readonly long long retry_max
     cdef list _chunks
     cdef Py_ssize_t _pending
+    cdef Py_ssize_t _size
+    cdef object _failed
     cdef bint _skip_lf
     cdef bint _bom
     cdef str _data
@@ -37,7 +43,10 @@ cdef class SSEParser:
                    events=list, first=str, data_more=list, text=str, event_type=str, id_buf=str,
                    last_id=str, retry=object, lf=Py_ssize_t, cr=Py_ssize_t,
                    eol=Py_ssize_t, nxt=Py_ssize_t, colon=Py_ssize_t,
-                   name_end=Py_ssize_t, vs=Py_ssize_t, nl=Py_ssize_t, value=bytes)
+                   name_end=Py_ssize_t, vs=Py_ssize_t, nl=Py_ssize_t, value=bytes,
+                   size=Py_ssize_t, max_event=Py_ssize_t, ms="long long")
     cpdef list feed(self, object data)
+
+    cdef int _fail(self, Py_ssize_t size, list events, str last_id) except -1
 
     cpdef list close(self)

@@ -17,6 +17,18 @@ stream, fed as raw bytes in any chunking:
 * a dispatch with no ``data`` line produces no event, but still commits the
   ID and resets the type.
 
+Two bounds a peer cannot talk its way past (``docs/security.md``):
+
+* ``max_event``: the bytes one event may hold before its blank line -- its
+  ``data`` lines as received (name, value, line end) plus the incomplete line
+  waiting for its end.  Crossing it raises
+  :class:`~agentd_native.errors.SSEEventTooLarge` at once, before more is
+  buffered; the stream is then failed until ``close()``.
+* ``retry`` is clamped to ``[retry_min, retry_max]`` milliseconds: a digit
+  string of any length is a valid ``retry`` (the stream asked for "very
+  long") and becomes ``retry_max``; it never raises and never sleeps a
+  geological age.
+
 It works on the undecoded bytes (field names compared bytewise, values decoded
 one line at a time), which is equivalent to decoding first: every byte the
 rules look at (CR, LF, ``:``, space, NUL, digits) is ASCII and can never be
@@ -32,9 +44,20 @@ from __future__ import annotations
 
 import types
 
-__all__ = ["COMPILED", "SSEEvent", "SSEParser"]
+from agentd_native.errors import SSEEventTooLarge
+
+__all__ = ["COMPILED", "MAX_EVENT", "RETRY_MAX_MS", "RETRY_MIN_MS", "SSEEvent", "SSEEventTooLarge",
+           "SSEParser"]
 
 _BOM = b"\xef\xbb\xbf"
+
+#: Default ``max_event``: the bytes of one event (its data lines plus the incomplete line).
+MAX_EVENT = 64 * 1024 * 1024
+#: Default clamp of ``retry`` in milliseconds: a parser with no policy of its own
+#: takes the stream's value as low as it goes, and never above a minute.
+RETRY_MIN_MS = 0
+RETRY_MAX_MS = 60_000
+_RETRY_DIGITS = 18  # more significant digits than this are past any clamp (and a C long long)
 
 
 def _probe() -> None:
@@ -109,7 +132,13 @@ class SSEParser:
     advances the ID sent back in ``Last-Event-ID``.
 
     ``retry`` is the reconnection time in milliseconds from the latest valid
-    ``retry`` field (``None`` until one arrives); it takes effect at once.
+    ``retry`` field (``None`` until one arrives), clamped to ``[retry_min,
+    retry_max]``; it takes effect at once.
+
+    ``max_event`` bounds one event (see the module docstring): crossing it
+    raises :class:`SSEEventTooLarge` carrying the events completed before it
+    in the same ``feed``; every later ``feed`` raises it again (with no
+    events) until ``close()``.
 
     ``close()`` marks the end of the stream: an unterminated event or line is
     discarded (never dispatched) and ``[]`` is returned.  The parser may then
@@ -123,18 +152,32 @@ class SSEParser:
         "_data",
         "_data_more",
         "_event",
+        "_failed",
         "_id",
         "_pending",
+        "_size",
         "_skip_lf",
         "last_event_id",
+        "max_event",
         "retry",
+        "retry_max",
+        "retry_min",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_event: int = MAX_EVENT, retry_min: int = RETRY_MIN_MS,
+                 retry_max: int = RETRY_MAX_MS) -> None:
+        if max_event < 0 or retry_min < 0 or retry_max < retry_min:
+            raise ValueError(f"SSEParser bounds: max_event={max_event} must be >= 0 and "
+                             f"0 <= retry_min={retry_min} <= retry_max={retry_max}")
+        self.max_event = max_event
+        self.retry_min = retry_min
+        self.retry_max = retry_max
         self.last_event_id = ""
         self.retry = None  # type: int | None
         self._chunks = []  # type: list[bytes]
         self._pending = 0
+        self._size = 0  # bytes of the current event's data lines
+        self._failed = None  # type: SSEEventTooLarge | None
         self._skip_lf = False
         self._bom = True
         self._data = None  # type: str | None  # first data line (most events have exactly one)
@@ -148,7 +191,13 @@ class SSEParser:
         return self._pending
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        """Consume ``data``; return the events it completes, in order."""
+        """Consume ``data``; return the events it completes, in order.
+
+        Raises :class:`SSEEventTooLarge` when the event being read crosses
+        ``max_event`` (and again on every call after, until ``close()``).
+        """
+        if self._failed is not None:
+            raise SSEEventTooLarge(self._failed.size, self._failed.limit)
         if type(data) is not bytes:
             data = bytes(data)
         n = len(data)
@@ -157,10 +206,13 @@ class SSEParser:
         if self._pending:
             # An incomplete line is waiting: join only once a line end arrives,
             # so a long line fed in small chunks is copied once, not per chunk.
-            self._chunks.append(data)
             if _find(data, 10, 0, n) < 0 and _find(data, 13, 0, n) < 0:
+                if self._size + self._pending + n > self.max_event:
+                    self._fail(self._size + self._pending + n, [], self.last_event_id)
+                self._chunks.append(data)
                 self._pending += n
                 return []
+            self._chunks.append(data)
             buf = b"".join(self._chunks)
             n = len(buf)
             self._chunks = []
@@ -190,6 +242,8 @@ class SSEParser:
         id_buf = self._id
         last_id = self.last_event_id
         retry = self.retry
+        size = self._size
+        max_event = self.max_event
         lf = -1
         cr = -1
         while pos < n:
@@ -219,6 +273,7 @@ class SSEParser:
             if eol == pos:
                 # Blank line: dispatch.
                 last_id = id_buf
+                size = 0
                 if first is not None:
                     if data_more is not None:
                         first = "\n".join(data_more)
@@ -239,6 +294,10 @@ class SSEParser:
                 nl = name_end - pos
                 if nl == 4:
                     if buf.startswith(b"data", pos):
+                        size += nxt - pos
+                        if size > max_event:
+                            self.retry = retry
+                            self._fail(size, events, last_id)
                         text = buf[vs:eol].decode("utf-8", "replace")
                         if first is None:
                             first = text
@@ -255,18 +314,25 @@ class SSEParser:
                     elif buf.startswith(b"retry", pos):
                         value = buf[vs:eol]
                         if value.isdigit():
-                            try:
-                                retry = int(value)
-                            except ValueError:  # beyond int's digit limit: ignored
-                                pass
+                            value = value.lstrip(b"0")
+                            if len(value) > _RETRY_DIGITS:
+                                retry = self.retry_max
+                            else:
+                                ms = int(value) if value else 0
+                                retry = (self.retry_min if ms < self.retry_min
+                                         else self.retry_max if ms > self.retry_max else ms)
                 elif nl == 2:
                     if buf.startswith(b"id", pos) and _find(buf, 0, vs, eol) < 0:
                         id_buf = buf[vs:eol].decode("utf-8", "replace")
             pos = nxt
 
         if pos < n:
+            if size + n - pos > max_event:
+                self.retry = retry
+                self._fail(size + n - pos, events, last_id)
             self._chunks.append(buf[pos:] if pos else buf)
             self._pending = n - pos
+        self._size = size
         self._data = first
         self._data_more = data_more
         self._event = event_type
@@ -275,10 +341,20 @@ class SSEParser:
         self.retry = retry
         return events
 
+    def _fail(self, size: int, events: list[SSEEvent], last_id: str) -> None:
+        """The event crossed ``max_event``: drop it, fail the stream, raise."""
+        self.close()
+        self.last_event_id = last_id  # the dispatches before it stand
+        err = SSEEventTooLarge(size, self.max_event, events)
+        self._failed = err
+        raise err
+
     def close(self) -> list[SSEEvent]:
         """End of stream: drop any unterminated line or event; return ``[]``."""
+        self._failed = None
         self._chunks = []
         self._pending = 0
+        self._size = 0
         self._skip_lf = False
         self._bom = True
         self._data = None

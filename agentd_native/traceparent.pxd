@@ -10,6 +10,7 @@ cdef extern from *:
     const unsigned char *_ucs1 "__agentd_ucs1" (str s)
 
 cdef bint _COMPILED
+cdef str _OWS
 
 cdef long _digit(long c) noexcept
 

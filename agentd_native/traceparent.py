@@ -15,8 +15,11 @@ else, use the pattern. Both give the same answer for every string
 The rules (https://www.w3.org/TR/trace-context/#traceparent-header): lowercase
 hex fields `version-trace_id-parent_id-flags`; version ff is invalid; version
 00 has exactly these four fields; a later version may append `-...` fields;
-an all-zero trace id or parent id is invalid; surrounding whitespace is
-tolerated; the sampled flag is the lowest bit of the flags.
+an all-zero trace id or parent id is invalid; the sampled flag is the lowest
+bit of the flags. Around the value only HTTP's optional whitespace (RFC 9110
+OWS: space and horizontal tab) is trimmed, as a header parser does; any other
+character there (a vertical tab, a file separator, a no-break space...) makes
+the value invalid, whichever twin parses it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ COMPILED: bool = type(_probe) is not types.FunctionType
 _COMPILED = COMPILED  # a C bint in the extension (see traceparent.pxd)
 
 _PATTERN = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_OWS = " \t"  # RFC 9110 optional whitespace: the only characters trimmed around a value
 _ODD_HEX = frozenset("13579bdf")  # the last digit of the flags: the sampled bit
 
 
@@ -87,7 +91,7 @@ def parse_traceparent(value: object) -> tuple[int, int, bool] | None:
                 return None
             return fast
     if _PATTERN.fullmatch(value) is None:
-        value = value.strip()
+        value = value.strip(_OWS)
         if _PATTERN.fullmatch(value) is None:
             return None
     version = value[:2]

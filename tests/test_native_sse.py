@@ -274,11 +274,74 @@ def test_retry_leading_zeros(sm):
     assert parse(sm, b"retry: 007\n")[2] == 7
 
 
-def test_retry_too_many_digits_ignored(sm):
+def test_retry_of_any_length_is_clamped(sm):
     assert parse(sm, b"retry: " + b"9" * 5000 + b"\nretry: 3\n")[2] == 3
-    p = sm.SSEParser()
-    p.feed(b"retry: " + b"9" * 5000 + b"\n")
-    assert p.retry is None or isinstance(p.retry, int)
+    for digits in (b"100000000000000000000", b"9" * 400, b"9" * 5000, b"60001"):
+        p = sm.SSEParser()
+        p.feed(b"retry: " + digits + b"\n")
+        assert p.retry == sm.RETRY_MAX_MS  # the default clamp: never an OverflowError
+    assert parse(sm, b"retry: " + b"0" * 400 + b"12\n")[2] == 12  # leading zeros are no size
+
+
+def test_retry_clamp_bounds(sm):
+    p = sm.SSEParser(retry_min=100, retry_max=250)
+    p.feed(b"retry: 0\n")
+    assert p.retry == 100
+    p.feed(b"retry: 200\n")
+    assert p.retry == 200
+    p.feed(b"retry: 100000000000000000000\n")
+    assert p.retry == 250
+    with pytest.raises(ValueError):
+        sm.SSEParser(retry_min=10, retry_max=5)
+    with pytest.raises(ValueError):
+        sm.SSEParser(max_event=-1)
+
+
+# --- the event bound -----------------------------------------------------------------
+
+
+def test_an_endless_event_raises_at_the_bound(sm):
+    """data lines with no blank line: the parser raises once they pass max_event,
+    holding no more than that, and stays failed until close()."""
+    p = sm.SSEParser(max_event=1000)
+    line = b"data: " + b"x" * 94 + b"\n"  # 101 bytes a line
+    fed = 0
+    with pytest.raises(agentd_native.SSEEventTooLarge) as info:
+        while True:
+            assert p.feed(line) == []
+            fed += 1
+            assert fed < 20
+    assert fed == 9 and info.value.limit == 1000 and info.value.size == 1010
+    with pytest.raises(agentd_native.SSEEventTooLarge) as again:
+        p.feed(b"\n")
+    assert again.value.events == [] and again.value.limit == 1000
+    p.close()
+    assert [e.data for e in p.feed(b"data: ok\n\n")] == ["ok"]
+
+
+def test_an_endless_line_raises_at_the_bound(sm):
+    p = sm.SSEParser(max_event=1000)
+    assert p.feed(b"data: " + b"y" * 900) == []
+    with pytest.raises(agentd_native.SSEEventTooLarge) as info:
+        p.feed(b"y" * 200)
+    assert info.value.size == 1106
+    assert p.pending == 0  # nothing of it is kept
+
+
+def test_events_before_the_oversized_one_are_handed_over(sm):
+    p = sm.SSEParser(max_event=50)
+    with pytest.raises(agentd_native.SSEEventTooLarge) as info:
+        p.feed(b"id: 7\ndata: first\n\ndata: " + b"z" * 60 + b"\n")
+    assert [(e.data, e.id) for e in info.value.events] == [("first", "7")]
+    assert p.last_event_id == "7"  # the dispatched event's id stands
+
+
+def test_events_within_the_bound_are_unaffected(sm):
+    p = sm.SSEParser(max_event=20)
+    events = p.feed(b"data: 0123456789\n\n" * 50)
+    assert len(events) == 50
+    # comments and other fields are not event bytes: only data lines and the open line
+    assert p.feed(b":" + b"c" * 15 + b"\n" + b"event: e\n" * 30 + b"data: ok\n\n")[0].data == "ok"
 
 
 def test_retry_does_not_create_event(sm):
@@ -378,6 +441,7 @@ def test_package_exports():
         "FrameDecoder",
         "FrameTooLarge",
         "SSEEvent",
+        "SSEEventTooLarge",
         "SSEParser",
         "encode_frame",
     }

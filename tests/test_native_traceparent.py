@@ -28,7 +28,8 @@ def reference(value: object) -> tuple[int, int, bool] | None:
     """https://www.w3.org/TR/trace-context/#traceparent-header, as plainly as it reads."""
     if not isinstance(value, str):
         return None
-    m = _FIELDS.fullmatch(value) or _FIELDS.fullmatch(value.strip())
+    # RFC 9110 5.5: a field value excludes leading and trailing OWS (SP, HTAB), nothing else
+    m = _FIELDS.fullmatch(value) or _FIELDS.fullmatch(value.strip(" \t"))
     if m is None:
         return None
     version, trace_id, parent_id, flags, extra = m.groups()
@@ -44,12 +45,24 @@ def tp(request):
     return twin("traceparent", request.param)
 
 
+@pytest.mark.parametrize("around", ["\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0",
+                                    "\u2028", "\u3000", "\n", "\r", "\r\n", " \n"])
+def test_only_ows_is_trimmed(tp, around) -> None:
+    """Anything around the value but SP and HTAB (str.strip's other whitespace:
+    vertical tab, separators, NEL, no-break and ideographic spaces...) is invalid."""
+    parse = tp.parse_traceparent
+    assert parse(around + GOOD) is None
+    assert parse(GOOD + around) is None
+    assert parse(" " + around + GOOD + "\t") is None
+
+
 def test_known_values(tp) -> None:
     parse = tp.parse_traceparent
     assert parse(GOOD) == (0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, True)
     assert parse(GOOD[:-2] + "00")[2] is False
     assert parse(GOOD[:-2] + "ff")[2] is True
-    assert parse(" " + GOOD + "\t") == parse(GOOD)  # surrounding whitespace is tolerated
+    assert parse(" " + GOOD + "\t") == parse(GOOD)  # surrounding OWS is tolerated
+    assert parse(" \t " + GOOD + "\t\t") == parse(GOOD)
     assert parse("01" + GOOD[2:] + "-future") is not None  # a later version may add fields
     top = "00-" + "f" * 32 + "-" + "f" * 16 + "-01"  # ids whose top bit is set
     assert parse(top) == ((1 << 128) - 1, (1 << 64) - 1, True)

@@ -25,7 +25,7 @@ from native_twins import load_pure
 from peers import unavailable
 
 import agentd_native
-from agentd_native import FrameTooLarge
+from agentd_native import FrameTooLarge, SSEEventTooLarge
 from agentd_native import framing as native_framing
 from agentd_native import otlp as native_otlp
 from agentd_native import sse as native_sse
@@ -109,11 +109,15 @@ def split(data: bytes, points: list[int]) -> list[bytes]:
 # --- SSE ---------------------------------------------------------------------------
 
 
-def sse_trace(module, chunks: list[bytes]):
-    parser = module.SSEParser()
+def sse_trace(module, chunks: list[bytes], **bounds):
+    parser = module.SSEParser(**bounds)
     trace = []
     for chunk in chunks:
-        events = [(e.event, e.data, e.id) for e in parser.feed(chunk)]
+        try:
+            events = [(e.event, e.data, e.id) for e in parser.feed(chunk)]
+        except SSEEventTooLarge as err:
+            events = [("too large", err.size, err.limit,
+                       [(e.event, e.data, e.id) for e in err.events])]
         trace.append((events, parser.last_event_id, parser.retry, parser.pending))
     trace.append((parser.close(), parser.last_event_id, parser.retry, parser.pending))
     return trace
@@ -147,10 +151,7 @@ def reference_sse(stream: bytes):
                 id_buf = value
         elif name == "retry":
             if value and all(c in "0123456789" for c in value):
-                try:
-                    retry = int(value)
-                except ValueError:
-                    pass
+                retry = min(int(value), pure_sse.RETRY_MAX_MS)  # the parser's default clamp
     return events, last_id, retry
 
 
@@ -170,6 +171,22 @@ def test_sse_twins_agree(native, data):
     stream = data.draw(sse_streams())
     chunks = split(stream, data.draw(cuts(stream)))
     assert sse_trace(native_sse, chunks) == sse_trace(pure_sse, chunks)
+
+
+@SETTINGS
+@given(data=st.data(), max_event=st.integers(0, 80), retry_min=st.integers(0, 2000),
+       span=st.integers(0, 10**6))
+def test_sse_twins_agree_on_their_bounds(native, data, max_event, retry_min, span):
+    """The event bound and the retry clamp: the same events, the same error (size,
+    limit, the events before it), the same clamped retry, in every chunking."""
+    stream = data.draw(sse_streams())
+    chunks = split(stream, data.draw(cuts(stream)))
+    bounds = dict(max_event=max_event, retry_min=retry_min, retry_max=retry_min + span)
+    got = sse_trace(pure_sse, chunks, **bounds)
+    assert sse_trace(native_sse, chunks, **bounds) == got
+    for _events, _last_id, retry, pending in got:
+        assert retry is None or retry_min <= retry <= retry_min + span
+        assert pending <= max(max_event, 2)  # (up to 2 bytes of a BOM wait before any line)
 
 
 @settings(max_examples=100, deadline=None)
