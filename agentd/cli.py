@@ -118,6 +118,13 @@ def _secs(text: str) -> str:
 @opt("--deadline", section="BUDGETS", type=float, help=_secs("wall-clock limit for the run, exit 4  [default: none]"))
 @opt("--drain-timeout", section="BUDGETS", type=float, help=_secs("bound on the shutdown drain  [default: 25]"))
 @opt("--observation-bytes", section="BUDGETS", type=int, help="cut tool observations longer than this  [default: 65536]")
+@opt("--sse-event-bytes", section="BUDGETS", type=int,
+     help="one SSE event a peer streams (MCP, completions, A2A); past it that peer faults  "
+          "[default: 67108864]")
+@opt("--sse-retry-min-ms", section="BUDGETS", type=int,
+     help="a peer's SSE retry: is raised to at least this  [default: 100]")
+@opt("--sse-retry-max-ms", section="BUDGETS", type=int,
+     help="a peer's SSE retry: is lowered to at most this  [default: 60000]")
 @opt("--max-depth", section="SUBAGENTS", type=int, help="deepest subagent level  [default: 4]")
 @opt("--max-children", section="SUBAGENTS", type=int, help="children per agent  [default: 16]")
 @opt("--max-subagents", section="SUBAGENTS", type=int, help="subagents in the whole tree  [default: 256]")

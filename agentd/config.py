@@ -25,6 +25,8 @@ import msgspec
 from agentd import log as _log
 from agentd.errors import AgentdError
 from agentd.exitcodes import ExitCode
+from agentd_native import SSEParser
+from agentd_native import sse as _sse
 
 MODES = ("task", "reactive")
 RESERVED_SERVER_NAME = "agentd"  # the self-tools' server name (agentd__subagent_spawn, ...)
@@ -62,6 +64,9 @@ DEFAULT_DEBOUNCE = 0.05
 DEFAULT_MAX_SUBSCRIPTIONS = 64
 DEFAULT_MAX_SCHEMA_DEPTH = 128  # a tool schema nested deeper is excluded (per server)
 MAX_SCHEMA_DEPTH_CAP = 256  # its ceiling: the schema walks below it stay far from the stack
+DEFAULT_SSE_EVENT_BYTES = _sse.MAX_EVENT  # one SSE event from a peer: data lines + open line
+DEFAULT_SSE_RETRY_MIN_MS = 100  # a peer's SSE `retry:` is clamped to [min, max] ms
+DEFAULT_SSE_RETRY_MAX_MS = _sse.RETRY_MAX_MS
 
 
 class ConfigError(AgentdError):
@@ -147,6 +152,25 @@ class ServeSpec(msgspec.Struct, frozen=True):
         return bool(self.bearer) or bool(self.bearers) or bool(self.client_ca)
 
 
+class StreamBounds(msgspec.Struct, frozen=True):
+    """The bounds of every SSE stream a peer sends agentd (an MCP server's POST
+    answers and GET stream, a streamed completion, an A2A stream): one event's
+    bytes and the clamp on the stream's `retry:`.  Why one struct: each
+    consumer builds its parser from it (`parser()`), so none can forget a bound;
+    crossing `event_bytes` is that peer's fault (docs/security.md)."""
+
+    event_bytes: int = DEFAULT_SSE_EVENT_BYTES
+    retry_min_ms: int = DEFAULT_SSE_RETRY_MIN_MS
+    retry_max_ms: int = DEFAULT_SSE_RETRY_MAX_MS
+
+    def parser(self) -> SSEParser:
+        return SSEParser(self.event_bytes, self.retry_min_ms, self.retry_max_ms)
+
+    def clamp_ms(self, ms: int) -> int:
+        """A reconnection delay of our own (the default one) inside the same clamp."""
+        return min(max(ms, self.retry_min_ms), self.retry_max_ms)
+
+
 class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
     """The bounds of a run, declared once: the root's `Config` and a child's
     `ChildConfig` (agentd.tree.control) both embed them, as flat fields (the flags,
@@ -190,6 +214,9 @@ class Config(RunLimits, frozen=True):
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     spawn: str = DEFAULT_SPAWN
     max_inflight_intelligence: int = DEFAULT_MAX_INFLIGHT_INTELLIGENCE
+    sse_event_bytes: int = DEFAULT_SSE_EVENT_BYTES
+    sse_retry_min_ms: int = DEFAULT_SSE_RETRY_MIN_MS
+    sse_retry_max_ms: int = DEFAULT_SSE_RETRY_MAX_MS
     log_format: str = DEFAULT_LOG_FORMAT
     secrets_dir: str = DEFAULT_SECRETS_DIR
     state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.oauth)
@@ -201,6 +228,10 @@ class Config(RunLimits, frozen=True):
 
     def server(self, name: str) -> ServerSpec | None:
         return next((s for s in self.mcp if s.name == name), None)
+
+    @property
+    def stream_bounds(self) -> StreamBounds:
+        return StreamBounds(self.sse_event_bytes, self.sse_retry_min_ms, self.sse_retry_max_ms)
 
 
 def split_host_port(value: str) -> tuple[str, int]:
@@ -492,9 +523,16 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
                 "observation_bytes", "max_subscriptions", "intelligence_attempts",
-                "max_inflight_intelligence"):
+                "max_inflight_intelligence", "sse_event_bytes"):
         if key in values and values[key] is not None and values[key] < 1:
             raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
+    retry_min = values.get("sse_retry_min_ms")
+    retry_min = DEFAULT_SSE_RETRY_MIN_MS if retry_min is None else retry_min
+    retry_max = values.get("sse_retry_max_ms")
+    retry_max = DEFAULT_SSE_RETRY_MAX_MS if retry_max is None else retry_max
+    if not 0 <= retry_min <= retry_max:
+        raise ConfigError(f"--sse-retry-min-ms {retry_min} / --sse-retry-max-ms {retry_max}: "
+                          "expected 0 <= min <= max")
     for key in ("init_timeout", "ping_interval", "drain_timeout", "deadline",
                 "intelligence_timeout"):
         if values.get(key) is not None and values[key] <= 0:

@@ -34,13 +34,15 @@ import msgspec
 from agentd import __version__
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec, resolve_headers
 from agentd.errors import A2AFault
+from agentd.log import log
 from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text
-from agentd_native import SSEParser
+from agentd_native import SSEEventTooLarge, SSEParser
 
 __all__ = ["DEFAULT_MAX_BYTES", "A2AClient", "A2AError", "CardError", "TaskNotFound"]
 
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
+_log = log.bind(component="a2a")
 DEFAULT_TIMEOUT: Final = 30.0  # one unary request (a streaming read has no total bound)
 
 
@@ -349,12 +351,16 @@ class A2AClient:
                     raise A2AError(f"peer {self.name}: SendStreamingMessage: HTTP "
                                    f"{resp.status} {ctype or 'no content type'}",
                                    retryable=resp.status >= 500)
-                parser = SSEParser()
+                parser = SSEParser(max_event=self.max_bytes)  # the bound is the parser's
                 while chunk := await resp.content.readany():
-                    if parser.pending > self.max_bytes:
+                    try:
+                        events = parser.feed(chunk)
+                    except SSEEventTooLarge:
+                        _log.warning("a2a.limit", peer=self.name, limit="max_bytes",
+                                     bytes=self.max_bytes)
                         raise A2AError(f"peer {self.name}: a stream event exceeds "
-                                       f"{self.max_bytes} bytes (max_bytes); dropped")
-                    for ev in parser.feed(chunk):
+                                       f"{self.max_bytes} bytes (max_bytes); dropped") from None
+                    for ev in events:
                         if not ev.data:
                             continue
                         yield self._event(ev.data, rpc)

@@ -132,7 +132,8 @@ def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContex
     # hands it to the fault policy (agentd.mcp.faults)
     return Toolbox(config.mcp, run_id=run_id, init_timeout=config.init_timeout,
                    ping_interval=config.ping_interval, secrets_dir=config.secrets_dir,
-                   reconnect_stale=config.mode == "reactive", tool_limits=tool_limits(config))
+                   reconnect_stale=config.mode == "reactive", tool_limits=tool_limits(config),
+                   stream_bounds=config.stream_bounds)
 
 
 async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> SubagentBackend:
@@ -372,7 +373,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
             config.intelligence, model=config.model,
             stream=config.intelligence_stream,
             timeout=config.intelligence_timeout,
-            attempts=config.intelligence_attempts)
+            attempts=config.intelligence_attempts, sse=config.stream_bounds)
     except ConfigError as exc:
         log.error("config.invalid", error=str(exc))
         return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from agentd.config import ConfigError, is_loopback_host
+from agentd.config import ConfigError, StreamBounds, is_loopback_host
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -77,7 +77,8 @@ def speaks_http(spec: str | None) -> bool:
 def make_intelligence(spec: str | None, *, model: str | None = None,
                       stream: bool | None = None, timeout: float | None = None,
                       attempts: int | None = None, backoff: float | None = None,
-                      ca_file: str | None = None) -> Intelligence:
+                      ca_file: str | None = None,
+                      sse: StreamBounds | None = None) -> Intelligence:
     """The provider for `--intelligence SPEC` (raises ConfigError if invalid)."""
     if not spec:
         raise ConfigError("--intelligence is required for a run "
@@ -113,4 +114,5 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
         attempts=attempts or int(_env_float("AGENTD_INTELLIGENCE_ATTEMPTS", DEFAULT_ATTEMPTS)),
         backoff=backoff or _env_float("AGENTD_INTELLIGENCE_BACKOFF", DEFAULT_BACKOFF),
         ca_file=ca_file or os.environ.get("AGENTD_INTELLIGENCE_CA") or None,
+        sse=sse,
     )

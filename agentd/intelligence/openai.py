@@ -5,7 +5,8 @@ function`); the answer's `choices[0].message` carries `content` and/or
 `tool_calls` (several at once: parallel tool calls), and `usage`. With
 `stream=True` the request asks for `stream: true` (plus `stream_options.
 include_usage`) and the SSE answer is parsed by the native SSE parser, the
-same one the MCP client uses; tool-call deltas are reassembled by `index`.
+same one the MCP client uses, within the run's `StreamBounds` (one event's
+bytes, `--sse-event-bytes`); tool-call deltas are reassembled by `index`.
 
 Failures: connection errors, request timeouts, 408, 429 and 5xx are retried
 with bounded exponential backoff (jittered), honouring `Retry-After` (with a
@@ -30,6 +31,7 @@ from yarl import URL
 
 from agentd import __version__
 from agentd import log as _logmod
+from agentd.config import StreamBounds
 from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
@@ -44,6 +46,7 @@ from agentd.log import log
 from agentd.mcp.retry import parse_retry_after
 from agentd.obs import trace
 from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd_native import SSEEventTooLarge
 
 KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
 DEFAULT_TIMEOUT = 120.0
@@ -148,13 +151,6 @@ def _arguments_text(value: Any) -> str:
         raise _Retryable(f"malformed response: tool-call arguments {fault_text(exc)}") from None
 
 
-def _sse_parser():
-    """The native incremental SSE parser (agentd_native), shared with MCP."""
-    from agentd_native import SSEParser
-
-    return SSEParser()
-
-
 class _StreamAssembler:
     """Reassembles streamed deltas into one Completion."""
 
@@ -203,8 +199,10 @@ class OpenAICompatible:
     def __init__(self, base_url: str, *, model: str | None = None, stream: bool = False,
                  timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
                  backoff: float = DEFAULT_BACKOFF, max_backoff: float = MAX_BACKOFF,
-                 key: str | None = None, ca_file: str | None = None) -> None:
+                 key: str | None = None, ca_file: str | None = None,
+                 sse: StreamBounds | None = None) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.sse = sse if sse is not None else StreamBounds()  # a streamed answer's bounds
         self.model = model
         self.stream = stream
         self.timeout = timeout
@@ -346,12 +344,22 @@ class OpenAICompatible:
                           usage=resp.usage or Usage(), finish_reason=choice.finish_reason)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse) -> Completion:
-        parser = _sse_parser()
+        """Assemble a streamed answer; an event past `sse.event_bytes` is the
+        gateway's fault, not retried (it would stream the same again): exit 5."""
+        parser = self.sse.parser()
         acc = _StreamAssembler()
         done = False
         try:
             async for data in resp.content.iter_any():
-                for ev in parser.feed(data):
+                try:
+                    events = parser.feed(data)
+                except SSEEventTooLarge as exc:
+                    _log.error("intelligence.limit", gateway=self.url, limit="sse_event_bytes",
+                               bytes=exc.limit)
+                    raise IntelligenceUnavailable(
+                        f"intelligence gateway {self.url}: a streamed event past {exc.limit} "
+                        "bytes (sse_event_bytes); stream dropped") from None
+                for ev in events:
                     payload = ev.data  # str: msgspec decodes it as it is
                     if done or not payload:
                         continue

@@ -32,6 +32,7 @@ from agentd.config import (
     DEFAULT_PING_INTERVAL,
     DEFAULT_SECRETS_DIR,
     ServerSpec,
+    StreamBounds,
     resolve_headers,
 )
 from agentd.errors import ToolFault
@@ -240,8 +241,10 @@ class MCPClient:
                  on_tools_changed: Callable[[MCPClient], None] | None = None,
                  reconnect_stale: bool = True,
                  on_gone: Callable[[MCPClient, str], None] | None = None,
-                 traceparent: str | None = None, tool_limits: ToolLimits | None = None) -> None:
+                 traceparent: str | None = None, tool_limits: ToolLimits | None = None,
+                 stream_bounds: StreamBounds | None = None) -> None:
         self.spec = spec
+        self.stream_bounds = stream_bounds  # every SSE stream's bounds (None: the defaults)
         self.name = spec.name
         self.auth: Any = None  # an agentd.mcp.oauth.OAuth to use instead of the default
         self.run_id = run_id
@@ -336,7 +339,7 @@ class MCPClient:
         self._transport = StreamableHTTPTransport(
             spec.url, headers, on_message=self._on_message, ca_file=spec.ca_file,
             client_cert=getattr(spec, "client_cert", None),
-            client_key=getattr(spec, "client_key", None), auth=auth)
+            client_key=getattr(spec, "client_key", None), auth=auth, bounds=self.stream_bounds)
         self._tg = asyncio.TaskGroup()
         await self._tg.__aenter__()
         try:

@@ -18,6 +18,10 @@ session layer decides what it is.
   where the server offers one (405/400/404-without-session mean "not offered");
   it reconnects with ``Last-Event-ID`` honouring ``retry``.
 * HTTP 404 on a request carrying our session id raises :class:`SessionExpired`.
+* Every SSE stream is parsed within ``bounds`` (:class:`~agentd.config.StreamBounds`):
+  an event past ``event_bytes`` drops that stream and raises
+  :class:`PeerLimitExceeded` (unless the awaited answer came before it); the
+  server's ``retry`` is clamped, so a reconnection is never put off for ages.
 * :meth:`close` DELETEs the session (best effort) and closes the connector.
 
 With ``stateless`` set (a 2026-07-28 server) the same POST path carries every
@@ -41,21 +45,23 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from agentd import __version__
+from agentd.config import StreamBounds
 from agentd.mcp.retry import (
     HTTPStatusError,
+    PeerLimitExceeded,
     SessionExpired,
     TransportError,
     parse_retry_after,
 )
 from agentd.obs import trace
-from agentd_native import SSEParser
+from agentd_native import SSEEventTooLarge, SSEParser
 
 __all__ = ["DEFAULT_RETRY_MS", "MAX_RESUMES", "TAIL_WAIT", "StreamableHTTPTransport"]
 
 DEFAULT_RETRY_MS: Final = 1000  # SSE reconnection delay when the server gave none
 MAX_RESUMES: Final = 8
 MAX_AUTH_RETRIES: Final = 3  # sends of one request after a 401/403 got new credentials
-MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024  # one JSON body or one SSE line/event
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024  # one JSON body (an SSE event: StreamBounds)
 TAIL_WAIT: Final = 0.25  # how long the end of an answered SSE stream is awaited  # consecutive resumptions of one stream without a new event
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
 _NOT_OFFERED: Final = frozenset({400, 404, 405, 406, 501})
@@ -92,8 +98,10 @@ class StreamableHTTPTransport:
                  on_message: OnMessage, ca_file: str | None = None,
                  client_cert: str | None = None, client_key: str | None = None,
                  connect_timeout: float = 10.0, max_connections: int = 128,
-                 auth: Any = None) -> None:
+                 auth: Any = None, bounds: StreamBounds | None = None) -> None:
         self.url = url
+        self.bounds = bounds if bounds is not None else StreamBounds()
+        self._default_retry = self.bounds.clamp_ms(DEFAULT_RETRY_MS)
         # OAuth (agentd.mcp.oauth): headers() for every request, on_unauthorized()
         # on a 401/403 -- True means new credentials, send again (bounded)
         self.auth = auth
@@ -220,7 +228,7 @@ class StreamableHTTPTransport:
                     if answer is not None:
                         await self._read_sse(resp, answer)
                     else:
-                        await self._pump(resp, SSEParser(), None)
+                        await self._pump(resp, self.bounds.parser(), None)
                     return
                 length = resp.content_length
                 if length is not None and length > MAX_MESSAGE_BYTES:
@@ -306,7 +314,7 @@ class StreamableHTTPTransport:
         if answer.done():
             return
         done = answer.done
-        parser = SSEParser()
+        parser = self.bounds.parser()
         watch = _Watch(resp)
         answer.add_done_callback(watch.interrupt)
         resumes = 0
@@ -326,7 +334,7 @@ class StreamableHTTPTransport:
                                          sent=True)
                 watch.resp.release()
                 await asyncio.sleep((parser.retry if parser.retry is not None
-                                     else DEFAULT_RETRY_MS) / 1000)
+                                     else self._default_retry) / 1000)
                 if done():
                     return
                 try:
@@ -351,7 +359,9 @@ class StreamableHTTPTransport:
                     done: Callable[[], bool] | None, watch: _Watch | None = None) -> bool:
         """Feed one SSE response's events to on_message until EOF, a cut, or done().
 
-        Returns whether any event arrived.
+        Returns whether any event arrived.  An event past the bound raises
+        :class:`PeerLimitExceeded` once the events before it are delivered (none
+        if they answered ``done``: then the stream is just over).
         """
         got = False
         on_message = self.on_message
@@ -361,9 +371,18 @@ class StreamableHTTPTransport:
                 chunk = await content.readany()
                 if not chunk:
                     break
-                if parser.pending > MAX_MESSAGE_BYTES:
-                    break  # a runaway line: drop this stream (resumption decides what next)
-                for ev in parser.feed(chunk):
+                try:
+                    events = parser.feed(chunk)
+                except SSEEventTooLarge as exc:
+                    for ev in exc.events:
+                        if ev.data and (ev.event == "message" or not ev.event):
+                            on_message(ev.data)
+                    if done is not None and done():
+                        break
+                    raise PeerLimitExceeded(
+                        f"SSE event past {exc.limit} bytes (sse_event_bytes); stream dropped",
+                        limit="sse_event_bytes", size=exc.size) from None
+                for ev in events:
                     got = True
                     if ev.data and (ev.event == "message" or not ev.event):
                         on_message(ev.data)
@@ -380,9 +399,10 @@ class StreamableHTTPTransport:
                                         if ev.data and (ev.event == "message" or not ev.event):
                                             on_message(ev.data)
                     break
-        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError):
-            pass  # cut mid-stream: whatever was incomplete is discarded by close()
-        parser.close()
+        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError, SSEEventTooLarge):
+            pass  # cut mid-stream (or a flood after our answer): close() drops what was open
+        finally:
+            parser.close()
         return got
 
     # ------------------------------------------------------------ GET
@@ -415,7 +435,7 @@ class StreamableHTTPTransport:
         the stream ends; raises :class:`TransportError` when the server cannot
         be reached and :class:`SessionExpired` on a 404 for our session.
         """
-        parser = SSEParser()
+        parser = self.bounds.parser()
         quiet = 0
         while True:
             resp = await self._get(parser.last_event_id or None)
@@ -428,7 +448,7 @@ class StreamableHTTPTransport:
             finally:
                 resp.release()
             quiet = 0 if got else quiet + 1
-            delay = parser.retry if parser.retry is not None else DEFAULT_RETRY_MS
+            delay = parser.retry if parser.retry is not None else self._default_retry
             # A server that closes the stream at once, again and again, is not hammered.
             await asyncio.sleep(delay / 1000 * (1 if quiet < 3 else min(2 ** (quiet - 2), 30)))
 

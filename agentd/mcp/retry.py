@@ -33,6 +33,7 @@ JSON-RPC -32603 internal error                 yes        idempotent only       
 JSON-RPC -32000..-32099 server-defined         yes        idempotent only             no
 any other JSON-RPC code                        no         no                          no
 timeout (call deadline)                        yes        no (cancelled instead)      no
+a byte bound crossed (an SSE event too large)  no         no                          no
 =============================================  =========  ==========================  =========
 
 Automatic re-sends are bounded: at most ``max_attempts`` sends per request,
@@ -66,6 +67,7 @@ __all__ = [
     "IDEMPOTENT_METHODS",
     "Decision",
     "HTTPStatusError",
+    "PeerLimitExceeded",
     "RPCError",
     "RetryPolicy",
     "SessionExpired",
@@ -93,6 +95,18 @@ class TransportError(MCPError):
     def __init__(self, message: str, *, sent: bool) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+class PeerLimitExceeded(TransportError):
+    """The server crossed one of the byte bounds (docs/security.md): its stream
+    was dropped at the bound.  Never re-sent (the same server would send the same
+    flood again) and no reconnect: the session itself is fine.  ``limit`` names
+    the knob, ``size`` what the unit had reached."""
+
+    def __init__(self, message: str, *, limit: str, size: int) -> None:
+        super().__init__(message, sent=True)
+        self.limit = limit
+        self.size = size
 
 
 class SessionExpired(MCPError):
@@ -154,6 +168,8 @@ def classify(exc: BaseException, *, idempotent: bool) -> Decision:
     """The documented disposition of a fault (see the module table)."""
     if isinstance(exc, SessionExpired):
         return Decision(True, True, True, "session expired")
+    if isinstance(exc, PeerLimitExceeded):
+        return Decision(False, False, False, str(exc))
     if isinstance(exc, TransportError):
         if not exc.sent:
             return Decision(True, True, True, f"unreachable: {exc}")
