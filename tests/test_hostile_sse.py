@@ -1,0 +1,100 @@
+"""A hostile or broken SSE peer never exhausts or hangs agentd (issue 28, the
+byte layer's rows): the real `agentd` console script against the peers of
+`tests/hostile_sse_server.py` on loopback.
+
+* an MCP server answering `tools/call` with one endless SSE event: the stream
+  is dropped at `--sse-event-bytes` (`mcp.fault` names the limit), the call is
+  a fault the model is told of, the run completes; agentd's peak RSS grew by no
+  more than the limit + 32 MiB;
+* an MCP server that sends an absurd `retry:` (20 digits, 400 digits) and cuts
+  the stream: the resumption GET with `Last-Event-ID` arrives (an event the
+  test waits on; without the clamp it would be put off for ages) and the call
+  gets its answer;
+* a gateway streaming one endless event to a `stream: true` completion: exit 5
+  (`intelligence.limit` names the limit), bounded RSS.
+
+Waits are hang guards, never speed assertions (the figures live in
+benchmarks/bench_hostile.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agentd_proc import start_agentd
+from gateway import Gateway, Reply
+from hostile_sse_server import HostileGateway, HostileMCP
+
+LIMIT = 8 * 1024 * 1024  # a small event bound keeps the test cheap
+SLACK_KIB = 32 * 1024
+
+
+def _no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+
+
+def _growth_bounded(peer) -> None:
+    assert peer.baseline_kib and peer.peak_kib, "the peer measured nothing"
+    growth = peer.peak_kib - peer.baseline_kib
+    assert growth <= LIMIT // 1024 + SLACK_KIB, (
+        f"RSS grew {growth} KiB while flooded (limit {LIMIT // 1024} KiB + {SLACK_KIB})")
+
+
+async def test_an_endless_event_on_a_tool_call_is_dropped_at_the_bound(agentd_bin) -> None:
+    script = [Reply.tools(("hostile__flood", {})), Reply.text("gave up on the flood")]
+    async with HostileMCP() as mcp, Gateway(script) as gw:
+        agent = await start_agentd(agentd_bin, [
+            "--instruction", "call the flood tool", "--intelligence", gw.url,
+            "--mcp", f"hostile={mcp.url}", "--sse-event-bytes", str(LIMIT),
+            "--deadline", "120"])
+        mcp.pid = agent.proc.pid
+        await asyncio.wait_for(mcp.dropped.wait(), 120)  # hang guard
+        done = await agent.done()
+    assert done.rc == 0, done.stderr
+    assert done.result["status"] == "completed"
+    assert done.result["result"] == "gave up on the flood"
+    _no_traceback(done.stderr)
+    faults = done.events("mcp.fault")
+    assert faults and faults[0]["server"] == "hostile", done.stderr
+    assert "sse_event_bytes" in faults[0]["fault"] and str(LIMIT) in faults[0]["fault"]
+    assert mcp.flood_sent < 4 * LIMIT  # dropped near the bound, not read on and on
+    # the model was told the call failed (a fault, never the flood as tool output)
+    told = gw.bodies[1]["messages"][-1]["content"]
+    assert "sse_event_bytes" in told and "x" * 1000 not in told
+    _growth_bounded(mcp)
+
+
+@pytest.mark.parametrize("retry", [b"100000000000000000000", b"9" * 400],
+                         ids=["1e20-ms", "400-digits"])
+async def test_an_absurd_retry_is_clamped_and_the_stream_resumed(agentd_bin, retry) -> None:
+    script = [Reply.tools(("hostile__cut", {})), Reply.text("got it back")]
+    async with HostileMCP(retry=retry) as mcp, Gateway(script) as gw:
+        agent = await start_agentd(agentd_bin, [
+            "--instruction", "call the cut tool", "--intelligence", gw.url,
+            "--mcp", f"hostile={mcp.url}", "--sse-retry-max-ms", "200"])
+        await asyncio.wait_for(mcp.resumed.wait(), 60)  # the event: the clamp made it happen
+        done = await agent.done()
+    assert mcp.last_event_id == "e1"
+    assert done.rc == 0, done.stderr
+    assert done.result["result"] == "got it back"
+    _no_traceback(done.stderr)
+    assert "resumed" in gw.bodies[1]["messages"][-1]["content"]  # the resumed answer
+
+
+async def test_an_endless_streamed_completion_is_exit_5(agentd_bin) -> None:
+    async with HostileGateway() as gw:
+        agent = await start_agentd(agentd_bin, [
+            "--instruction", "say hi", "--intelligence", gw.url, "--stream",
+            "--sse-event-bytes", str(LIMIT)])
+        gw.pid = agent.proc.pid
+        await asyncio.wait_for(gw.dropped.wait(), 120)  # hang guard
+        done = await agent.done()
+    assert done.rc == 5, done.stderr
+    assert done.result["status"] == "failed"
+    _no_traceback(done.stderr)
+    limits = done.events("intelligence.limit")
+    assert limits and limits[0]["limit"] == "sse_event_bytes" and limits[0]["bytes"] == LIMIT
+    assert limits[0]["gateway"].startswith(gw.url)
+    assert gw.requests == 1  # the gateway's fault: not retried
+    _growth_bounded(gw)
