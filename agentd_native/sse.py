@@ -19,9 +19,11 @@ stream, fed as raw bytes in any chunking:
 
 Two bounds a peer cannot talk its way past (``docs/security.md``):
 
-* ``max_event``: the bytes one event may hold before its blank line -- its
-  ``data`` lines as received (name, value, line end) plus the incomplete line
-  waiting for its end.  Crossing it raises
+* ``max_event``: the bytes one event may hold before its blank line -- all
+  its lines as received (comments and fields alike, one byte for each line
+  end, so a CRLF counts alike in every chunking) plus the incomplete line
+  waiting for its end.  Counting every line makes crossing it independent of
+  the chunking, and bounds what is held: the data lines and the open line.  Crossing it raises
   :class:`~agentd_native.errors.SSEEventTooLarge` at once, before more is
   buffered; the stream is then failed until ``close()``.
 * ``retry`` is clamped to ``[retry_min, retry_max]`` milliseconds: a digit
@@ -281,49 +283,53 @@ class SSEParser:
                     events.append(_make_event(event_type or "message", first, id_buf))
                     first = None
                 event_type = ""
-            elif p[pos] != 58:  # not a ':' comment
-                colon = _find(buf, 58, pos, eol)
-                if colon < 0:
-                    name_end = eol
-                    vs = eol
-                else:
-                    name_end = colon
-                    vs = colon + 1
-                    if vs < eol and p[vs] == 32:
-                        vs += 1
-                nl = name_end - pos
-                if nl == 4:
-                    if buf.startswith(b"data", pos):
-                        size += nxt - pos
-                        if size > max_event:
-                            self.retry = retry
-                            self._fail(size, events, last_id)
-                        text = buf[vs:eol].decode("utf-8", "replace")
-                        if first is None:
-                            first = text
-                        elif data_more is None:
-                            data_more = [first, text]
-                        else:
-                            data_more.append(text)
-                elif nl == 5:
-                    if buf.startswith(b"event", pos):
-                        if eol - vs == 7 and buf.startswith(b"message", vs):
-                            event_type = "message"  # the usual value: no decode, no new str
-                        else:
-                            event_type = buf[vs:eol].decode("utf-8", "replace")
-                    elif buf.startswith(b"retry", pos):
-                        value = buf[vs:eol]
-                        if value.isdigit():
-                            value = value.lstrip(b"0")
-                            if len(value) > _RETRY_DIGITS:
-                                retry = self.retry_max
+            else:
+                # every line of the event counts, one byte for its line end (a CRLF
+                # split across chunks or not): then whether the bound is crossed
+                # never depends on how the stream was chunked
+                size += eol - pos + 1
+                if size > max_event:
+                    self.retry = retry
+                    self._fail(size, events, last_id)
+                if p[pos] != 58:  # a field line, not a ':' comment
+                    colon = _find(buf, 58, pos, eol)
+                    if colon < 0:
+                        name_end = eol
+                        vs = eol
+                    else:
+                        name_end = colon
+                        vs = colon + 1
+                        if vs < eol and p[vs] == 32:
+                            vs += 1
+                    nl = name_end - pos
+                    if nl == 4:
+                        if buf.startswith(b"data", pos):
+                            text = buf[vs:eol].decode("utf-8", "replace")
+                            if first is None:
+                                first = text
+                            elif data_more is None:
+                                data_more = [first, text]
                             else:
-                                ms = int(value) if value else 0
-                                retry = (self.retry_min if ms < self.retry_min
-                                         else self.retry_max if ms > self.retry_max else ms)
-                elif nl == 2:
-                    if buf.startswith(b"id", pos) and _find(buf, 0, vs, eol) < 0:
-                        id_buf = buf[vs:eol].decode("utf-8", "replace")
+                                data_more.append(text)
+                    elif nl == 5:
+                        if buf.startswith(b"event", pos):
+                            if eol - vs == 7 and buf.startswith(b"message", vs):
+                                event_type = "message"  # the usual value: no decode, no new str
+                            else:
+                                event_type = buf[vs:eol].decode("utf-8", "replace")
+                        elif buf.startswith(b"retry", pos):
+                            value = buf[vs:eol]
+                            if value.isdigit():
+                                value = value.lstrip(b"0")
+                                if len(value) > _RETRY_DIGITS:
+                                    retry = self.retry_max
+                                else:
+                                    ms = int(value) if value else 0
+                                    retry = (self.retry_min if ms < self.retry_min
+                                             else self.retry_max if ms > self.retry_max else ms)
+                    elif nl == 2:
+                        if buf.startswith(b"id", pos) and _find(buf, 0, vs, eol) < 0:
+                            id_buf = buf[vs:eol].decode("utf-8", "replace")
             pos = nxt
 
         if pos < n:

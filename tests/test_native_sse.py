@@ -340,8 +340,12 @@ def test_events_within_the_bound_are_unaffected(sm):
     p = sm.SSEParser(max_event=20)
     events = p.feed(b"data: 0123456789\n\n" * 50)
     assert len(events) == 50
-    # comments and other fields are not event bytes: only data lines and the open line
-    assert p.feed(b":" + b"c" * 15 + b"\n" + b"event: e\n" * 30 + b"data: ok\n\n")[0].data == "ok"
+    # every line of an event counts (a comment too): chunking never moves the verdict
+    stream = b":" + b"c" * 15 + b"\n" + b"data: ok\n\n"
+    with pytest.raises(agentd_native.SSEEventTooLarge):
+        p.feed(stream)
+    p.close()
+    assert p.feed(b": keep-alive\n\ndata: ok\n\n")[0].data == "ok"  # each event on its own
 
 
 def test_retry_does_not_create_event(sm):
