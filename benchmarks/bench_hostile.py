@@ -1,7 +1,25 @@
-"""Hostile load on a real `agentd --serve-mcp`: RSS, fds and a canary's p99 per attack.
+"""Hostile load on a real `agentd --serve-mcp`: RSS, fds and a canary's p99 per attack;
+and hostile *servers* against agentd as a client.
 
     python benchmarks/bench_hostile.py [--calls 100000] [--headers 2000] [--idle 15000]
                                        [--sessions 1024] [--slow 200] [--malformed 1000]
+                                       [--only served|client] [--event-bytes N]
+                                       [--retry-max-ms MS]
+
+The client rows (issue 28) run the real `agentd` against the hostile MCP server
+of `tests/hostile_sse_server.py`:
+
+    {"bench": "hostile.client_sse_flood", "event_bytes", "rss_kib": {"before",
+     "peak"}, "growth_mib", "target_mib", "flood_sent_mib", "fault"}
+    {"bench": "hostile.client_absurd_retry", "retry", "clamp_ms", "cut_to_get_ms"}
+
+`client_sse_flood`: a `tools/call` answered by one endless SSE event; agentd's
+VmRSS when it listed the tools and its VmHWM when it dropped the stream
+(target: growth <= event_bytes + 32 MiB; `--event-bytes` defaults to the
+documented default).  `client_absurd_retry`: a stream cut after `retry:
+100000000000000000000`; the time from the cut to the resumption GET (target:
+<= the clamp, `--retry-max-ms`, shorter than the documented 60 s default so the
+row stays short).
 
 One agentd (playback intelligence that never answers, so it just serves) listens
 on loopback; a second one with mTLS serves the session-lockout row, where two
@@ -405,7 +423,61 @@ async def soak(server: Server, calls: int) -> dict:
             "log_bytes": server.log_path.stat().st_size - size0}
 
 
+def _client_peers():
+    sys.path.insert(0, str(ROOT / "tests"))
+    from gateway import Gateway, Reply
+    from hostile_sse_server import HostileMCP
+
+    return Gateway, Reply, HostileMCP
+
+
+async def _agentd(*args: str) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_INTELLIGENCE")}
+    env["PYTHONPATH"] = str(ROOT)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentd", *args, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+
+
+async def client_rows(event_bytes: int, retry_max_ms: int) -> None:
+    """agentd as the client of hostile MCP servers: the flood and the absurd retry."""
+    Gateway, Reply, HostileMCP = _client_peers()
+    script = [Reply.tools(("hostile__flood", {})), Reply.text("done")]
+    async with HostileMCP() as mcp, Gateway(script) as gw:
+        proc = await _agentd("--instruction", "flood", "--intelligence", gw.url,
+                             "--mcp", f"hostile={mcp.url}", "--sse-event-bytes", str(event_bytes))
+        mcp.pid = proc.pid
+        await asyncio.wait_for(mcp.dropped.wait(), 300)
+        _out, err = await proc.communicate()
+    fault = next((json.loads(line).get("fault") for line in err.decode().splitlines()
+                  if '"mcp.fault"' in line), None)
+    growth = (mcp.peak_kib - mcp.baseline_kib) / 1024
+    print(json.dumps({"bench": "hostile.client_sse_flood", "event_bytes": event_bytes,
+                      "rss_kib": {"before": mcp.baseline_kib, "peak": mcp.peak_kib},
+                      "growth_mib": round(growth, 1),
+                      "target_mib": round(event_bytes / 2**20 + 32, 1),
+                      "flood_sent_mib": round(mcp.flood_sent / 2**20, 1), "rc": proc.returncode,
+                      "fault": fault}), flush=True)
+    for retry in (b"100000000000000000000", b"9" * 400):
+        script = [Reply.tools(("hostile__cut", {})), Reply.text("done")]
+        async with HostileMCP(retry=retry) as mcp, Gateway(script) as gw:
+            proc = await _agentd("--instruction", "cut", "--intelligence", gw.url,
+                                 "--mcp", f"hostile={mcp.url}",
+                                 "--sse-retry-max-ms", str(retry_max_ms))
+            await asyncio.wait_for(mcp.resumed.wait(), 300)
+            await proc.communicate()
+        print(json.dumps({"bench": "hostile.client_absurd_retry",
+                          "retry": retry.decode() if len(retry) < 30 else f"{len(retry)} digits",
+                          "clamp_ms": retry_max_ms,
+                          "cut_to_get_ms": round((mcp.resumed_at - mcp.cut_at) * 1000, 1),
+                          "rc": proc.returncode}), flush=True)
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.only != "served":
+        await client_rows(args.event_bytes, args.retry_max_ms)
+    if args.only == "client":
+        return
     tmp = Path(tempfile.mkdtemp(prefix="bench-hostile-"))
     print(json.dumps({"bench": "hostile.config", "limits_env": LIMITS}), flush=True)
     server = Server(tmp, "plain")
@@ -473,6 +545,11 @@ if __name__ == "__main__":
     ap.add_argument("--sessions", type=int, default=1024, help="sessions one principal opens")
     ap.add_argument("--slow", type=int, default=200, help="slow bodies + unread SSE streams")
     ap.add_argument("--malformed", type=int, default=1000, help="malformed requests")
+    ap.add_argument("--only", choices=("served", "client"), help="one half of the rows")
+    ap.add_argument("--event-bytes", type=int, default=64 * 1024 * 1024,
+                    help="client flood: --sse-event-bytes (the documented default)")
+    ap.add_argument("--retry-max-ms", type=int, default=2000,
+                    help="client absurd retry: --sse-retry-max-ms")
     try:
         import uvloop
 
