@@ -9,7 +9,9 @@ The MCP server answers the handshake and `tools/list` properly, then:
   the stream;
 * `cut`: answers `tools/call` with a priming event (`id: e1`, an absurd
   `retry:`, empty data) and cuts the stream; a `GET` carrying
-  `Last-Event-ID` (the client's resumption) gets the real answer.
+  `Last-Event-ID` (the client's resumption) gets the real answer;
+* `bigjson`: answers `tools/call` with a chunked JSON body that never ends;
+* with `get_flood`, the standalone GET stream is one endless event too.
 
 The gateway streams one endless event to a `stream: true` completion.
 
@@ -100,9 +102,10 @@ class HostileMCP(_Peer):
     `cut` sends; `line_bytes` the size of each `data:` line `flood` sends."""
 
     def __init__(self, *, retry: bytes = b"100000000000000000000",
-                 line_bytes: int = 256 * 1024) -> None:
+                 line_bytes: int = 256 * 1024, get_flood: bool = False) -> None:
         super().__init__()
         self.retry = retry
+        self.get_flood = get_flood
         self.line = b"data: " + b"x" * (line_bytes - 7) + b"\n"
         self.resumed = asyncio.Event()
         self.last_event_id: str | None = None
@@ -148,6 +151,8 @@ class HostileMCP(_Peer):
                 return await self._flood(request, self.line)
             if name == "cut":
                 return await self._cut(request, rid)
+            if name == "bigjson":
+                return await self._bigjson(request, rid)
         return web.json_response({"jsonrpc": "2.0", "id": rid, "error": {
             "code": -32601, "message": f"no method {method}"}}, headers=headers)
 
@@ -160,8 +165,25 @@ class HostileMCP(_Peer):
         self.cut_at = time.monotonic()
         return resp
 
+    async def _bigjson(self, request: web.Request, rid: Any) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()  # no Content-Length to refuse it by
+        await resp.prepare(request)
+        head = json.dumps({"jsonrpc": "2.0", "id": rid}).encode()[:-1]
+        try:
+            await resp.write(head + b', "result": {"content": [{"type": "text", "text": "')
+            while True:
+                await resp.write(b"z" * 65536)
+                self.flood_sent += 65536
+        except (ConnectionError, RuntimeError):
+            pass
+        self.dropped.set()
+        return resp
+
     async def _get(self, request: web.Request) -> web.StreamResponse:
         last = request.headers.get("Last-Event-ID")
+        if last is None and self.get_flood:
+            return await self._flood(request, self.line)
         if last is None or last not in self._held:
             return web.Response(status=405)  # no standalone GET stream offered
         self.resumed_at = time.monotonic()

@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 from agentd_proc import start_agentd
 from gateway import Gateway, Reply
-from hostile_sse_server import HostileGateway, HostileMCP
+from hostile_sse_server import SESSION, HostileGateway, HostileMCP
+
+from agentd import config as cfg
+from agentd.mcp.http_transport import MAX_MESSAGE_BYTES, StreamableHTTPTransport
+from agentd.mcp.retry import PeerLimitExceeded, classify
 
 LIMIT = 8 * 1024 * 1024  # a small event bound keeps the test cheap
 SLACK_KIB = 32 * 1024
@@ -98,3 +103,68 @@ async def test_an_endless_streamed_completion_is_exit_5(agentd_bin) -> None:
     assert limits[0]["gateway"].startswith(gw.url)
     assert gw.requests == 1  # the gateway's fault: not retried
     _growth_bounded(gw)
+
+
+# --- the transport alone, against the same hostile server on loopback ---------------
+
+
+async def _transport(mcp: HostileMCP, bounds: cfg.StreamBounds) -> StreamableHTTPTransport:
+    got: list = []
+    t = StreamableHTTPTransport(mcp.url, on_message=got.append, bounds=bounds)
+    await t.open()
+    t.session_id = SESSION
+    return t
+
+
+async def test_an_endless_event_on_the_get_stream_ends_it_with_the_limit() -> None:
+    """The standalone GET stream: listen() raises PeerLimitExceeded at the bound
+    (the client then logs mcp.disconnected and reconnects under its backoff)."""
+    async with HostileMCP(get_flood=True) as mcp:
+        t = await _transport(mcp, cfg.StreamBounds(event_bytes=1 << 20))
+        try:
+            with pytest.raises(PeerLimitExceeded) as info:
+                await asyncio.wait_for(t.listen(), 60)  # hang guard
+        finally:
+            await t.close()
+    assert info.value.limit == "sse_event_bytes" and info.value.size > 1 << 20
+    assert "sse_event_bytes" in str(info.value)
+    d = classify(info.value, idempotent=True)
+    assert (d.retryable, d.resend, d.reconnect) == (False, False, False)
+    assert mcp.flood_sent < 8 << 20
+
+
+async def test_a_chunked_json_answer_is_bounded() -> None:
+    """No Content-Length to refuse up front: the body is read up to the bound only."""
+    async with HostileMCP() as mcp:
+        t = await _transport(mcp, cfg.StreamBounds())
+        answer = asyncio.get_running_loop().create_future()
+        body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                             "params": {"name": "bigjson", "arguments": {}}})
+        try:
+            with pytest.raises(PeerLimitExceeded) as info:
+                await asyncio.wait_for(t.post(body, answer), 120)  # hang guard
+        finally:
+            await t.close()
+    assert info.value.limit == "MAX_MESSAGE_BYTES"
+    assert MAX_MESSAGE_BYTES < info.value.size <= MAX_MESSAGE_BYTES + (1 << 20)
+    assert not answer.done()
+
+
+@pytest.mark.parametrize(("values", "fragment"), [
+    ({"sse_event_bytes": 0}, "--sse-event-bytes must be at least 1"),
+    ({"sse_retry_min_ms": 500, "sse_retry_max_ms": 100}, "expected 0 <= min <= max"),
+    ({"sse_retry_min_ms": -1}, "expected 0 <= min <= max"),
+])
+def test_bad_bounds_are_a_usage_error(values, fragment) -> None:
+    with pytest.raises(cfg.ConfigError, match=fragment):
+        cfg.build({"instruction": "x", **values})
+
+
+def test_the_bounds_reach_the_parser() -> None:
+    c = cfg.build({"instruction": "x", "sse_event_bytes": 1000, "sse_retry_min_ms": 5,
+                   "sse_retry_max_ms": 50})
+    p = c.stream_bounds.parser()
+    assert (p.max_event, p.retry_min, p.retry_max) == (1000, 5, 50)
+    p.feed(b"retry: 100000000000000000000\n")
+    assert p.retry == 50
+    assert c.stream_bounds.clamp_ms(1000) == 50

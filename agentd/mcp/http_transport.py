@@ -91,6 +91,24 @@ def _is_sse(ctype: str) -> bool:
     return ctype.startswith("text/event-stream")
 
 
+async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:
+    """A JSON answer body, never more than MAX_MESSAGE_BYTES held: a chunked one
+    has no Content-Length to refuse up front."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while chunk := await resp.content.readany():
+            size += len(chunk)
+            if size > MAX_MESSAGE_BYTES:
+                raise PeerLimitExceeded(f"answer past {MAX_MESSAGE_BYTES} bytes "
+                                        "(MAX_MESSAGE_BYTES); dropped",
+                                        limit="MAX_MESSAGE_BYTES", size=size)
+            chunks.append(chunk)
+    except (aiohttp.ClientError, OSError) as exc:
+        raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+    return b"".join(chunks)
+
+
 class StreamableHTTPTransport:
     """HTTP and SSE for one MCP endpoint.  ``on_message`` gets every inbound message."""
 
@@ -234,10 +252,7 @@ class StreamableHTTPTransport:
                 if length is not None and length > MAX_MESSAGE_BYTES:
                     raise TransportError(f"answer of {length} bytes exceeds the "
                                          f"{MAX_MESSAGE_BYTES} byte limit", sent=True)
-                try:
-                    data = await resp.read()
-                except (aiohttp.ClientError, OSError) as exc:
-                    raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+                data = await _read_bounded(resp)
                 if data and answer is not None:  # a JSON body answering a notification: ignored
                     self.on_message(data)
                 return
