@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from agentd_proc import agentd_env, run_agentd, start_agentd
 from peers import free_port, python_peer, require_modules, wait_port
+from logcapture import events
 
 from agentd.a2a.client import A2AClient
 from agentd.a2a.peers import A2APeers, WithPeers, task_uri
@@ -175,7 +176,7 @@ async def test_async_delegate_wakes_once_then_reads(peer) -> None:
         assert toolbox.updates.empty()
 
 
-async def test_oversized_artifact_is_refused_and_nothing_is_lost() -> None:
+async def test_oversized_artifact_is_refused_and_nothing_is_lost(logs) -> None:
     def small(spec, **kw):
         return A2AClient(spec, max_bytes=64 * 1024, **kw)
 
@@ -188,6 +189,10 @@ async def test_oversized_artifact_is_refused_and_nothing_is_lost() -> None:
                 assert big.is_error and "exceeds 65536 bytes" in big.text, big.text
                 ok = await tools.call(DELEGATE, {"peer": name, "message": "echo still here"})
                 assert not ok.is_error and "echo: still here" in ok.text
+    # the streamed answer crossed the bound inside the SSE parser (issue 28), per peer
+    assert sorted(e["peer"] for e in events(logs, "a2a.limit")) == ["p", "r"]
+    assert all(e["limit"] == "max_bytes" and e["bytes"] == 64 * 1024
+               for e in events(logs, "a2a.limit"))
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
