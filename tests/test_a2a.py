@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from agentd_proc import agentd_env, run_agentd, start_agentd
-from peers import free_port, python_peer, require_modules, wait_port
 from logcapture import events
+from peers import free_port, python_peer, require_modules, wait_port
 
 from agentd.a2a.client import A2AClient
 from agentd.a2a.peers import A2APeers, WithPeers, task_uri
