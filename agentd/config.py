@@ -526,13 +526,17 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
                 "max_inflight_intelligence", "sse_event_bytes"):
         if key in values and values[key] is not None and values[key] < 1:
             raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
-    retry_min = values.get("sse_retry_min_ms")
-    retry_min = DEFAULT_SSE_RETRY_MIN_MS if retry_min is None else retry_min
-    retry_max = values.get("sse_retry_max_ms")
-    retry_max = DEFAULT_SSE_RETRY_MAX_MS if retry_max is None else retry_max
-    if not 0 <= retry_min <= retry_max:
-        raise ConfigError(f"--sse-retry-min-ms {retry_min} / --sse-retry-max-ms {retry_max}: "
-                          "expected 0 <= min <= max")
+    given = {k: values[k] for k in ("sse_event_bytes", "sse_retry_min_ms", "sse_retry_max_ms")
+             if values.get(k) is not None}
+    bounds = StreamBounds(given.get("sse_event_bytes", DEFAULT_SSE_EVENT_BYTES),
+                          given.get("sse_retry_min_ms", DEFAULT_SSE_RETRY_MIN_MS),
+                          given.get("sse_retry_max_ms", DEFAULT_SSE_RETRY_MAX_MS))
+    try:
+        bounds.parser()  # the parser's own check: one rule for what a bound may be
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--sse-event-bytes {bounds.event_bytes}, --sse-retry-min-ms "
+                          f"{bounds.retry_min_ms}, --sse-retry-max-ms {bounds.retry_max_ms}: "
+                          f"{exc}") from None
     for key in ("init_timeout", "ping_interval", "drain_timeout", "deadline",
                 "intelligence_timeout"):
         if values.get(key) is not None and values[key] <= 0:

@@ -7,6 +7,7 @@ cdef extern from "<string.h>":
 
 cdef bint _COMPILED
 cdef Py_ssize_t _RETRY_DIGITS
+cdef object _BOUND_MAX
 
 @cython.locals(p="const char *", q="const char *")
 cdef Py_ssize_t _find(bytes buf, int byte, Py_ssize_t start, Py_ssize_t end)

@@ -60,6 +60,7 @@ MAX_EVENT = 64 * 1024 * 1024
 RETRY_MIN_MS = 0
 RETRY_MAX_MS = 60_000
 _RETRY_DIGITS = 18  # more significant digits than this are past any clamp (and a C long long)
+_BOUND_MAX = (1 << 62) - 1  # what a bound may be, in both twins (a C integer in one)
 
 
 def _probe() -> None:
@@ -168,9 +169,10 @@ class SSEParser:
 
     def __init__(self, max_event: int = MAX_EVENT, retry_min: int = RETRY_MIN_MS,
                  retry_max: int = RETRY_MAX_MS) -> None:
-        if max_event < 0 or retry_min < 0 or retry_max < retry_min:
-            raise ValueError(f"SSEParser bounds: max_event={max_event} must be >= 0 and "
-                             f"0 <= retry_min={retry_min} <= retry_max={retry_max}")
+        if not (0 <= max_event <= _BOUND_MAX and 0 <= retry_min <= retry_max <= _BOUND_MAX):
+            raise ValueError(f"SSEParser bounds: expected 0 <= max_event={max_event} and "
+                             f"0 <= retry_min={retry_min} <= retry_max={retry_max}, "
+                             f"each at most {_BOUND_MAX}")
         self.max_event = max_event
         self.retry_min = retry_min
         self.retry_max = retry_max

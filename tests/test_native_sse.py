@@ -295,6 +295,9 @@ def test_retry_clamp_bounds(sm):
         sm.SSEParser(retry_min=10, retry_max=5)
     with pytest.raises(ValueError):
         sm.SSEParser(max_event=-1)
+    for huge in ({"max_event": 1 << 70}, {"retry_max": 1 << 64}):  # both twins: ValueError
+        with pytest.raises(ValueError):
+            sm.SSEParser(**huge)
 
 
 # --- the event bound -----------------------------------------------------------------
