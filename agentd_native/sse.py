@@ -169,6 +169,9 @@ class SSEParser:
 
     def __init__(self, max_event: int = MAX_EVENT, retry_min: int = RETRY_MIN_MS,
                  retry_max: int = RETRY_MAX_MS) -> None:
+        if not (isinstance(max_event, int) and isinstance(retry_min, int)
+                and isinstance(retry_max, int)):
+            raise TypeError("SSEParser bounds must be ints")
         if not (0 <= max_event <= _BOUND_MAX and 0 <= retry_min <= retry_max <= _BOUND_MAX):
             raise ValueError(f"SSEParser bounds: expected 0 <= max_event={max_event} and "
                              f"0 <= retry_min={retry_min} <= retry_max={retry_max}, "

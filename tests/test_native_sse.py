@@ -298,6 +298,8 @@ def test_retry_clamp_bounds(sm):
     for huge in ({"max_event": 1 << 70}, {"retry_max": 1 << 64}):  # both twins: ValueError
         with pytest.raises(ValueError):
             sm.SSEParser(**huge)
+    with pytest.raises(TypeError):
+        sm.SSEParser(max_event=1.5)
 
 
 # --- the event bound -----------------------------------------------------------------
