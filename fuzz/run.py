@@ -166,6 +166,7 @@ def _atheris_child(name: str, seconds: float) -> None:
     import atheris
 
     target = discover()[name]
+    atheris.instrument_all()  # coverage of the Python twins and decoders, not just the C
     scratch = tempfile.mkdtemp(prefix=f"fuzz-{name}-")
     (CORPUS / name).mkdir(parents=True, exist_ok=True)
     atheris.Setup([sys.argv[0], f"-max_total_time={max(1, int(seconds))}",
