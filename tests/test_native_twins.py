@@ -189,6 +189,27 @@ def test_sse_twins_agree_on_their_bounds(native, data, max_event, retry_min, spa
         assert pending <= max(max_event, 2)  # (up to 2 bytes of a BOM wait before any line)
 
 
+def _until_error(trace):
+    """The events of a trace up to its first SSEEventTooLarge, and that error's limit."""
+    events = []
+    for got, *_state in trace:
+        if got and got[0][0] == "too large":
+            return events + got[0][3], got[0][2]
+        events.extend(got)
+    return events, None
+
+
+@SETTINGS
+@given(data=st.data(), max_event=st.integers(0, 120))
+def test_sse_bound_never_depends_on_the_chunking(data, max_event):
+    """Whether (and after which events) the bound is crossed is a property of the
+    stream, not of how it was cut (a CRLF split across chunks once moved it)."""
+    stream = data.draw(sse_streams())
+    chunked = sse_trace(pure_sse, split(stream, data.draw(cuts(stream))), max_event=max_event)
+    whole = sse_trace(pure_sse, [stream], max_event=max_event)
+    assert _until_error(chunked) == _until_error(whole)
+
+
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_sse_twins_agree_across_close(native, data):
