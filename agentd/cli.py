@@ -119,7 +119,8 @@ def _secs(text: str) -> str:
 @opt("--drain-timeout", section="BUDGETS", type=float, help=_secs("bound on the shutdown drain  [default: 25]"))
 @opt("--observation-bytes", section="BUDGETS", type=int, help="cut tool observations longer than this  [default: 65536]")
 @opt("--sse-event-bytes", section="BUDGETS", type=int,
-     help="one SSE event a peer streams (MCP, completions, A2A); past it that peer faults  "
+     help="one SSE event an MCP server or a streamed completion sends; past it that peer "
+          "faults  "
           "[default: 67108864]")
 @opt("--sse-retry-min-ms", section="BUDGETS", type=int,
      help="a peer's SSE retry: is raised to at least this  [default: 100]")
