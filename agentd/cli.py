@@ -120,8 +120,7 @@ def _secs(text: str) -> str:
 @opt("--observation-bytes", section="BUDGETS", type=int, help="cut tool observations longer than this  [default: 65536]")
 @opt("--sse-event-bytes", section="BUDGETS", type=int,
      help="one SSE event an MCP server or a streamed completion sends; past it that peer "
-          "faults  "
-          "[default: 67108864]")
+          "faults  [default: 67108864]")
 @opt("--sse-retry-min-ms", section="BUDGETS", type=int,
      help="a peer's SSE retry: is raised to at least this  [default: 100]")
 @opt("--sse-retry-max-ms", section="BUDGETS", type=int,
