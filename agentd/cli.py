@@ -74,6 +74,9 @@ def _secs(text: str) -> str:
      help=_secs("per-request timeout  [default: 120]"))
 @opt("--intelligence-attempts", section="INTELLIGENCE", type=int,
      help="tries per request before exit 5  [default: 5]")
+@opt("--intelligence-max-bytes", section="INTELLIGENCE", type=int,
+     help="a non-streamed completion's body; past it the gateway faults (exit 5)  "
+          "[default: 67108864]")
 @opt("--mcp", "mcp", section="TOOLS / MCP", multiple=True, metavar="name=<endpoint>",
      help="declare a remote MCP server (repeatable; Streamable HTTP)")
 @opt("--features", "features", section="TOOLS / MCP", multiple=True, metavar="NAME[,NAME]",

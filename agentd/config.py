@@ -67,6 +67,7 @@ MAX_SCHEMA_DEPTH_CAP = 256  # its ceiling: the schema walks below it stay far fr
 DEFAULT_SSE_EVENT_BYTES = _sse.MAX_EVENT  # one SSE event from a peer: data lines + open line
 DEFAULT_SSE_RETRY_MIN_MS = 100  # a peer's SSE `retry:` is clamped to [min, max] ms
 DEFAULT_SSE_RETRY_MAX_MS = _sse.RETRY_MAX_MS
+DEFAULT_INTELLIGENCE_MAX_BYTES = 64 * 1024 * 1024  # one non-streamed completion's body
 
 
 class ConfigError(AgentdError):
@@ -202,6 +203,7 @@ class Config(RunLimits, frozen=True):
     intelligence_stream: bool | None = None  # None: env AGENTD_INTELLIGENCE_STREAM, else off
     intelligence_timeout: float | None = None  # None: env, else the provider's default
     intelligence_attempts: int | None = None  # None: env, else the provider's default
+    intelligence_max_bytes: int = DEFAULT_INTELLIGENCE_MAX_BYTES
     output_contract: str | None = None
     mcp: tuple[ServerSpec, ...] = ()
     serve: ServeSpec | None = None
@@ -523,7 +525,7 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
                 "observation_bytes", "max_subscriptions", "intelligence_attempts",
-                "max_inflight_intelligence", "sse_event_bytes"):
+                "max_inflight_intelligence", "sse_event_bytes", "intelligence_max_bytes"):
         if key in values and values[key] is not None and values[key] < 1:
             raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
     given = {k: values[k] for k in ("sse_event_bytes", "sse_retry_min_ms", "sse_retry_max_ms")

@@ -13,7 +13,8 @@ The MCP server answers the handshake and `tools/list` properly, then:
 * `bigjson`: answers `tools/call` with a chunked JSON body that never ends;
 * with `get_flood`, the standalone GET stream is one endless event too.
 
-The gateway streams one endless event to a `stream: true` completion.
+The gateway streams one endless event to a `stream: true` completion, and
+answers any other with a chunked JSON body that never ends.
 
 Each peer records what a test asserts on as events, never timings: the
 baseline RSS of the agentd process (`pid`, set by the test) when it listed the
@@ -77,10 +78,12 @@ class _Peer:
         if self.pid:
             self.baseline_kib = proc_kib(self.pid, "VmRSS")
 
-    async def _flood(self, request: web.Request, line: bytes) -> web.StreamResponse:
-        """One event that never ends: `line` again and again until the client drops it."""
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    async def _flood(self, request: web.Request, line: bytes,
+                     ctype: str = "text/event-stream") -> web.StreamResponse:
+        """One event (or body) that never ends: `line` again and again until the
+        client drops it."""
+        resp = web.StreamResponse(headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        resp.enable_chunked_encoding()
         await resp.prepare(request)
         try:
             while True:
@@ -220,8 +223,8 @@ class HostileGateway(_Peer):
     async def _post(self, request: web.Request) -> web.StreamResponse:
         body = json.loads(await request.read())
         self.requests += 1
-        if not body.get("stream"):
-            return web.json_response({"error": {"message": "this gateway only streams"}},
-                                     status=400)
         self._measure_baseline()
+        if not body.get("stream"):
+            return await self._flood(request, b'{"choices": [{"message": {"content": "'
+                                     + self.line, "application/json")
         return await self._flood(request, self.line)

@@ -11,7 +11,11 @@ byte layer's rows): the real `agentd` console script against the peers of
   test waits on; without the clamp it would be put off for ages) and the call
   gets its answer;
 * a gateway streaming one endless event to a `stream: true` completion: exit 5
-  (`intelligence.limit` names the limit), bounded RSS.
+  (`intelligence.limit` names the limit), bounded RSS;
+* a gateway whose non-streamed answer never ends: exit 5 the same way
+  (`--intelligence-max-bytes`);
+* the transport alone: the GET stream's flood, a chunked JSON answer, and the
+  knobs' validation.
 
 Waits are hang guards, never speed assertions (the figures live in
 benchmarks/bench_hostile.py).
@@ -105,6 +109,24 @@ async def test_an_endless_streamed_completion_is_exit_5(agentd_bin) -> None:
     _growth_bounded(gw)
 
 
+async def test_an_endless_completion_body_is_exit_5(agentd_bin) -> None:
+    """Not streamed: a chunked JSON answer that never ends is read up to the bound."""
+    async with HostileGateway() as gw:
+        agent = await start_agentd(agentd_bin, [
+            "--instruction", "say hi", "--intelligence", gw.url,
+            "--intelligence-max-bytes", str(LIMIT)])
+        gw.pid = agent.proc.pid
+        await asyncio.wait_for(gw.dropped.wait(), 120)  # hang guard
+        done = await agent.done()
+    assert done.rc == 5, done.stderr
+    assert done.result["status"] == "failed"
+    _no_traceback(done.stderr)
+    limits = done.events("intelligence.limit")
+    assert limits and limits[0]["limit"] == "intelligence_max_bytes"
+    assert limits[0]["bytes"] == LIMIT and gw.requests == 1
+    _growth_bounded(gw)
+
+
 # --- the transport alone, against the same hostile server on loopback ---------------
 
 
@@ -152,6 +174,7 @@ async def test_a_chunked_json_answer_is_bounded() -> None:
 
 @pytest.mark.parametrize(("values", "fragment"), [
     ({"sse_event_bytes": 0}, "--sse-event-bytes must be at least 1"),
+    ({"intelligence_max_bytes": 0}, "--intelligence-max-bytes must be at least 1"),
     ({"sse_retry_min_ms": 500, "sse_retry_max_ms": 100}, "retry_min=500 <= retry_max=100"),
     ({"sse_retry_min_ms": -1}, "0 <= retry_min=-1"),
     ({"sse_event_bytes": 1 << 70}, "each at most"),  # never an OverflowError in C

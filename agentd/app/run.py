@@ -373,7 +373,8 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
             config.intelligence, model=config.model,
             stream=config.intelligence_stream,
             timeout=config.intelligence_timeout,
-            attempts=config.intelligence_attempts, sse=config.stream_bounds)
+            attempts=config.intelligence_attempts, sse=config.stream_bounds,
+            max_bytes=config.intelligence_max_bytes)
     except ConfigError as exc:
         log.error("config.invalid", error=str(exc))
         return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state

@@ -78,7 +78,8 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
                       stream: bool | None = None, timeout: float | None = None,
                       attempts: int | None = None, backoff: float | None = None,
                       ca_file: str | None = None,
-                      sse: StreamBounds | None = None) -> Intelligence:
+                      sse: StreamBounds | None = None,
+                      max_bytes: int | None = None) -> Intelligence:
     """The provider for `--intelligence SPEC` (raises ConfigError if invalid)."""
     if not spec:
         raise ConfigError("--intelligence is required for a run "
@@ -115,4 +116,5 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
         backoff=backoff or _env_float("AGENTD_INTELLIGENCE_BACKOFF", DEFAULT_BACKOFF),
         ca_file=ca_file or os.environ.get("AGENTD_INTELLIGENCE_CA") or None,
         sse=sse,
+        max_bytes=max_bytes,
     )

@@ -31,7 +31,7 @@ from yarl import URL
 
 from agentd import __version__
 from agentd import log as _logmod
-from agentd.config import StreamBounds
+from agentd.config import DEFAULT_INTELLIGENCE_MAX_BYTES, StreamBounds
 from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
@@ -200,8 +200,10 @@ class OpenAICompatible:
                  timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
                  backoff: float = DEFAULT_BACKOFF, max_backoff: float = MAX_BACKOFF,
                  key: str | None = None, ca_file: str | None = None,
-                 sse: StreamBounds | None = None) -> None:
+                 sse: StreamBounds | None = None, max_bytes: int | None = None) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        # a non-streamed answer's body: chunked, it has no length to refuse up front
+        self.max_bytes = max_bytes if max_bytes is not None else DEFAULT_INTELLIGENCE_MAX_BYTES
         self.sse = sse if sse is not None else StreamBounds()  # a streamed answer's bounds
         self.model = model
         self.stream = stream
@@ -305,12 +307,28 @@ class OpenAICompatible:
                 ctype = resp.headers.get("Content-Type", "")
                 if self.stream and ctype.startswith("text/event-stream"):
                     return await self._read_stream(resp)
-                raw = await resp.read()
+                raw = await self._read_body(resp)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
         except TimeoutError:
             raise _Retryable(f"request timed out after {self.timeout}s") from None
         return self._decode(raw)
+
+    async def _read_body(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The answer, never more than `max_bytes` held; past it the gateway's fault,
+        not retried (it would send the same again): exit 5."""
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await resp.content.readany():
+            size += len(chunk)
+            if size > self.max_bytes:
+                _log.error("intelligence.limit", gateway=self.url,
+                           limit="intelligence_max_bytes", bytes=self.max_bytes)
+                raise IntelligenceUnavailable(
+                    f"intelligence gateway {self.url}: an answer past {self.max_bytes} bytes "
+                    "(intelligence_max_bytes); dropped")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _refuse(self, resp: aiohttp.ClientResponse) -> None:
         status = resp.status
