@@ -8,6 +8,9 @@ does what the scenario expects, and exits 0 on success, 1 otherwise:
 
 * ``initialize``: handshake, list tools, close;
 * ``tools_call``: handshake, list tools, call ``add_numbers`` (a=2, b=3);
+* ``request-metadata`` (2026-07-28): the handshake alone -- the mock refuses the
+  first request with -32022, agentd asks ``server/discover`` again at a version
+  of ``data.supported``;
 * ``sse-retry``: handshake, list tools, call ``test_reconnection`` -- the mock
   cuts the POST's SSE stream after a priming event and answers on the GET
   resumption (``Last-Event-ID``, after the server's ``retry``).

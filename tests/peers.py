@@ -50,29 +50,40 @@ def require_modules(*names: str) -> None:
         unavailable(f"python peer dependencies missing: {', '.join(missing)}")
 
 
-def ensure_npm_peers(*needed: str) -> Path:
-    """``tests/peers/node_modules/.bin``, installing the npm peers if missing.
+def ensure_npm_peers(*needed: str, peers_dir: Path = PEERS_DIR) -> Path:
+    """``<peers_dir>/node_modules/.bin``, installing the npm peers if missing.
 
     ``needed`` names executables that must be there (default: all three).
+    ``peers_dir`` is ``tests/peers`` unless a test needs ``tests/peers_2026``
+    (:func:`ensure_conformance_2026`).
     """
     needed = needed or ("mcp-server-everything", "conformance", "node")
+    bin_dir = peers_dir / "node_modules" / ".bin"
     with _install_lock:
-        if not all((NPM_BIN / n).exists() for n in needed):
+        if not all((bin_dir / n).exists() for n in needed):
             npm = shutil.which("npm")
             if npm is None:
                 unavailable("npm is not installed: cannot install the npm test peers")
-            cmd = [npm, "ci" if (PEERS_DIR / "package-lock.json").exists() else "install",
-                   "--prefix", str(PEERS_DIR), "--no-audit", "--no-fund"]
+            cmd = [npm, "ci" if (peers_dir / "package-lock.json").exists() else "install",
+                   "--prefix", str(peers_dir), "--no-audit", "--no-fund"]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 unavailable(f"npm install of the test peers failed: {exc}")
             if proc.returncode != 0:
                 unavailable(f"npm install of the test peers failed: {proc.stderr[-2000:]}")
-        missing = [n for n in needed if not (NPM_BIN / n).exists()]
+        missing = [n for n in needed if not (bin_dir / n).exists()]
         if missing:
             unavailable(f"npm peers missing after install: {', '.join(missing)}")
-    return NPM_BIN
+    return bin_dir
+
+
+def ensure_conformance_2026() -> Path:
+    """The ``conformance`` executable of ``tests/peers_2026`` (the suite's
+    pre-release with the 2026-07-28 client scenarios); run it under
+    :func:`npm_env` (tests/peers' Node 22 first on PATH)."""
+    ensure_npm_peers("node")
+    return ensure_npm_peers("conformance", peers_dir=ROOT / "tests" / "peers_2026") / "conformance"
 
 
 def npm_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -241,15 +241,25 @@ async def test_listen_drives_updates_and_list_changes(modern):
         assert http(modern, "/stats")["listen"] > before
 
 
-async def test_server_without_listen_degrades_subscribe(logs):
+async def test_server_without_listen_is_spoken_to_at_2025_for_a_subscription(logs):
+    """Negotiation by need: the SDK 2.3 serving no subscriptions/listen says
+    resources.subscribe: false at 2026-07-28, so a subscription moves it to
+    2025-11-25 (resources/subscribe), where updates are delivered."""
     with python_peer("sdk_servers.py", "--era", "modern", "--no-listen") as peer:
         async with Toolbox([spec(peer)], ping_interval=None) as tb:
             client = tb.clients["sdk"]
-            assert client.protocol_version == MODERN
-            assert await tb.subscribe("mem://watched") is False  # degraded, not an error
-            assert client.listen_unsupported and "mem://watched" not in client.subscriptions
-            assert (await tb.read_resource("mem://watched")).text == "v0"  # reads still work
-    assert events(logs, "mcp.listen.unsupported")
+            assert client.protocol_version == MODERN  # nothing needed it yet
+            assert await tb.subscribe("mem://watched") is True
+            assert client.protocol_version == "2025-11-25" and client.era == "session"
+            assert "mem://watched" in client.subscriptions and "sdk__echo" in tb.tools
+            await asyncio.to_thread(http, peer, "/update?value=pushed", "POST")
+            async with asyncio.timeout(20):
+                server, uri, obs = await tb.next_update()
+            assert (server, uri, obs.text) == ("sdk", "mem://watched", "pushed")
+    [ev] = events(logs, "mcp.renegotiated")
+    assert ev["uri"] == "mem://watched" and "subscribe: false" in ev["reason"]
+    assert [e["negotiated_by"] for e in events(logs, "mcp.handshake")] == [
+        "server/discover", "initialize"]
 
 
 async def test_server_restart_mid_listen_reopens_and_rereads(tmp_path, logs):

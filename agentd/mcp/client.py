@@ -42,6 +42,7 @@ from agentd.mcp.arguments import wire_arguments
 from agentd.mcp.call_limits import ToolLimits, server_limits
 from agentd.mcp.call_watch import CallLimitReached, CallWatch, CallWatches
 from agentd.mcp.catalogue import ToolExcluded, admit
+from agentd.mcp.client_2026 import traceparent_for, ttl_ms
 from agentd.mcp.client_session import (
     Capabilities,
     CapabilityError,
@@ -54,6 +55,8 @@ from agentd.mcp.client_session import (
     Reply,
     Resolved,
 )
+from agentd.mcp.content import render_content, render_item
+from agentd.mcp.negotiate import renegotiate_for_updates
 from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
 from agentd.mcp.retry import (
     IDEMPOTENT_METHODS,
@@ -64,6 +67,7 @@ from agentd.mcp.retry import (
     TransportError,
     classify,
     no_answer,
+    resend_delay,
     resource_missing,
 )
 from agentd.mcp.schema import Validator, schemas
@@ -72,7 +76,6 @@ from agentd.obs.calls import McpCall
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
-from agentd.wire.guard import PEER_FAULTS
 from agentd.wire.jsonrpc import (
     METHOD_NOT_FOUND,
     ProtocolError,
@@ -99,8 +102,8 @@ STALE_AFTER_MISSES: Final = 3
 RUN_ID_META: Final = "io.modelcontextprotocol/run-id"
 DISCOVER_TIMEOUT: Final = 3.0  # the server/discover probe: a server that cannot say is legacy
 MAX_INPUT_ROUNDS: Final = 10  # MRTR: input_required answers per request before giving up
-MAX_TTL_MS: Final = 24 * 3600 * 1000  # a longer ttlMs is clamped (a day)
 _MAX_AUDIT_TEXT: Final = 2000
+_EXPIRED: Final = "mcp.session.expired"  # the server no longer knows our session
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,70 +165,8 @@ class ResourceInfo:
     size: int | None = None
 
 
-def _traceparent_for(run_id: str) -> str:
-    """``00-{trace id}-{span id}-01``: the trace id derived from the run id (stable
-    for the whole run, across servers), a fresh span id per connection."""
-    import hashlib  # here: a subagent process imports this module but connects nowhere
-    import secrets
-
-    trace_id = (hashlib.sha256(run_id.encode()).hexdigest()[:32] if run_id
-                else secrets.token_hex(16))
-    if trace_id == "0" * 32:  # the all-zero id is invalid in W3C trace context
-        trace_id = secrets.token_hex(16)
-    return f"00-{trace_id}-{secrets.token_hex(8)}-01"
-
-
-class _TTL(msgspec.Struct, gc=False):
-    ttlMs: int | None = None
-
-
-_dec_ttl = msgspec.json.Decoder(_TTL)
-
-
-def _ttl_ms(raw: msgspec.Raw) -> int:
-    try:
-        v = _dec_ttl.decode(raw).ttlMs
-    except PEER_FAULTS:
-        return 0
-    return min(v, MAX_TTL_MS) if isinstance(v, int) and v > 0 else 0
-
-
-def _delay(exc: BaseException, backoff: float) -> float:
-    """Before a re-send: the server's Retry-After (429/503) when it sent one."""
-    return exc.delay(backoff) if isinstance(exc, HTTPStatusError) else backoff
-
-
 def _s(v: Any) -> str:
     return v if isinstance(v, str) else ""
-
-
-def render_content(blocks: list) -> str:
-    """One text for the model from content blocks (Structs, UnknownContent or dicts)."""
-    parts: list[str] = []
-    for b in blocks:
-        if isinstance(b, mt.TextContent):
-            parts.append(b.text)
-        elif isinstance(b, (mt.ImageContent, mt.AudioContent)):
-            kind = "image" if isinstance(b, mt.ImageContent) else "audio"
-            parts.append(f"[{kind} {b.mimeType}, {len(b.data) * 3 // 4} bytes]")
-        elif isinstance(b, mt.ResourceLink):
-            parts.append(f"[resource link {b.uri}" + (f" ({b.name})" if b.name else "") + "]")
-        elif isinstance(b, mt.EmbeddedResource):
-            parts.append(_render_item(b.resource))
-        elif isinstance(b, dict):
-            t = b.get("type")
-            parts.append(b["text"] if t == "text" and isinstance(b.get("text"), str)
-                         else f"[{t} content]")
-    return "\n".join(parts)
-
-
-def _render_item(item: Any) -> str:
-    if isinstance(item, mt.TextResourceContents):
-        return item.text
-    if isinstance(item, mt.BlobResourceContents):
-        mime = item.mimeType or "application/octet-stream"
-        return f"[binary {mime}, {len(item.blob) * 3 // 4} bytes, {item.uri}]"
-    return ""
 
 
 class MCPClient:
@@ -278,7 +219,7 @@ class MCPClient:
         self._meta_json = orjson.dumps({RUN_ID_META: run_id})
         # W3C trace context of the run (SEP-414, sent in every 2026-07-28 _meta): the
         # trace id follows from the run id, so every server of one run sees one trace
-        self.traceparent = traceparent or _traceparent_for(run_id)
+        self.traceparent = traceparent or traceparent_for(run_id)
         self._session.set_meta({RUN_ID_META: run_id, "traceparent": self.traceparent})
         self.era: str | None = None  # "stateless" (2026-07-28) or "session", once known
         self._acks: dict[int | str, asyncio.Future] = {}
@@ -290,6 +231,8 @@ class MCPClient:
         self._listen_ends: dict[int | str, tuple[bool, BaseException | None]] = {}
         self._ended: set[str] = set()  # watched URIs a re-opened stream no longer honours
         self.listen_unsupported = False  # a 2026-07-28 server answered listen with -32601
+        self.legacy_refused = False  # renegotiating at 2025-11-25 failed: stay at 2026-07-28
+        self._renegotiating = asyncio.Lock()
         self._filter_epoch = 0  # bumped by every subscribe/unsubscribe at 2026-07-28
         self._acked_epoch = -1  # the filter epoch of the open, acknowledged stream
         self.listen_opens = 0  # listen streams acknowledged (re-opens included)
@@ -447,39 +390,47 @@ class MCPClient:
             self._replace_session()
             await self._initialize(self.init_timeout)
             return
-        self._replace_session()
         s = self._session
-        rid, data = s.start_discover()
-        t.set_protocol_version(m26.LATEST_MODERN_VERSION)
-        fut = loop.create_future()
-        self._pending[rid] = fut
         limit = min(DISCOVER_TIMEOUT, self.init_timeout / 2)
-        why = ""
-        try:
-            async with asyncio.timeout(limit):
-                await t.post(data, fut, headers=(("Mcp-Method", m26.SERVER_DISCOVER),))
-                if not fut.done():
-                    raise DiscoverDeclined("server/discover got no JSON-RPC answer")
-                s.finish_discover(await fut)
-        except TimeoutError:
-            why = f"no answer to server/discover within {limit:g}s"
-        except DiscoverDeclined as exc:
-            why = str(exc)
-        except RPCError as exc:
+        retried = False
+        while True:  # a -32022 naming 2026-07-28 is asked once more (negotiate.py)
+            self._replace_session()
+            rid, data = s.start_discover()
+            t.set_protocol_version(m26.LATEST_MODERN_VERSION)
+            t.stateless = True  # a 2026-07-28 request: a 4xx's JSON-RPC error is its answer
+            fut = loop.create_future()
+            self._pending[rid] = fut
+            why = ""
             try:
-                s.discover_failed(exc.code, exc.data)
-            except HandshakeError as hexc:
-                raise HandshakeError(f"{self.name}: {hexc}") from None
-            why = f"server/discover answered {exc.code}: {exc.message[:200]}"
-        except HTTPStatusError as exc:
-            why = f"server/discover answered HTTP {exc.status}"
-        except TransportError as exc:
-            if not exc.sent:  # unreachable: no era verdict, a connect failure
-                s.handshake_failed()
-                raise HandshakeError(f"{self.name}: {exc}") from None
-            why = f"server/discover failed: {exc}"
-        finally:
-            self._pending.pop(rid, None)
+                async with asyncio.timeout(limit):
+                    await t.post(data, fut, headers=(("Mcp-Method", m26.SERVER_DISCOVER),))
+                    if not fut.done():
+                        raise DiscoverDeclined("server/discover got no JSON-RPC answer")
+                    s.finish_discover(await fut)
+            except TimeoutError:
+                why = f"no answer to server/discover within {limit:g}s"
+            except DiscoverDeclined as exc:
+                why = str(exc)
+            except RPCError as exc:
+                try:
+                    choice = s.discover_failed(exc.code, exc.data)
+                except HandshakeError as hexc:
+                    raise HandshakeError(f"{self.name}: {hexc}") from None
+                why = f"server/discover answered {exc.code}: {exc.message[:200]}"
+                if choice.modern and not retried:
+                    retried = True
+                    self.log.info("mcp.version.retry", version=choice.version, reason=why)
+                    continue
+            except HTTPStatusError as exc:
+                why = f"server/discover answered HTTP {exc.status}"
+            except TransportError as exc:
+                if not exc.sent:  # unreachable: no era verdict, a connect failure
+                    s.handshake_failed()
+                    raise HandshakeError(f"{self.name}: {exc}") from None
+                why = f"server/discover failed: {exc}"
+            finally:
+                self._pending.pop(rid, None)
+            break
         if not why:
             t.stateless = True
             self.era = "stateless"
@@ -968,12 +919,13 @@ class MCPClient:
             except (TransportError, SessionExpired, HTTPStatusError, RPCError) as exc:
                 d = classify(exc, idempotent=idempotent)
                 if d.reconnect and gen == self.generation:  # not already reconnected
-                    self._trigger_recover(expired=isinstance(exc, SessionExpired),
-                                          reason=d.reason)
+                    expired = isinstance(exc, SessionExpired)
+                    self._trigger_recover(expired=expired, reason=f"{method}: {d.reason}",
+                                          event=_EXPIRED if expired else "mcp.disconnected")
                 if d.resend and attempt < self.policy.max_attempts:
                     self.log.info("mcp.retry", method=method, attempt=attempt, reason=d.reason)
                     if not d.reconnect:
-                        await asyncio.sleep(_delay(exc, self.policy.backoff(attempt)))
+                        await asyncio.sleep(resend_delay(exc, self.policy.backoff(attempt)))
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)
@@ -1180,7 +1132,7 @@ class MCPClient:
             raw = await self._request(method, params)
             page = self._decode(raw, type_, method)
             if stateless:
-                ttl = _ttl_ms(raw) if ttl is None else min(ttl, _ttl_ms(raw))
+                ttl = ttl_ms(raw) if ttl is None else min(ttl, ttl_ms(raw))
             items.extend(getattr(page, attr))
             cursor = page.nextCursor if page.nextCursor else None
             if cursor is None:
@@ -1241,7 +1193,7 @@ class MCPClient:
             if ir.state is not None:
                 params["requestState"] = ir.state
         r = self._decode(raw, mt.ReadResourceResult, mt.RESOURCES_READ)
-        return Observation("\n".join(_render_item(c) for c in r.contents), False, None,
+        return Observation("\n".join(render_item(c) for c in r.contents), False, None,
                            tuple(r.contents))
 
     @staticmethod
@@ -1256,14 +1208,52 @@ class MCPClient:
         """
         if not uri or "{" in uri or "}" in uri:
             raise ValueError(f"subscribe needs a concrete URI, not {uri!r}")
+        if self._needs_legacy() and await self._renegotiate(uri):
+            return await self.subscribe(uri)  # now at 2025-11-25 (agentd/mcp/negotiate.py)
         if not self.capabilities.resources_subscribe:
             self.log.warning("mcp.subscribe.unsupported", uri=uri)
             return False
         if self._session.stateless:  # 2026-07-28: a URI of the subscriptions/listen filter
-            return await self._subscribe_listen(uri)
+            return await self._subscribe_listen(uri) or (
+                self._needs_legacy() and await self.subscribe(uri))  # listen said -32601
         await self._request(mt.RESOURCES_SUBSCRIBE, mt.SubscribeParams(uri=uri))
         self.subscriptions.add(uri)
         return True
+
+    def _needs_legacy(self) -> bool:
+        s = self._session
+        return renegotiate_for_updates(
+            stateless=s.stateless, delivers=s.listen_delivers,
+            listen_unsupported=self.listen_unsupported, legacy_refused=self.legacy_refused)
+
+    async def _renegotiate(self, uri: str) -> bool:
+        """Negotiation by need: this server's 2026-07-28 surface cannot deliver the
+        updates a subscription needs, so speak 2025-11-25 to it from now on (a
+        reconnect re-initializes it too).  False, logged, when it will not
+        initialize: it is discovered again and the subscription degrades."""
+        async with self._renegotiating:
+            if not self._session.stateless:
+                return True  # another subscribe did it meanwhile
+            why = ("subscriptions/listen answered -32601" if self.listen_unsupported
+                   else "server/discover says resources.subscribe: false")
+            listener = self._listener
+            if listener is not None:
+                listener.cancel()
+            self._connected.clear()
+            self.era = "session"  # pinned: _handshake re-initializes from now on
+            try:
+                await self._handshake()
+            except HandshakeError as exc:
+                self.legacy_refused = True
+                self.era = None
+                self.log.warning("mcp.renegotiate.failed", uri=uri, reason=why,
+                                 error=str(exc)[:300])
+                self._trigger_recover(expired=True, reason="back to 2026-07-28")
+                return False
+            self.log.info("mcp.renegotiated", uri=uri, reason=why,
+                          protocol_version=self.protocol_version)
+            await self._after_connect(first=not self.subscriptions)
+            return True
 
     async def unsubscribe(self, uri: str) -> None:
         if uri not in self.subscriptions:
@@ -1305,8 +1295,8 @@ class MCPClient:
                 misses = 0
             except RPCError:
                 misses = 0  # it answered, if with an error
-            except SessionExpired:
-                self._trigger_recover(expired=True, reason="session expired (ping)")
+            except SessionExpired as exc:
+                self._trigger_recover(expired=True, reason=f"ping: {exc}", event=_EXPIRED)
             except TransportError as exc:  # the connection is gone: reconnect now
                 misses = 0
                 self._trigger_recover(expired=False, reason=f"ping: {exc}")
@@ -1359,23 +1349,30 @@ class MCPClient:
             # A 404 on GET may only mean "no GET route": ask the session itself.
             try:
                 await self._send_ping()
-            except SessionExpired:
-                self._trigger_recover(expired=True, reason="session expired")
+            except SessionExpired as exc:
+                self._trigger_recover(expired=True, reason=f"GET stream: {exc}", event=_EXPIRED)
             except (TransportError, HTTPStatusError, RPCError, TimeoutError):
                 pass  # the pinger / the next request will find out
             else:
                 t.get_offered = False
+                self.log.info("mcp.stream.not_offered", status=404)
         except (TransportError, HTTPStatusError) as exc:
             if generation == self.generation:
                 self._trigger_recover(expired=False, reason=f"stream lost: {exc}")
+        else:
+            if generation == self.generation:
+                self.log.info("mcp.stream.not_offered", status=t.not_offered)
 
-    def _trigger_recover(self, *, expired: bool, reason: str, drop: bool = False) -> None:
+    def _trigger_recover(self, *, expired: bool, reason: str, drop: bool = False,
+                         event: str = "mcp.disconnected") -> None:
+        """Start one recovery (``event`` names why: ``mcp.session.expired`` when the
+        server no longer knows our session, else ``mcp.disconnected``)."""
         if self._closing or self.gone is not None:
             return
         if self._recovering is not None and not self._recovering.done():
             return
         self._connected.clear()
-        self.log.warning("mcp.disconnected", reason=reason[:300])
+        self.log.warning(event, reason=reason[:300])
         self._recovering = self._spawn(self._recover(expired, drop), "recover")
 
     async def _recover(self, expired: bool, drop: bool) -> None:

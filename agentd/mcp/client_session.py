@@ -41,6 +41,7 @@ from msgspec import UNSET, Raw, UnsetType
 
 from agentd.errors import MCPError
 from agentd.mcp.catalogue import prune_deep
+from agentd.mcp.negotiate import VersionChoice, choose_supported, listen_delivers
 from agentd.mcp.param_headers import encode_value
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
@@ -248,7 +249,8 @@ class ClientSession:
 
     __slots__ = (
         "_ids", "_init_id", "_next_id", "_pending", "capabilities", "client_version",
-        "garbage", "garbled", "instructions", "meta", "meta_json", "offered_version",
+        "garbage", "garbled", "instructions", "listen_delivers", "meta", "meta_json",
+        "offered_version",
         "protocol_version", "server_info", "state", "stateless", "structured_output",
         "supported_versions",
     )
@@ -270,6 +272,8 @@ class ClientSession:
         self._init_id: int | None = None
         self.stateless = False  # True once a 2026-07-28 server was adopted
         self.supported_versions: tuple[str, ...] = ()
+        # 2026-07-28: whether discover says listen delivers resource updates (None: unsaid)
+        self.listen_delivers: bool | None = None
         self.meta: dict[str, Any] = {}  # the _meta of every 2026-07-28 request
         self.meta_json = b"{}"
 
@@ -364,10 +368,12 @@ class ClientSession:
         self.supported_versions = tuple(d.supportedVersions)
         self.protocol_version = m26.LATEST_MODERN_VERSION
         caps = Capabilities.from_wire(d.capabilities)
-        if caps.resources and not caps.resources_subscribe:
-            # subscriptions/listen is core at 2026-07-28: a server with resources may be
-            # asked for any URI, and its acknowledgement says which ones it honours
-            # (some servers still advertise resources.subscribe, some do not)
+        self.listen_delivers = listen_delivers(d.capabilities.resources)
+        if caps.resources and self.listen_delivers is None:
+            # subscriptions/listen is core at 2026-07-28: a server with resources that
+            # does not say may be asked for any URI, and its acknowledgement says which
+            # ones it honours.  An explicit `subscribe: false` is believed: such a
+            # server's listen delivers no updates (agentd.mcp.negotiate)
             caps = dataclasses.replace(caps, resources_subscribe=True)
         self.capabilities = caps
         self.server_info = info
@@ -376,21 +382,29 @@ class ClientSession:
         self.stateless = True
         self.state = "ready"
 
-    def discover_failed(self, code: int | None, data: Any = None) -> None:
-        """The probe was refused.  Returns (fall back to ``initialize``) unless it
-        is the one verdict that proves incompatibility: -32022 naming only
-        2026-era versions, none of which agentd speaks (:class:`HandshakeError`)."""
+    def discover_failed(self, code: int | None, data: Any = None) -> VersionChoice:
+        """The probe was refused: what to try next (:mod:`agentd.mcp.negotiate`).
+
+        A -32022 naming a version agentd speaks is retried with it (a 2026-era
+        one: ``server/discover`` again; an initialize-era one: ``initialize``
+        offering it); anything else falls back to ``initialize``.  The one
+        verdict that proves incompatibility -- -32022 naming only versions
+        agentd speaks none of -- raises :class:`HandshakeError`."""
         self.state = "new"
-        if code == m26.UNSUPPORTED_PROTOCOL_VERSION and isinstance(data, dict):
-            supported = data.get("supported")
-            if isinstance(supported, list) and supported and not any(
-                    v in mt.SUPPORTED_PROTOCOL_VERSIONS or v in m26.MODERN_PROTOCOL_VERSIONS
-                    for v in supported):
-                self.state = "closed"
-                raise HandshakeError("server speaks only protocol versions "
-                                     + ", ".join(map(str, supported[:8]))
-                                     + "; agentd speaks 2026-07-28 and "
-                                     + ", ".join(mt.SUPPORTED_PROTOCOL_VERSIONS))
+        if code != m26.UNSUPPORTED_PROTOCOL_VERSION:
+            return VersionChoice(None)
+        choice = choose_supported(data)
+        if choice.incompatible:
+            self.state = "closed"
+            supported = data.get("supported") if isinstance(data, dict) else None
+            named = supported[:8] if isinstance(supported, list) else []
+            raise HandshakeError("server speaks only protocol versions "
+                                 + ", ".join(map(str, named))
+                                 + "; agentd speaks 2026-07-28 and "
+                                 + ", ".join(mt.SUPPORTED_PROTOCOL_VERSIONS))
+        if choice.version is not None and not choice.modern:
+            self.offered_version = choice.version  # initialize offers what it named
+        return choice
 
     def headers(self, method: str, name: str | None = None) -> tuple[tuple[str, str], ...]:
         """The standard request headers of one stateless request (``Mcp-Method``,
@@ -461,6 +475,7 @@ class ClientSession:
         self._pending.clear()
         self._init_id = None
         self.stateless = False
+        self.listen_delivers = None
         self.state = "new"
 
     # ------------------------------------------------------------ requests out

@@ -17,7 +17,11 @@ session layer decides what it is.
 * :meth:`listen` runs the standalone GET stream for server-initiated messages
   where the server offers one (405/400/404-without-session mean "not offered");
   it reconnects with ``Last-Event-ID`` honouring ``retry``.
-* HTTP 404 on a request carrying our session id raises :class:`SessionExpired`.
+* HTTP 404 on a request carrying our session id, or a 400 whose body says the
+  session is unknown (server-everything after a restart), raises
+  :class:`SessionExpired` -- on POST and on GET alike.  A GET stream the server
+  offered and then no longer offers raises :class:`TransportError` (a lost
+  stream, for the client to recover), never a quiet return.
 * Every SSE stream is parsed within ``bounds`` (:class:`~agentd.config.StreamBounds`):
   an event past ``event_bytes`` drops that stream and raises
   :class:`PeerLimitExceeded` (unless the awaited answer came before it); the
@@ -46,6 +50,7 @@ from yarl import URL
 
 from agentd import __version__
 from agentd.config import StreamBounds
+from agentd.mcp.negotiate import unknown_session
 from agentd.mcp.retry import (
     HTTPStatusError,
     PeerLimitExceeded,
@@ -128,6 +133,7 @@ class StreamableHTTPTransport:
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.get_offered: bool | None = None  # None until the GET stream was tried
+        self.not_offered = 0  # the HTTP status of the last "GET stream not offered"
         self.stateless = False  # a 2026-07-28 server: no session, no GET, no resumption
         self._extra = dict(headers or {})
         self._ca_file = ca_file
@@ -259,7 +265,8 @@ class StreamableHTTPTransport:
             if status == 202 or status == 204:
                 return
             if status == 404 and had_session and not initialize:
-                raise SessionExpired(f"session {self.session_id} expired (HTTP 404)")
+                raise SessionExpired(f"session {self.session_id} expired (HTTP 404)",
+                                     status=404)
             if (self.stateless and answer is not None and status >= 400
                     and resp.headers.get("Content-Type", "").startswith("application/json")):
                 data = b""
@@ -280,6 +287,10 @@ class StreamableHTTPTransport:
                 pass
             if 200 < status < 300:
                 return
+            if not initialize and unknown_session(status, text, had_session=had_session):
+                # a 400 saying so (server-everything after a restart) is a 404 too
+                raise SessionExpired(f"session {self.session_id} unknown to the server "
+                                     f"(HTTP {status}: {text[:100]})", status=status)
             raise HTTPStatusError(status, text,
                                   retry_after=parse_retry_after(resp.headers.get("Retry-After")))
         finally:
@@ -436,10 +447,17 @@ class StreamableHTTPTransport:
         if resp.status == 200 and _is_sse(resp.headers.get("Content-Type", "")):
             return resp
         status = resp.status
+        text = ""
+        if status == 400 and had_session:  # is it about our session? (bounded read)
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+                async with asyncio.timeout(2):
+                    text = (await resp.content.read(_MAX_ERROR_BODY)).decode("utf-8", "replace")
         resp.release()
-        if status == 404 and had_session:
-            raise SessionExpired(f"session {self.session_id} expired (HTTP 404 on GET)")
+        if unknown_session(status, text, had_session=had_session):
+            raise SessionExpired(f"session {self.session_id} unknown to the server "
+                                 f"(HTTP {status} on GET)", status=status)
         if status in _NOT_OFFERED or status == 200:
+            self.not_offered = status
             return None
         raise HTTPStatusError(status)
 
@@ -455,6 +473,9 @@ class StreamableHTTPTransport:
         while True:
             resp = await self._get(parser.last_event_id or None)
             if resp is None:
+                if self.get_offered:  # offered before: a lost stream, never a quiet drop
+                    raise TransportError(f"the GET stream is no longer offered (HTTP "
+                                         f"{self.not_offered})", sent=True)
                 self.get_offered = False
                 return
             self.get_offered = True

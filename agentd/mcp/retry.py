@@ -24,7 +24,7 @@ fault                                          retryable  resent automatically  
 =============================================  =========  ==========================  =========
 connect refused / DNS / TLS handshake          yes        yes (never sent)            yes
 connection lost mid-request, stream cut        yes        idempotent only             yes
-session expired (HTTP 404 on a known session)  yes        yes (after re-initialize)   re-init
+session unknown (404, or 400 saying so)        yes        yes (after re-initialize)   re-init
 HTTP 429, 502, 503, 504                        yes        yes (not processed)         no
 other HTTP 5xx                                 yes        idempotent only             no
 HTTP 4xx (400, 401, 403, 405, 413, ...)        no         no                          no
@@ -75,6 +75,7 @@ __all__ = [
     "classify",
     "no_answer",
     "parse_retry_after",
+    "resend_delay",
     "resource_missing",
 ]
 
@@ -110,7 +111,14 @@ class PeerLimitExceeded(TransportError):
 
 
 class SessionExpired(MCPError):
-    """HTTP 404 on a request carrying our ``Mcp-Session-Id``: initialize again."""
+    """The server does not know our ``Mcp-Session-Id``: initialize again.
+
+    HTTP 404, or a 400 whose body says the session is unknown
+    (:func:`agentd.mcp.negotiate.unknown_session`); ``status`` says which."""
+
+    def __init__(self, message: str, *, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 RETRY_AFTER_CAP: Final = 30.0  # seconds: a longer Retry-After is waited this long at most
@@ -156,6 +164,11 @@ class HTTPStatusError(MCPError):
         return self.retry_after if self.retry_after is not None else backoff
 
 
+def resend_delay(exc: BaseException, backoff: float) -> float:
+    """Before a re-send: the server's Retry-After (429/503) when it sent one."""
+    return exc.delay(backoff) if isinstance(exc, HTTPStatusError) else backoff
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     retryable: bool
@@ -167,7 +180,7 @@ class Decision:
 def classify(exc: BaseException, *, idempotent: bool) -> Decision:
     """The documented disposition of a fault (see the module table)."""
     if isinstance(exc, SessionExpired):
-        return Decision(True, True, True, "session expired")
+        return Decision(True, True, True, f"session expired (HTTP {exc.status})")
     if isinstance(exc, PeerLimitExceeded):
         return Decision(False, False, False, str(exc))
     if isinstance(exc, TransportError):
