@@ -2,7 +2,7 @@
 reactive tests and benchmark. Run as a script:
 
     python tests/reactive_peers.py PORT [--no-subscribe] [--unlisted] [--state FILE]
-                                  [--era legacy|modern]
+                                  [--era legacy|modern] [--no-listen]
 
 It serves Streamable HTTP at http://127.0.0.1:PORT/mcp with subscribable
 resources `watch://counter/a` and `watch://counter/b` (text bodies
@@ -24,6 +24,11 @@ header is hidden from it when it names 2026-07-28, so its own 2025-11-25
 transport answers (as a server predating the revision does). `--era modern`
 also serves 2026-07-28: `subscriptions/listen` through the SDK's
 `ListenHandler`, and `/bump` publishes each change to its listeners too.
+
+`--no-listen` (with `--era modern`) serves 2026-07-28 but registers no
+`subscriptions/listen` handler, only the 2025 way `on_subscribe_resource`, as
+the SDK documents it: its `server/discover` succeeds and says
+`resources.subscribe: false`, while its 2025-11-25 transport subscribes.
 
 `--no-subscribe` registers no `resources/subscribe` handler, so the server does
 not advertise `resources.subscribe`. `--unlisted` keeps serving (and reading)
@@ -109,7 +114,7 @@ def main(argv: list[str]) -> None:
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 
     bus = InMemorySubscriptionBus()
-    if modern and subscribable:
+    if modern and subscribable and "--no-listen" not in argv:
         kwargs.update(on_subscriptions_listen=ListenHandler(bus))
     server = Server("reactive-watched", version="1.0.0", **kwargs)
 

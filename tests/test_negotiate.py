@@ -77,7 +77,8 @@ def discovered(resources: dict | None) -> ClientSession:
 def test_discover_capabilities_tell_whether_listen_delivers_updates():
     # the SDK 2.3 serving no subscriptions/listen says so explicitly: believed
     said_no = discovered({"subscribe": False, "listChanged": False})
-    assert said_no.listen_delivers is False and not said_no.capabilities.resources_subscribe
+    # still subscribable for the toolbox: at 2025-11-25 (the client renegotiates)
+    assert said_no.listen_delivers is False and said_no.capabilities.resources_subscribe
     said_yes = discovered({"subscribe": True})
     assert said_yes.listen_delivers is True and said_yes.capabilities.resources_subscribe
     # unsaid (agentd's self-MCP and others): listen is core, ask it

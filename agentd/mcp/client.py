@@ -1396,14 +1396,11 @@ class MCPClient:
                     # the session may have survived a network blip: probe it
                     try:
                         await self._send_ping()
-                    except SessionExpired:
+                    except (SessionExpired, HTTPStatusError) as exc:
+                        if isinstance(exc, HTTPStatusError) and not 400 <= exc.status < 500:
+                            raise  # a 4xx to our ping: the session is not usable either
                         expired = True
-                    except HTTPStatusError as exc:
-                        if not 400 <= exc.status < 500:
-                            raise
-                        # some servers answer an unknown session 400, not 404
-                        # (server-everything after a restart): initialize again
-                        expired = True
+                        self.log.warning(_EXPIRED, reason=f"probe: {exc}"[:300])
                     except RPCError:
                         pass
                     else:

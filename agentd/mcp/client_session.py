@@ -369,11 +369,12 @@ class ClientSession:
         self.protocol_version = m26.LATEST_MODERN_VERSION
         caps = Capabilities.from_wire(d.capabilities)
         self.listen_delivers = listen_delivers(d.capabilities.resources)
-        if caps.resources and self.listen_delivers is None:
-            # subscriptions/listen is core at 2026-07-28: a server with resources that
-            # does not say may be asked for any URI, and its acknowledgement says which
-            # ones it honours.  An explicit `subscribe: false` is believed: such a
-            # server's listen delivers no updates (agentd.mcp.negotiate)
+        if caps.resources and not caps.resources_subscribe:
+            # subscriptions/listen is core at 2026-07-28: a server with resources may be
+            # asked for any URI, and its acknowledgement says which ones it honours
+            # (some servers still advertise resources.subscribe, some do not).  One
+            # that says `subscribe: false` (listen_delivers False) can still deliver
+            # at 2025-11-25: the client renegotiates it there (agentd.mcp.negotiate)
             caps = dataclasses.replace(caps, resources_subscribe=True)
         self.capabilities = caps
         self.server_info = info
