@@ -27,6 +27,8 @@ from logcapture import events
 
 from agentd.config import ServerSpec
 from agentd.mcp import Toolbox
+from agentd.mcp.http_transport import StreamableHTTPTransport
+from agentd.mcp.retry import SessionExpired
 
 A = "watch://counter/a"
 DOC = "demo://resource/static/document/architecture.md"
@@ -83,6 +85,27 @@ async def test_reactive_renegotiates_a_listenless_2026_server_at_2025(agentd_bin
     assert "subscriptions/listen" not in counts  # discover said it cannot deliver
     assert not done.events("mcp.subscribe.refused") and not done.events(
         "reactive.subscribe.unsupported")
+
+
+async def test_server_everything_unknown_session_is_expired_on_post_and_get():
+    """The 400 server-everything answers a session it does not know (what it
+    does after a restart) is SessionExpired on a POST and on the GET stream
+    alike -- not a client error, not "GET stream not offered"."""
+    with everything() as srv:
+        t = StreamableHTTPTransport(srv.url, on_message=lambda _m: None)
+        await t.open()
+        try:
+            t.session_id = "a-session-of-the-previous-process"
+            t.set_protocol_version("2025-11-25")
+            answer = asyncio.get_running_loop().create_future()
+            with pytest.raises(SessionExpired) as post:
+                await t.post(b'{"jsonrpc":"2.0","id":1,"method":"ping"}', answer)
+            assert post.value.status == 400 and not answer.done()
+            with pytest.raises(SessionExpired) as get:
+                await t.listen()
+            assert get.value.status == 400 and t.get_offered is None
+        finally:
+            await t.close()
 
 
 async def test_task_mode_call_after_a_400_restart_reinitializes_once(logs):

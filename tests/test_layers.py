@@ -40,6 +40,9 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.catalogue": 2,
     "agentd.mcp.stateless_session": 2,  # the 2026-07-28 server rules
     "agentd.mcp.call_limits": 2,  # a tools/call's idle deadline and cap (sans-IO)
+    "agentd.mcp.negotiate": 2,  # revision choice and lost-session answers (sans-IO)
+    "agentd.mcp.content": 2,  # content blocks -> the model's text
+    "agentd.mcp.client_2026": 2,  # ttlMs, the run's traceparent (sans-IO)
     "agentd.obs": 2,
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.auth": 3,

@@ -46,7 +46,6 @@ __all__ = [
 # ("Bad Request: No valid session ID provided", "Session not found", ...).
 UNKNOWN_SESSION_WORDS: Final = ("not found", "no valid", "invalid", "unknown", "expired",
                                 "missing", "terminated")
-MAX_SUPPORTED_SCANNED: Final = 64  # entries of data.supported looked at (a peer's list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +69,13 @@ def choose_supported(data: Any) -> VersionChoice:
     supported = data.get("supported") if isinstance(data, dict) else None
     if not isinstance(supported, list) or not supported:
         return VersionChoice(None)  # nothing usable said: initialize as for any server
-    named = {v for v in supported[:MAX_SUPPORTED_SCANNED] if isinstance(v, str)}
+    # the list is as long as the message cap lets it be: only agentd's own few
+    # versions are looked up in it, never the other way round
     for v in m26.MODERN_PROTOCOL_VERSIONS:  # newest first
-        if v in named:
+        if v in supported:
             return VersionChoice(v, modern=True)
     for v in mt.SUPPORTED_PROTOCOL_VERSIONS:  # newest first
-        if v in named:
+        if v in supported:
             return VersionChoice(v)
     return VersionChoice(None, incompatible=True)
 
