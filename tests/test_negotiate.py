@@ -121,3 +121,12 @@ def test_renegotiate_for_updates_only_where_2026_cannot_deliver_and_2025_was_not
 ])
 def test_unknown_session(status, body, had, expect):
     assert unknown_session(status, body, had_session=had) is expect
+
+
+def test_a_mid_run_32022_is_resent_after_negotiating_again():
+    from agentd.errors import RPCError
+    from agentd.mcp.retry import classify
+
+    d = classify(RPCError(-32022, "Unsupported protocol version",
+                          {"supported": ["2025-11-25"]}), idempotent=False)
+    assert d.retryable and d.resend and d.reconnect  # refused before it ran, even tools/call

@@ -28,6 +28,7 @@ session unknown (404, or 400 saying so)        yes        yes (after re-initiali
 HTTP 429, 502, 503, 504                        yes        yes (not processed)         no
 other HTTP 5xx                                 yes        idempotent only             no
 HTTP 4xx (400, 401, 403, 405, 413, ...)        no         no                          no
+JSON-RPC -32022 unsupported protocol version   yes        yes (never ran)             yes
 JSON-RPC -32700/-32600/-32601/-32602/-32002    no         no                          no
 JSON-RPC -32603 internal error                 yes        idempotent only             no
 JSON-RPC -32000..-32099 server-defined         yes        idempotent only             no
@@ -62,6 +63,7 @@ from agentd.wire.jsonrpc import (
     PARSE_ERROR,
     RESOURCE_NOT_FOUND,
 )
+from agentd.wire.mcp2026 import UNSUPPORTED_PROTOCOL_VERSION
 
 __all__ = [
     "IDEMPOTENT_METHODS",
@@ -196,6 +198,8 @@ def classify(exc: BaseException, *, idempotent: bool) -> Decision:
         return Decision(False, False, False, f"HTTP {s}")
     if isinstance(exc, RPCError):
         c = exc.code
+        if c == UNSUPPORTED_PROTOCOL_VERSION:  # refused before it ran: negotiate again
+            return Decision(True, True, True, f"JSON-RPC {c}: {exc.message}")
         if c in _FATAL_RPC:
             return Decision(False, False, False, f"JSON-RPC {c}: {exc.message}")
         if c == INTERNAL_ERROR or -32099 <= c <= -32000:
