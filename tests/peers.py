@@ -4,7 +4,9 @@
   ``@modelcontextprotocol/conformance`` and a Node 22 runtime from the npm
   package ``node``) are installed by ``npm install --prefix tests/peers`` from
   the lockfile there; :func:`ensure_npm_peers` runs it when ``node_modules`` is
-  missing and returns ``tests/peers/node_modules/.bin``.
+  missing and returns ``tests/peers/node_modules/.bin``.  ``tests/peers_2026``
+  holds the conformance suite's pre-release with the 2026-07-28 client
+  scenarios (:func:`ensure_conformance_2026`), installed the same way.
 * A peer that cannot be had skips the test with a reason -- except under
   ``CI=true``, where it fails (:func:`unavailable`).
 * :func:`free_port`, :func:`wait_port`, :class:`PeerProcess` start a peer on

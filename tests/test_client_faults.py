@@ -596,3 +596,33 @@ async def test_hostile_progress_is_dropped_and_the_call_completes(fault):
         # null were the call's own token, not progress (logged as stalled)
         assert c._watches.unknown == 7
         assert (await c.call_tool("t")).text == "survived"  # and again: nothing stuck
+
+
+async def test_get_stream_offered_then_refused_is_a_lost_stream_not_a_quiet_drop(fault, logs):
+    """A server that had a GET stream open and then answers its reconnect 405
+    (not the session: a ping says that is alive): logged as a lost stream and
+    recovered once, then taken as "not offered" -- never silently deaf, never a
+    reconnect loop."""
+    from logcapture import events
+
+    s = await fault()
+
+    async def once(_, request):
+        if len(s.gets) == 1:  # the first GET: a stream that ends at once
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Mcp-Session-Id": "sess-1"})
+            await resp.prepare(request)
+            await resp.write(b"retry: 10\n\n")
+            await resp.write_eof()
+            return resp
+        return web.Response(status=405)
+
+    s.get_handler = once
+    async with client(s) as c:
+        await eventually(lambda: c._transport.get_offered is False)
+        assert (await c.call_tool("t")).text == "ok"
+        assert len(s.gets) == 3  # the stream, its refused reconnect, one after recovery
+    assert s.methods().count("initialize") == 1  # the session was alive: no re-initialize
+    [lost] = events(logs, "mcp.disconnected")
+    assert "no longer offered (HTTP 405)" in lost["reason"]
+    assert [e["status"] for e in events(logs, "mcp.stream.not_offered")] == [405]

@@ -470,15 +470,16 @@ class StreamableHTTPTransport:
         """
         parser = self.bounds.parser()
         quiet = 0
+        streamed = False  # this call had a stream: a reconnect's "not offered" is a loss
         while True:
             resp = await self._get(parser.last_event_id or None)
             if resp is None:
-                if self.get_offered:  # offered before: a lost stream, never a quiet drop
+                if streamed:  # never a quiet drop; the caller recovers (once per call)
                     raise TransportError(f"the GET stream is no longer offered (HTTP "
                                          f"{self.not_offered})", sent=True)
                 self.get_offered = False
                 return
-            self.get_offered = True
+            self.get_offered = streamed = True
             try:
                 got = await self._pump(resp, parser, None)
             finally:
