@@ -377,10 +377,10 @@ class MCPClient:
         ``server/discover`` first, within a short timeout: a 2026-07-28 answer
         adopts the server statelessly; anything that is not positive evidence
         of one (an HTTP 4xx, a JSON-RPC error, no answer in time, a result
-        listing no 2026-07-28 version) falls back to ``initialize`` as for any
-        2025-11-25 server.  The whole selection fits in ``init_timeout``.  A
-        server already known to be legacy is re-initialized directly on a
-        reconnect (no probe per recovery).
+        listing no 2026-07-28 version) falls back to ``initialize``; a -32022
+        is retried with the best version of its ``data.supported``.  The whole
+        selection fits in ``init_timeout``.  A server known to be legacy (or
+        moved there by need) is re-initialized directly on a reconnect.
         """
         t = self._transport
         assert t is not None
@@ -1201,10 +1201,10 @@ class MCPClient:
         return base64.b64decode(item.blob)
 
     async def subscribe(self, uri: str) -> bool:
-        """``resources/subscribe`` to one concrete URI.
-
-        False (with a warning) when the server did not advertise
-        ``resources.subscribe``: the client degrades instead of sending it.
+        """Subscribe one concrete URI: ``resources/subscribe``, or the listen filter
+        at 2026-07-28 (a server whose listen cannot deliver is moved to 2025-11-25
+        first, :mod:`agentd.mcp.negotiate`).  False (with a warning) when the
+        server cannot deliver updates: the client degrades instead of sending it.
         """
         if not uri or "{" in uri or "}" in uri:
             raise ValueError(f"subscribe needs a concrete URI, not {uri!r}")
