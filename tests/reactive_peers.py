@@ -14,6 +14,9 @@ HTTP beside the MCP endpoint:
   `notifications/resources/updated{U}` to each subscribed session after each
   change (state first, then the notification, as a real server would);
 * `POST /set?uri=U&value=V` — change U without notifying (a change "missed");
+* `POST /release` — answer every call of the `gate` tool, held until then (and
+  at once after): the test does what it must while a run waits on it, e.g.
+  restart another server;
 * `GET /stats` — `{"subscribe": n, "unsubscribe": n, "read": n, "sessions": n,
   "wire": {method: n}}`: handler calls, and every JSON-RPC method POSTed as it
   was on the wire.
@@ -99,11 +102,20 @@ def main(argv: list[str]) -> None:
         subscribers.get(str(params.uri), {}).pop(id(ctx.session), None)
         return types.EmptyResult()
 
+    import anyio
+
+    gate = anyio.Event()
+
     async def list_tools(ctx, params):
-        return types.ListToolsResult(tools=[types.Tool(
-            name="peek", description="the counters", input_schema={"type": "object"})])
+        return types.ListToolsResult(tools=[
+            types.Tool(name="peek", description="the counters", input_schema={"type": "object"}),
+            types.Tool(name="gate", description="answers once POST /release was sent",
+                       input_schema={"type": "object"})])
 
     async def call_tool(ctx, params):
+        if params.name == "gate":  # held until the test has done what it needed meanwhile
+            await gate.wait()
+            return types.CallToolResult(content=[types.TextContent(type="text", text="open")])
         return types.CallToolResult(content=[types.TextContent(type="text",
                                                                text=json.dumps(values))])
 
@@ -148,10 +160,15 @@ def main(argv: list[str]) -> None:
         live = {id(s) for subs in subscribers.values() for s in subs.values()}
         return JSONResponse({**stats, "sessions": len(live)})
 
+    async def release(request: Request) -> Response:
+        gate.set()
+        return JSONResponse({"released": True})
+
     app = server.streamable_http_app(custom_starlette_routes=[
         Route("/bump", bump, methods=["POST"]),
         Route("/set", set_value, methods=["POST"]),
         Route("/stats", get_stats, methods=["GET"]),
+        Route("/release", release, methods=["POST"]),
     ])
     wire: dict[str, int] = {}
     stats_wire = wire

@@ -5,7 +5,9 @@
   succeeds (tests/reactive_peers.py ``--era modern --no-listen``): the reactive
   daemon speaks 2025-11-25 to it, subscribes and wakes;
 * server-everything restarted on the same port (it answers the old session
-  HTTP 400 "No valid session ID provided", not 404): in task mode the next call
+  HTTP 400 "No valid session ID provided", not 404): in task mode (the real
+  console script, the restart made while a call to a second server is held
+  by its `gate` tool; and the toolbox as task mode opens it) the next call
   succeeds after one re-initialize; in reactive mode the GET stream's 400
   re-initializes, re-subscribes and synthesizes the ``updated`` that wakes the
   daemon.
@@ -111,11 +113,9 @@ async def test_server_everything_unknown_session_is_expired_on_post_and_get():
 async def test_task_mode_call_after_a_400_restart_reinitializes_once(logs):
     srv = everything().start()
     try:
-        # reconnect_stale=False is task mode (agentd/app/run.py)
+        # reconnect_stale=False is how agentd/app/run.py opens the toolbox in task mode
         async with Toolbox([ServerSpec(name="ev", url=srv.url)], ping_interval=None,
-                           ) as tb:
-            for c in tb.clients.values():
-                c.reconnect_stale = False
+                           reconnect_stale=False) as tb:
             assert (await tb.call("ev__echo", {"message": "one"})).text == "Echo: one"
             await asyncio.to_thread(srv.kill)
             await asyncio.to_thread(srv.start)  # same port, no session of ours
@@ -129,6 +129,44 @@ async def test_task_mode_call_after_a_400_restart_reinitializes_once(logs):
     assert [e["negotiated_by"] for e in shakes] == ["initialize", "initialize"]
     assert len(events(logs, "mcp.reconnected")) == 1
     assert not events(logs, "mcp.gone")
+
+
+async def test_task_mode_cli_run_survives_a_400_restart_between_two_calls(agentd_bin, tmp_path):
+    """`agentd` in task mode: echo on server-everything, then a call held by the
+    gate server while server-everything restarts on its port, then echo again:
+    it succeeds (the model sees its result) after one re-initialize."""
+    peers.require_modules("mcp", "uvicorn")
+    script = tmp_path / "task.playback.json"
+    script.write_text(json.dumps({"playback": 1, "scripts": [{
+        "name": "task", "match": "echo twice", "turns": [
+            {"tool_calls": [{"name": "ev__echo", "arguments": {"message": "one"}}]},
+            {"expect": "Echo: one", "tool_calls": [{"name": "gate__gate", "arguments": {}}]},
+            {"expect": "open",
+             "tool_calls": [{"name": "ev__echo", "arguments": {"message": "two"}}]},
+            {"expect": "Echo: two", "content": "both echoed"}]}]}))
+    srv = everything().start()
+    try:
+        with peers.python_peer("reactive_peers.py") as gate:
+            ag = await start_agentd(agentd_bin, [
+                "--instruction", "echo twice", "--intelligence", f"playback:{script}",
+                "--mcp", f"ev={srv.url}", "--mcp", f"gate={gate.url}",
+                "--ping-interval", "60"])
+            await ag.wait_for_event("tool.call", tool="gate__gate")
+            await asyncio.to_thread(srv.kill)
+            await asyncio.to_thread(srv.start)  # same port, our session unknown to it
+            # released before or after the held call reached it: either way it
+            # answers only now, after the restart, so echo two meets the new process
+            await asyncio.to_thread(urllib.request.urlopen, urllib.request.Request(
+                f"http://127.0.0.1:{gate.port}/release", method="POST"), timeout=30)
+            done = await ag.done()
+    finally:
+        srv.stop()
+    assert done.rc == 0, done.stderr
+    assert done.result["status"] == "completed" and done.result["result"] == "both echoed"
+    assert done.events("mcp.session.expired")
+    ev_shakes = [e for e in done.events("mcp.handshake") if e["server"] == "ev"]
+    assert len(ev_shakes) == 2  # one re-initialize
+    assert not done.events("tool.fault") and not done.events("mcp.gone")
 
 
 @pytest.mark.parametrize("name", ["ev"])
