@@ -626,3 +626,23 @@ async def test_get_stream_offered_then_refused_is_a_lost_stream_not_a_quiet_drop
     [lost] = events(logs, "mcp.disconnected")
     assert "no longer offered (HTTP 405)" in lost["reason"]
     assert [e["status"] for e in events(logs, "mcp.stream.not_offered")] == [405]
+
+
+async def test_a_call_waiting_on_a_long_reconnect_backoff_has_it_tried_at_once(fault, logs):
+    """The server was down long enough for the reconnect backoff to grow past
+    how long a call waits (reconnect_wait): a call made once it is back has the
+    next attempt made at once, instead of failing while the backoff sleeps."""
+    from logcapture import events
+
+    s = await fault()
+    slow = RetryPolicy(base=0.01, cap=0.05, reconnect_base=60, reconnect_cap=120,
+                       reconnect_wait=20)  # every backoff sleep outlasts a call's wait
+    async with client(s, policy=slow, ping_interval=0.05) as c:
+        assert (await c.call_tool("t")).text == "ok"
+        await s.stop()
+        await eventually(lambda: bool(events(logs, "mcp.reconnect.failed")))
+        await s.start()  # back, while the recovery sleeps its (long) backoff
+        assert (await c.call_tool("t")).text == "ok"
+        assert c.connected
+    [failed] = events(logs, "mcp.reconnect.failed")  # the kick's attempt worked
+    assert failed["attempt"] == 1

@@ -213,6 +213,7 @@ class MCPClient:
         self._connected = asyncio.Event()
         self._closing = False
         self._recovering: asyncio.Task | None = None
+        self._kick = asyncio.Event()  # set by a call waiting on a reconnect
         self._listener: asyncio.Task | None = None
         self._relist: dict[str, asyncio.Task] = {}
         self._last_inbound = 0.0
@@ -826,6 +827,7 @@ class MCPClient:
                             cause="stale" if self.stale else "gone")
         if self._closing:
             raise ToolFault(self.name, "client closed", retryable=False, cause="closed")
+        self._kick.set()  # a reconnect sleeping in its backoff tries again now
         try:
             async with asyncio.timeout(self.policy.reconnect_wait):
                 await self._connected.wait()
@@ -1389,7 +1391,7 @@ class MCPClient:
                 drop = False
                 expired = True
             if attempt:
-                await asyncio.sleep(self.policy.reconnect_backoff(attempt))
+                await self.policy.reconnect_pause(attempt, self._kick)
             attempt += 1
             try:
                 if not expired and t.session_id:

@@ -46,6 +46,8 @@ succeeds or the client closes; a call waiting on it gives up after
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import email.utils
 import random
 import re
@@ -253,6 +255,16 @@ class RetryPolicy:
     def reconnect_backoff(self, attempt: int) -> float:
         return random.uniform(0.5, 1.0) * min(
             self.reconnect_cap, self.reconnect_base * (2 ** min(attempt, 16)))
+
+    async def reconnect_pause(self, attempt: int, kick: asyncio.Event) -> None:
+        """Sleep ``reconnect_backoff(attempt)``, cut short by ``kick``: a call that
+        started waiting for the connection has the next attempt made now (once
+        per kick), so a server back after a long outage is not left idle for the
+        rest of a grown backoff while calls wait on it."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.reconnect_backoff(attempt)):
+                await kick.wait()
+        kick.clear()
 
 
 def no_answer(method: str, garbled: str) -> MCPError | RPCError:
