@@ -193,3 +193,22 @@ async def test_reactive_400_restart_resubscribes_and_wakes(agentd_bin, tmp_path,
     assert len(done.events("mcp.handshake")) == 2
     assert not done.events("mcp.subscribe.restore_failed")
     assert not done.events("mcp.ping.missed")  # found at once, not by missed pings
+
+
+async def test_a_server_without_subscriptions_at_either_revision_stays_at_2026(logs):
+    """FastMCP 4 serves no subscriptions/listen (-32601) and advertises no
+    resources.subscribe at 2025-11-25 either: the subscription degrades (False),
+    the server is spoken to at 2026-07-28 again, and it is not asked twice."""
+    peers.require_modules("fastmcp")
+    with peers.python_peer("fastmcp_server.py") as srv:
+        async with Toolbox([ServerSpec(name="fm", url=srv.url)], ping_interval=None) as tb:
+            c = tb.clients["fm"]
+            assert c.protocol_version == "2026-07-28"
+            assert await tb.subscribe("mem://notes/2") is False
+            assert not (await tb.read_resource("mem://notes/1")).is_error  # waits for it
+            assert c.protocol_version == "2026-07-28" and c.legacy_refused
+            assert await tb.subscribe("mem://notes/2") is False
+    [failed] = events(logs, "mcp.renegotiate.failed")
+    assert "either" in failed["error"]
+    assert [e["negotiated_by"] for e in events(logs, "mcp.handshake")] == [
+        "server/discover", "initialize", "server/discover"]

@@ -1245,6 +1245,8 @@ class MCPClient:
             self.era = "session"  # pinned: _handshake re-initializes from now on
             try:
                 await self._handshake()
+                if not self.capabilities.resources_subscribe:  # nothing gained there
+                    raise HandshakeError("no resources.subscribe at 2025-11-25 either")
             except HandshakeError as exc:
                 self.legacy_refused = True
                 self.era = None
