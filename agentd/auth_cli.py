@@ -26,12 +26,9 @@ _SHARED = ("config_file", "mcp", "secrets_dir", "state_dir")
 
 def _flags(ctx: click.Context, local: dict[str, Any]) -> dict[str, Any]:
     """The root flags with this command's own over them (either place works)."""
-    root = dict(ctx.find_root().obj or {})
-    for key in _SHARED:
-        value = local.get(key)
-        if value:
-            root[key] = tuple(root.get(key) or ()) + tuple(value) if key == "mcp" else value
-    return root
+    from agentd.flags import over_root
+
+    return over_root(ctx.find_root().obj or {}, local, _SHARED)
 
 
 def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]:

@@ -15,8 +15,9 @@ import click
 from agentd import __version__
 from agentd import config as cfg
 from agentd.auth_cli import auth as auth_commands
+from agentd.batch_cli import batch as batch_command
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
-from agentd.flags import apply_log_level, config_from_flags
+from agentd.flags import apply_log_level, check_intelligence, config_from_flags
 
 # Help sections, in order; each option names its section via `section=`.
 SECTIONS = ("RUN", "INTELLIGENCE", "TOOLS / MCP", "SERVE", "BUDGETS", "SUBAGENTS",
@@ -154,7 +155,7 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     config = config_from_flags(flags)
-    _check_intelligence(config)
+    check_intelligence(config)
     from agentd import log as _log
     from agentd import runtime
     from agentd.app.run import run
@@ -167,16 +168,6 @@ def cli(ctx: click.Context, **flags: Any) -> None:
 
     oauth.configure(state_dir=config.state_dir, interactive=config.auth_interactive)
     ctx.exit(runtime.run(run(config)))
-
-
-def _check_intelligence(config: cfg.Config) -> None:
-    """A bad or missing --intelligence is exit 2 with the one usage line, like every
-    other usage error, before logging starts (building a provider opens nothing)."""
-    from agentd.intelligence import make_intelligence
-
-    make_intelligence(config.intelligence, model=config.model,
-                      stream=config.intelligence_stream, timeout=config.intelligence_timeout,
-                      attempts=config.intelligence_attempts)
 
 
 @cli.command("top", context_settings={"help_option_names": ["-h", "--help"]})
@@ -243,6 +234,7 @@ def demo_cmd(ctx: click.Context) -> None:
 
 
 cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/auth_cli.py)
+cli.add_command(batch_command)  # agentd batch (agentd/batch_cli.py)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,17 @@ def apply_log_level(level: str | None) -> None:
     os.environ["AGENTD_LOG_LEVEL"] = norm
 
 
+def over_root(root: dict[str, Any], local: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """A subcommand's flags (`keys` of `local`) over the root command's, so a run
+    flag works before or after the subcommand's name; repeated `--mcp`s add up."""
+    flags = dict(root)
+    for key in keys:
+        value = local.get(key)
+        if value is not None and value != ():
+            flags[key] = tuple(flags.get(key) or ()) + tuple(value) if key == "mcp" else value
+    return flags
+
+
 def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) -> cfg.Config:
     """Merge the config file (if any) and the flags into one frozen Config."""
     flags = dict(flags)
@@ -90,3 +101,13 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     values["features"] = tuple(dict.fromkeys(features))
     values["a2a_peers"] = a2a_peers
     return cfg.build(values, needs_instruction=needs_instruction)
+
+
+def check_intelligence(config: cfg.Config) -> None:
+    """A bad or missing --intelligence is exit 2 with the one usage line, like every
+    other usage error, before logging starts (building a provider opens nothing)."""
+    from agentd.intelligence import make_intelligence
+
+    make_intelligence(config.intelligence, model=config.model,
+                      stream=config.intelligence_stream, timeout=config.intelligence_timeout,
+                      attempts=config.intelligence_attempts)

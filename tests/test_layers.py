@@ -80,6 +80,7 @@ LAYERS: dict[str, int] = {
     # 9: cli
     "agentd.cli": 9,
     "agentd.auth_cli": 9,
+    "agentd.batch_cli": 9,
     "agentd.flags": 9,
     "agentd.__main__": 9,
 }

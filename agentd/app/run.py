@@ -124,7 +124,7 @@ class RunContext:
 
 # --- the integration points (one call site each) ----------------------------------
 
-def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+def open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
     from agentd.mcp.call_limits import tool_limits
     from agentd.mcp.toolbox import Toolbox
 
@@ -143,7 +143,7 @@ async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> S
 
     # One ledger and one flow gate for the tree: the root's own calls (task and
     # reactive mode) and every subagent's, brokered here (agentd.agent.ledger).
-    metered = _metered(ctx.config, ctx.intelligence)
+    metered = metered_provider(ctx.config, ctx.intelligence, ctx.config.token_ceiling)
     ctx.intelligence = metered
     broker = Broker(intelligence=metered, toolbox=ctx.toolbox)
     sup = await stack.enter_async_context(Supervisor(ctx.config, run_id=ctx.run_id,
@@ -153,11 +153,13 @@ async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> S
     return sup
 
 
-def _metered(config: Config, provider: Intelligence) -> Any:
+def metered_provider(config: Config, provider: Intelligence, ceiling: int | None) -> Any:
+    """The tree's provider: one `Ledger` (refusing calls past `ceiling`, the tree's
+    tokens) and one flow gate (`--max-inflight-intelligence`) over `provider`."""
     from agentd.agent.ledger import Ledger, Metered
     from agentd.intelligence.flow import FlowGate
 
-    return Metered(provider, Ledger(config.token_ceiling), "0",
+    return Metered(provider, Ledger(ceiling), "0",
                    FlowGate(config.max_inflight_intelligence),
                    enforce_own=config.mode != "reactive")
 
@@ -268,7 +270,7 @@ async def _unless_lost(toolbox: Any, work: Awaitable[Outcome]) -> Outcome:
 
 # --- the run ------------------------------------------------------------------------
 
-def _leaf(exc: BaseException) -> BaseException:
+def leaf_error(exc: BaseException) -> BaseException:
     """The first meaningful exception inside (possibly nested) exception groups."""
     while isinstance(exc, BaseExceptionGroup):
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
@@ -298,7 +300,7 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
                 if serve and config.metrics_listen:
                     await _serve_metrics(stack, config)
                 ctx.toolbox = await stack.enter_async_context(
-                    _open_toolbox(config, ctx.run_id) if io is None else io[1])
+                    open_toolbox(config, ctx.run_id) if io is None else io[1])
                 if serve:
                     stack.callback(health.add_check("mcp", lambda: _required_down(ctx.toolbox)))
                 if config.a2a_peers:
@@ -457,7 +459,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         return reported, ExitCode.INTERRUPTED, state
     if interrupted:
         if body.done() and not body.cancelled() and (failed := body.exception()) is not None:
-            log.warning("run.drain.error", error=repr(_leaf(failed)))
+            log.warning("run.drain.error", error=repr(leaf_error(failed)))
         log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
                 ExitCode.INTERRUPTED, state)
@@ -485,7 +487,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                  reason=outcome.reason or None)
         return (_result(run_id, outcome.status, outcome.partial, outcome.result, state),
                 code, state)
-    leaf = _leaf(err)
+    leaf = leaf_error(err)
     code, event, message = classify(leaf)
     if code == ExitCode.FAILED:
         log.error(event, error=message, exc_type=type(leaf).__name__)

@@ -464,8 +464,8 @@ class Supervisor:
         if self._live >= cfg.max_subagents:
             raise self._refuse(caller, f"spawn refused: max_subagents={cfg.max_subagents} "
                                        f"reached at handle {caller}")
-        if cfg.token_ceiling is not None and self.tree_tokens >= cfg.token_ceiling:
-            raise self._refuse(caller, f"spawn refused: token_ceiling={cfg.token_ceiling} "
+        if (tree := self.ledger.ceiling) is not None and self.tree_tokens >= tree:
+            raise self._refuse(caller, f"spawn refused: token_ceiling={tree} "
                                        f"reached at handle {caller}")
         self._evict()
         handle = f"{caller}.{next(parent.seq)}"
@@ -491,9 +491,9 @@ class Supervisor:
         cfg = self.config
         req = node.request
         assert req is not None
-        budget = None
-        if cfg.token_ceiling is not None:
-            budget = max(cfg.token_ceiling - self.tree_tokens, 0)
+        # the tree's ceiling is the ledger's; a batch's samples also have their own
+        budget = cfg.token_ceiling if (tree := self.ledger.ceiling) is None else min(
+            max(tree - self.tree_tokens, 0), cfg.token_ceiling or tree)
         # Brokered: no server spec, no gateway URL, no model name, no secret goes down;
         # only the catalogue of the servers in scope (the parent enforces the scope).
         limits = msgspec.structs.asdict(cfg.limits) | {"token_ceiling": budget}

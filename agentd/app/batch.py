@@ -1,0 +1,262 @@
+"""`agentd batch`: many samples, one process, one tree (docs/batch.md).
+
+The batch root is a root run without a loop of its own: one intelligence
+provider and one `Toolbox` (connected, handshaken and listed once), one
+`Ledger` and one `FlowGate` for the whole batch (`--batch-token-ceiling`,
+`--max-inflight-intelligence`, a 429's `Retry-After` pausing every sample),
+and one `Supervisor`. Each sample is a child of the root (`0.k`), spawned
+through the supervisor's one chokepoint: a fresh agent with its own
+conversation, budgets (`--max-steps`, `--token-ceiling`, `--deadline` are
+per sample) and subtree, whose model and MCP I/O the root brokers
+(`SampleBroker` counts it per sample).
+
+`parallel` workers take the next task in file order, so at most `--parallel`
+samples are in flight; a sample's failure is its result line, never the
+batch's. Each result line is appended and flushed as its sample ends.
+
+Signals: the first SIGINT/SIGTERM starts no new sample and gives those in
+flight `DRAIN_SHARE` of `--drain-timeout` to end (their lines are written);
+then the rest are cancelled through the kill ladder (within the remainder)
+and are not written, so `--resume` runs them again. A second signal cancels
+at once. The exit code is 130.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from agentd.app.batch_broker import SampleBroker
+from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
+from agentd.app.run import metered_provider, new_run_id, open_toolbox
+from agentd.config import Config
+from agentd.errors import classify
+from agentd.exitcodes import ExitCode
+from agentd.intelligence import make_intelligence
+from agentd.log import configure, env_level, log
+from agentd.output import Usage
+from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest
+from agentd.tree.supervisor import ROOT, Supervisor
+
+DEFAULT_PARALLEL = 8
+DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal to end
+
+
+class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What `agentd batch` adds to the run flags (docs/cli.md)."""
+
+    tasks: str
+    out: str
+    parallel: int = DEFAULT_PARALLEL
+    resume: bool = False
+    batch_token_ceiling: int | None = None
+
+
+class Stats:
+    """The batch's counts so far: the progress line and the summary."""
+
+    def __init__(self, total: int, skipped: int) -> None:
+        self.total = total
+        self.skipped = skipped
+        self.by_status: dict[str, int] = {}
+        self.running = 0
+        self.max_running = 0
+        self.tokens = 0
+        self.durations: list[float] = []
+        self.started = time.monotonic()
+
+    @property
+    def done(self) -> int:
+        return sum(self.by_status.values())
+
+    def ended(self, status: str, seconds: float, tokens: int) -> None:
+        self.by_status[status] = self.by_status.get(status, 0) + 1
+        self.durations.append(seconds)
+        self.tokens += tokens
+
+    def summary(self) -> dict[str, Any]:
+        d = sorted(self.durations)
+
+        def pct(p: float) -> float | None:
+            return round(d[min(int(p * len(d)), len(d) - 1)], 3) if d else None
+
+        return {"tasks": self.total, "skipped": self.skipped, "by_status": self.by_status,
+                "tokens": self.tokens, "wall_s": round(time.monotonic() - self.started, 3),
+                "sample_p50_s": pct(0.50), "sample_p95_s": pct(0.95),
+                "max_in_flight": self.max_running}
+
+
+class Batch:
+    """One batch run over an open Supervisor (see the module doc)."""
+
+    def __init__(self, config: Config, opts: BatchOptions, *, run_id: str,
+                 sup: Supervisor, broker: SampleBroker, results: ResultsFile,
+                 stats: Stats) -> None:
+        self.config = config
+        self.opts = opts
+        self.run_id = run_id
+        self.sup = sup
+        self.broker = broker
+        self.results = results
+        self.stats = stats
+        self.stopping = False  # a signal: no new sample starts
+        self.interrupted = False
+        self._waiting: dict[str, asyncio.Future[HandleState]] = {}
+        sup.on_terminal(self._terminal)
+
+    def _terminal(self, state: HandleState) -> None:
+        fut = self._waiting.pop(state.handle, None)
+        if fut is not None and not fut.done():
+            fut.set_result(state)
+
+    async def run(self, todo: list[TaskLine]) -> None:
+        tasks = iter(todo)
+        async with asyncio.TaskGroup() as tg:
+            for n in range(min(self.opts.parallel, len(todo))):
+                tg.create_task(self._worker(tasks), name=f"batch-worker-{n}")
+
+    async def _worker(self, tasks: Iterator[TaskLine]) -> None:
+        while not self.stopping and (task := next(tasks, None)) is not None:
+            await self._sample(task)
+
+    async def _sample(self, task: TaskLine) -> None:
+        scope = tuple(task.tool_scope) if task.tool_scope is not None else None
+        req = SpawnRequest(instruction=task.instruction, output_contract=task.output_contract,
+                           tool_scope=scope, mode="async")
+        began = time.monotonic()
+        try:
+            state = await self.sup.spawn(ROOT, req)
+        except SpawnRefused as exc:
+            self._write(task, "failed", False, None, 0, Usage(), f"{self.run_id}/-",
+                        str(exc), began)
+            return
+        handle = state.handle
+        self.broker.begin(handle)
+        stats = self.stats
+        stats.running += 1
+        stats.max_running = max(stats.max_running, stats.running)
+        log.info("batch.sample.start", id=task.id, handle=handle)
+        try:
+            if not state.done:
+                fut = asyncio.get_running_loop().create_future()
+                self._waiting[handle] = fut
+                state = await fut
+        finally:
+            stats.running -= 1
+            tally = self.broker.end(handle)
+        if self.interrupted and state.status == "cancelled":
+            log.info("batch.sample.dropped", id=task.id, handle=handle,
+                     reason="interrupted: --resume runs it again")
+            return
+        error = None
+        if state.status != "completed":
+            res = state.result
+            error = str(res["error"]) if isinstance(res, dict) and "error" in res \
+                else state.status
+        self._write(task, state.status, state.partial, state.result, tally.steps,
+                    tally.usage, f"{self.run_id}/{handle}", error, began)
+
+    def _write(self, task: TaskLine, status: str, partial: bool, result: Any, steps: int,
+               usage: Usage, run_id: str, error: str | None, began: float) -> None:
+        self.results.write(ResultLine(id=task.id, status=status, partial=partial,
+                                      result=result, steps=steps, usage=usage,
+                                      run_id=run_id, error=error))
+        seconds = time.monotonic() - began
+        self.stats.ended(status, seconds, usage.total_tokens)
+        log.info("batch.sample.end", id=task.id, status=status, steps=steps,
+                 tokens=usage.total_tokens, seconds=round(seconds, 3))
+
+    def interrupt(self, *, now: bool) -> None:
+        """Start no new sample; with `now`, cancel those in flight (not written)."""
+        self.stopping = True
+        if now:
+            self.interrupted = True
+            for handle in list(self._waiting):
+                asyncio.get_running_loop().create_task(self.sup.cancel(handle))
+
+
+def _supervisor_config(config: Config, opts: BatchOptions) -> Config:
+    """The batch root's limits: room for `parallel` samples under the root, and the
+    kill ladder's share of the drain."""
+    return msgspec.structs.replace(
+        config, max_children=max(config.max_children, opts.parallel),
+        max_subagents=max(config.max_subagents, opts.parallel),
+        drain_timeout=config.drain_timeout * (1 - DRAIN_SHARE))
+
+
+async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
+                    finished: set[str]) -> int:
+    """The whole batch; returns the exit code (0, 1, 130; 5/6 before any sample)."""
+    run_id = new_run_id()
+    configure(fmt=config.log_format, run_id=run_id, level=env_level())
+    todo = [t for t in tasks if t.id not in finished]
+    stats = Stats(len(tasks), len(tasks) - len(todo))
+    log.info("batch.start", tasks=len(tasks), skipped=stats.skipped, parallel=opts.parallel,
+             servers=[s.name for s in config.mcp], batch_token_ceiling=opts.batch_token_ceiling)
+    loop = asyncio.get_running_loop()
+    signalled: list[str] = []
+    holder: list[Batch] = []
+    timers: list[asyncio.TimerHandle] = []
+
+    def on_signal(name: str) -> None:
+        again = bool(signalled)
+        signalled.append(name)
+        log.warning("batch.signal", signal=name, drain_timeout_s=config.drain_timeout,
+                    action="cancel in-flight samples" if again else "start no new sample")
+        if holder:
+            batch = holder[0]
+            batch.interrupt(now=again)
+            if not again:
+                timers.append(loop.call_later(config.drain_timeout * DRAIN_SHARE,
+                                              lambda: batch.interrupt(now=True)))
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            provider = make_intelligence(config.intelligence, model=config.model,
+                                         stream=config.intelligence_stream,
+                                         timeout=config.intelligence_timeout,
+                                         attempts=config.intelligence_attempts)
+            metered = metered_provider(config, provider, opts.batch_token_ceiling)
+            stack.push_async_callback(metered.aclose)
+            toolbox = await stack.enter_async_context(open_toolbox(config, run_id))
+            broker = SampleBroker(intelligence=metered, toolbox=toolbox)
+            sup = await stack.enter_async_context(Supervisor(
+                _supervisor_config(config, opts), run_id=run_id, broker=broker,
+                ledger=metered.ledger))
+            results = ResultsFile(opts.out)
+            stack.callback(results.close)
+            batch = Batch(config, opts, run_id=run_id, sup=sup, broker=broker,
+                          results=results, stats=stats)
+            holder.append(batch)
+            if signalled:  # a signal during start-up
+                batch.interrupt(now=True)
+            await batch.run(todo)
+    except Exception as exc:  # nothing ran, or the batch root itself failed
+        code, event, message = classify(exc)
+        log.error(event, error=message)
+        return int(code)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        for t in timers:
+            t.cancel()
+    summary = stats.summary()
+    if signalled:
+        summary["by_status"]["interrupted"] = len(todo) - stats.done
+        log.info("batch.end", exit_code=int(ExitCode.INTERRUPTED), **summary)
+        return int(ExitCode.INTERRUPTED)
+    ok = stats.by_status.get("completed", 0) == len(todo)
+    code = ExitCode.COMPLETED if ok else ExitCode.FAILED
+    log.info("batch.end", exit_code=int(code), **summary)
+    return int(code)

@@ -1,0 +1,101 @@
+"""``agentd batch``: run the samples of a tasks file as one batch (docs/batch.md).
+
+The run flags a batch shares with ``agentd --instruction …`` (the
+intelligence, the MCP servers, the per-sample budgets, the drain, logging)
+may be given before ``batch`` or after it; the batch's own flags only after.
+Everything the command checks (the flags, the tasks file, the results file)
+is checked before anything runs: exit 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from agentd import config as cfg
+from agentd.app.batch_files import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES
+
+__all__ = ["batch"]
+
+# run flags accepted here as well as before `batch` (the root command's names)
+_SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ceiling",
+           "deadline", "drain_timeout", "max_inflight_intelligence", "spawn",
+           "log_format", "log_level", "secrets_dir")
+
+
+@click.command("batch", context_settings={"help_option_names": ["-h", "--help"],
+                                          "max_content_width": 100})
+@click.option("--tasks", required=True, metavar="FILE.jsonl",
+              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}')
+@click.option("--out", required=True, metavar="RESULTS.jsonl",
+              help="results, one line per sample, appended as each ends")
+@click.option("--parallel", type=int, default=8, show_default=True,
+              help="samples in flight at once")
+@click.option("--resume", is_flag=True,
+              help="skip the ids --out already holds; run only the rest")
+@click.option("--batch-token-ceiling", type=int,
+              help="tokens for the whole batch: later calls are refused  [default: none]")
+@click.option("--task-line-bytes", type=int, default=DEFAULT_TASK_LINE_BYTES,
+              show_default=True, help="longest task line accepted")
+@click.option("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, show_default=True,
+              help="most task lines accepted")
+@click.option("--config", "config_file", metavar="FILE", help="as for a run")
+@click.option("--intelligence", metavar="URL|playback:PATH", help="as for a run")
+@click.option("--model", help="as for a run")
+@click.option("--mcp", "mcp", multiple=True, metavar="name=<endpoint>",
+              help="as for a run (repeatable)")
+@click.option("--max-steps", type=int, help="per sample  [default: 50]")
+@click.option("--token-ceiling", type=int,
+              help="per sample (its whole subtree's own count)  [default: none]")
+@click.option("--deadline", type=float, help="per sample (seconds)  [default: none]")
+@click.option("--drain-timeout", type=float,
+              help="bound on the drain at a signal (seconds)  [default: 25]")
+@click.option("--max-inflight-intelligence", type=int,
+              help="intelligence calls in flight, whole batch  [default: 64]")
+@click.option("--spawn", help="forkserver or exec  [default: forkserver on Linux]")
+@click.option("--log-format", help="json or text  [default: json]")
+@click.option("--log-level", help="debug, info, warning or error  [default: info]")
+@click.option("--secrets-dir", metavar="DIR", help="as for a run")
+@click.pass_context
+def batch(ctx: click.Context, **local: Any) -> None:
+    """Run every task of --tasks as an isolated sample (a child of one batch root),
+    at most --parallel at once; exit 0 if all completed, 1 if any did not, 2 for
+    bad input (before anything runs), 130 if interrupted."""
+    from agentd import log as _log
+    from agentd import runtime
+    from agentd.app.batch import BatchOptions, run_batch
+    from agentd.app.batch_files import finished_ids, load_tasks
+    from agentd.flags import check_intelligence, config_from_flags, over_root
+
+    flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
+    if flags.get("instruction"):
+        raise cfg.ConfigError("agentd batch: the instructions come from --tasks, "
+                              "not --instruction")
+    config = config_from_flags(flags, needs_instruction=False)
+    if config.mode != "task" or config.serve is not None:
+        raise cfg.ConfigError("agentd batch: samples run in task mode, without --serve-mcp")
+    for key in ("parallel", "task_line_bytes", "max_tasks"):
+        if local[key] < 1:
+            raise cfg.ConfigError(f"--{key.replace('_', '-')} must be at least 1")
+    if local["batch_token_ceiling"] is not None and local["batch_token_ceiling"] < 1:
+        raise cfg.ConfigError("--batch-token-ceiling must be at least 1")
+    check_intelligence(config)
+    tasks = load_tasks(local["tasks"], line_bytes=local["task_line_bytes"],
+                       max_tasks=local["max_tasks"])
+    out = local["out"]
+    if local["resume"]:
+        finished = finished_ids(out)
+    else:
+        if os.path.exists(out) and os.path.getsize(out) > 0:
+            raise cfg.ConfigError(f"--out {out}: already holds results (--resume continues "
+                                  "it; or name a new file)")
+        finished = set()
+    opts = BatchOptions(tasks=local["tasks"], out=out, parallel=local["parallel"],
+                        resume=local["resume"], batch_token_ceiling=local["batch_token_ceiling"])
+    _log.configure(fmt=config.log_format, level=_log.env_level())
+    from agentd.log_bridge import route_stdlib
+
+    route_stdlib()
+    ctx.exit(runtime.run(run_batch(config, opts, tasks, finished)))

@@ -1,0 +1,161 @@
+"""`agentd batch` as an operator runs it: the real CLI, the official SDK server as
+the MCP side and a recording gateway (tests/gateway.py) as the intelligence."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from agentd_proc import agentd_env, run_agentd, start_agentd
+from batch_helpers import Samples, read_results, write_tasks
+from gateway import Gateway
+from peers import python_peer, require_modules
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def env() -> dict[str, str]:
+    return agentd_env(PYTHONPATH=os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.fixture(scope="module")
+def sdk():
+    require_modules("mcp", "uvicorn", "starlette")
+    with python_peer("sdk_servers.py") as peer:
+        yield peer
+
+
+def stats(peer) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{peer.port}/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def batch_args(tasks: Path, out: Path, gw: Gateway, sdk, *extra: str) -> list[str]:
+    return ["batch", "--tasks", str(tasks), "--out", str(out), "--intelligence", gw.url,
+            "--mcp", f"sdk={sdk.url}", "--spawn", "forkserver", *extra]
+
+
+async def test_48_tasks_at_parallel_8_each_once_never_over_8(tmp_path, sdk, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = write_tasks(tasks, 48)
+    samples = Samples()
+    calls_before = stats(sdk)["calls"]
+    async with Gateway([samples] * 96) as gw:
+        done = await run_agentd(agentd_bin, batch_args(tasks, out, gw, sdk, "--parallel", "8"),
+                                env=env(), limit=200)
+    assert done.rc == 0, done.stderr[-3000:]
+    results = read_results(out)
+    assert sorted(r["id"] for r in results) == ids  # every sample, exactly once
+    for r in results:
+        n = int(r["id"][1:])
+        assert r["status"] == "completed" and r["partial"] is False
+        assert r["result"] == f"done {n}: echo {n}"  # its own tool result, not another's
+        assert r["steps"] == 2 and r["usage"]["total_tokens"] == 30
+        assert "error" not in r and r["run_id"]
+    assert len({r["run_id"] for r in results}) == 48
+    assert len(gw.bodies) == 96 and stats(sdk)["calls"] - calls_before == 48
+    assert samples.max_open <= 8
+    end = done.events("batch.end")[-1]
+    assert end["by_status"] == {"completed": 48} and end["max_in_flight"] <= 8
+    assert end["tokens"] == 48 * 30 and end["sample_p95_s"] >= end["sample_p50_s"]
+
+
+async def test_a_failing_sample_does_not_stop_the_others(tmp_path, sdk, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    write_tasks(tasks, 4)
+    with tasks.open("a") as f:  # a scope naming no declared server: refused at spawn
+        f.write(json.dumps({"id": "bad", "instruction": "sample 9", "tool_scope": ["nope"]})
+                + "\n")
+    async with Gateway([Samples()] * 8) as gw:
+        done = await run_agentd(agentd_bin, batch_args(tasks, out, gw, sdk, "--parallel", "2"),
+                                env=env())
+    assert done.rc == 1, done.stderr[-3000:]
+    by_id = {r["id"]: r for r in read_results(out)}
+    assert len(by_id) == 5
+    assert by_id["bad"]["status"] == "failed" and "tool_scope" in by_id["bad"]["error"]
+    assert all(by_id[f"t{i:03d}"]["status"] == "completed" for i in range(4))
+
+
+@pytest.mark.parametrize(("lines", "needle"), [
+    (['{"id": "a", "instruction": "x"}', '{"id": "b", "instruction": 3}'], ":2: not a task"),
+    (['{"id": "a", "instruction": "x"}', "{not json"], ":2: not a task"),
+    (['{"id": "a", "instruction": "x", "tools": []}'], ":1: not a task"),
+    (['{"id": "a", "instruction": "x"}', "", '{"id": "a", "instruction": "y"}'],
+     ":3: duplicate id 'a' (first on line 1)"),
+])
+async def test_a_malformed_tasks_file_is_exit_2_before_anything_runs(
+        tmp_path, agentd_bin, lines, needle):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    tasks.write_text("\n".join(lines) + "\n")
+    async with Gateway([]) as gw:
+        done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(out),
+                                             "--intelligence", gw.url], env=env())
+    assert done.rc == 2
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and str(tasks) in err[0], done.stderr
+    assert not out.exists() and gw.bodies == []
+
+
+async def test_an_existing_results_file_needs_resume(tmp_path, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    write_tasks(tasks, 1)
+    out.write_text('{"id": "zzz"}\n')
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(out),
+                                         "--intelligence", "http://127.0.0.1:9/v1"], env=env())
+    assert done.rc == 2 and "--resume" in done.stderr
+    assert out.read_text() == '{"id": "zzz"}\n'  # untouched
+
+
+async def test_sigint_mid_batch_then_resume_runs_each_sample_once(tmp_path, sdk, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = write_tasks(tasks, 12)
+    # samples 0-3 answer at once; the rest hang at their first call until the
+    # batch is interrupted (the drain cancels them: they are not written)
+    async with Gateway([Samples(stall=lambda n: 120.0 if n >= 4 else 0.0)] * 24) as gw:
+        proc = await start_agentd(agentd_bin, batch_args(
+            tasks, out, gw, sdk, "--parallel", "4", "--drain-timeout", "4"), env=env())
+        for n in range(4):
+            await proc.wait_for_event("batch.sample.end", id=f"t{n:03d}", limit=90)
+        await proc.wait_for_event("batch.sample.start", handle="0.8", limit=60)
+        proc.signal(signal.SIGINT)
+        first = await proc.done(limit=90)
+    assert first.rc == 130, first.stderr[-3000:]
+    written = read_results(out)  # only whole lines
+    assert sorted(r["id"] for r in written) == ids[:4]
+    assert first.events("batch.end")[-1]["by_status"]["interrupted"] == 8
+    assert {e["id"] for e in first.events("batch.sample.dropped")} == set(ids[4:8])
+
+    samples = Samples()
+    async with Gateway([samples] * 24) as gw:
+        second = await run_agentd(agentd_bin, batch_args(tasks, out, gw, sdk, "--resume",
+                                                         "--parallel", "4"), env=env())
+    assert second.rc == 0, second.stderr[-3000:]
+    results = read_results(out)
+    assert Counter(r["id"] for r in results) == Counter(ids)  # each exactly once
+    assert sorted(samples.first) == list(range(4, 12))  # only the rest ran
+    assert second.events("batch.end")[-1]["skipped"] == 4
+
+
+async def test_resume_cuts_a_torn_last_line(tmp_path, sdk, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = write_tasks(tasks, 2)
+    async with Gateway([Samples()] * 4) as gw:
+        assert (await run_agentd(agentd_bin, batch_args(tasks, out, gw, sdk),
+                                 env=env())).rc == 0
+    lines = out.read_text().splitlines(keepends=True)
+    keep = next(ln for ln in lines if '"t000"' in ln)
+    out.write_text(keep + '{"id": "t001", "status": "compl')  # killed mid-write
+    samples = Samples()
+    async with Gateway([samples] * 4) as gw:
+        done = await run_agentd(agentd_bin, batch_args(tasks, out, gw, sdk, "--resume"),
+                                env=env())
+    assert done.rc == 0, done.stderr[-3000:]
+    assert [r["id"] for r in read_results(out)] == ids
+    assert samples.first == [1] and done.events("batch.resume.torn_line")
