@@ -159,3 +159,54 @@ async def test_resume_cuts_a_torn_last_line(tmp_path, sdk, agentd_bin):
     assert done.rc == 0, done.stderr[-3000:]
     assert [r["id"] for r in read_results(out)] == ids
     assert samples.first == [1] and done.events("batch.resume.torn_line")
+
+
+async def test_batch_token_ceiling_stops_calls_within_the_trees_bound(tmp_path, sdk, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = write_tasks(tasks, 10)
+    ceiling, inflight, largest = 100, 2, 15  # each call is 15 tokens (tests/gateway.py)
+    async with Gateway([Samples()] * 20) as gw:
+        done = await run_agentd(agentd_bin, batch_args(
+            tasks, out, gw, sdk, "--parallel", "3", "--batch-token-ceiling", str(ceiling),
+            "--max-inflight-intelligence", str(inflight)), env=env())
+    assert done.rc == 1, done.stderr[-3000:]
+    results = read_results(out)
+    assert sorted(r["id"] for r in results) == ids
+    spent = sum(r["usage"]["total_tokens"] for r in results)
+    assert spent == 15 * len(gw.bodies) == done.events("batch.end")[-1]["tokens"]
+    assert ceiling <= spent <= ceiling - 1 + inflight * largest  # docs/subagents.md's bound
+    out_of_budget = [r for r in results if r["status"] == "budget_exhausted"]
+    assert out_of_budget and all(r["partial"] for r in out_of_budget)
+    assert all(r["status"] in ("completed", "budget_exhausted") for r in results)
+
+
+class Storm:
+    """Answers requests number `first`..`first + n - 1` with 429 Retry-After: 1."""
+
+    def __init__(self, samples: Samples, first: int, n: int) -> None:
+        self.samples, self.first, self.n, self.seen, self.refused = samples, first, n, 0, 0
+
+    def __call__(self, body):
+        from gateway import Reply
+
+        self.seen += 1
+        if self.first <= self.seen < self.first + self.n:
+            self.refused += 1
+            return Reply.error(429, retry_after="1")
+        return self.samples(body)
+
+
+async def test_a_429_storm_slows_the_batch_and_loses_no_sample(tmp_path, sdk, agentd_bin):
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = write_tasks(tasks, 12)
+    storm = Storm(Samples(), first=5, n=8)
+    async with Gateway([storm] * 40) as gw:
+        done = await run_agentd(agentd_bin, ["--intelligence-attempts", "10", *batch_args(
+            tasks, out, gw, sdk, "--parallel", "4")], env=env())
+    assert done.rc == 0, done.stderr[-3000:]
+    results = read_results(out)
+    assert sorted(r["id"] for r in results) == ids
+    assert all(r["status"] == "completed" for r in results)
+    assert storm.refused == 8 and len(gw.bodies) == 24 + 8
+    retries = done.events("intelligence.retry")
+    assert len(retries) == 8 and all(r["delay_s"] >= 1.0 for r in retries)  # Retry-After kept

@@ -132,9 +132,11 @@ class Batch:
         began = time.monotonic()
         try:
             state = await self.sup.spawn(ROOT, req)
-        except SpawnRefused as exc:
-            self._write(task, "failed", False, None, 0, Usage(), f"{self.run_id}/-",
-                        str(exc), began)
+        except SpawnRefused as exc:  # past the batch's ceiling: budget_exhausted, not failed
+            ledger = self.sup.ledger
+            spent = ledger.ceiling is not None and ledger.spent >= ledger.ceiling
+            self._write(task, "budget_exhausted" if spent else "failed", spent, None, 0,
+                        Usage(), f"{self.run_id}/-", str(exc), began)
             return
         handle = state.handle
         self.broker.begin(handle)
