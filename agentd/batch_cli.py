@@ -16,6 +16,7 @@ import click
 
 from agentd import config as cfg
 from agentd.app.batch_files import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES
+from agentd.app.cassette import DEFAULT_CASSETTE_BYTES
 
 __all__ = ["batch"]
 
@@ -37,6 +38,12 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
               help="skip the ids --out already holds; run only the rest")
 @click.option("--batch-token-ceiling", type=int,
               help="tokens for the whole batch: later calls are refused  [default: none]")
+@click.option("--record", metavar="DIR",
+              help="write one cassette per sample: its model and MCP traffic, in order")
+@click.option("--replay", metavar="DIR",
+              help="answer every sample from its cassette in DIR: no network at all")
+@click.option("--cassette-bytes", type=int, default=DEFAULT_CASSETTE_BYTES, show_default=True,
+              help="largest cassette --replay reads")
 @click.option("--task-line-bytes", type=int, default=DEFAULT_TASK_LINE_BYTES,
               show_default=True, help="longest task line accepted")
 @click.option("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, show_default=True,
@@ -76,12 +83,19 @@ def batch(ctx: click.Context, **local: Any) -> None:
     config = config_from_flags(flags, needs_instruction=False)
     if config.mode != "task" or config.serve is not None:
         raise cfg.ConfigError("agentd batch: samples run in task mode, without --serve-mcp")
-    for key in ("parallel", "task_line_bytes", "max_tasks"):
+    for key in ("parallel", "task_line_bytes", "max_tasks", "cassette_bytes"):
         if local[key] < 1:
             raise cfg.ConfigError(f"--{key.replace('_', '-')} must be at least 1")
     if local["batch_token_ceiling"] is not None and local["batch_token_ceiling"] < 1:
         raise cfg.ConfigError("--batch-token-ceiling must be at least 1")
-    check_intelligence(config)
+    record, replay = local["record"], local["replay"]
+    if record and replay:
+        raise cfg.ConfigError("--record and --replay exclude each other")
+    if replay:
+        if not os.path.isdir(replay):
+            raise cfg.ConfigError(f"--replay {replay}: not a directory of cassettes")
+    else:
+        check_intelligence(config)
     tasks = load_tasks(local["tasks"], line_bytes=local["task_line_bytes"],
                        max_tasks=local["max_tasks"])
     out = local["out"]
@@ -92,8 +106,14 @@ def batch(ctx: click.Context, **local: Any) -> None:
             raise cfg.ConfigError(f"--out {out}: already holds results (--resume continues "
                                   "it; or name a new file)")
         finished = set()
+    if record:
+        try:
+            os.makedirs(record, exist_ok=True)
+        except OSError as exc:
+            raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
     opts = BatchOptions(tasks=local["tasks"], out=out, parallel=local["parallel"],
-                        resume=local["resume"], batch_token_ceiling=local["batch_token_ceiling"])
+                        resume=local["resume"], batch_token_ceiling=local["batch_token_ceiling"],
+                        record=record, replay=replay, cassette_bytes=local["cassette_bytes"])
     _log.configure(fmt=config.log_format, level=_log.env_level())
     from agentd.log_bridge import route_stdlib
 

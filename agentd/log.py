@@ -33,6 +33,12 @@ class _Sink:
         self.run_id = ""
         self.secrets: set[str] = set()
 
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
     def write(self, level: str, event: str, fields: dict[str, Any]) -> None:
         record: dict[str, Any] = {
             "ts": round(time.time(), 6),
@@ -47,9 +53,7 @@ class _Sink:
             extra = " ".join(f"{k}={_text(v)}" for k, v in fields.items())
             stamp = time.strftime("%H:%M:%S", time.localtime(record["ts"]))
             line = f"{stamp} {level.upper():7} {event} {extra}".rstrip()
-        for secret in self.secrets:
-            if secret in line:
-                line = line.replace(secret, REDACTED)
+        line = self.redact(line)
         try:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -122,6 +126,12 @@ def register_secret(value: str | None) -> None:
     """Redact `value` from every line logged from now on."""
     if value and len(value) >= _MIN_SECRET:
         _sink.secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret replaced (what a log line gets; a batch
+    cassette too, agentd.app.cassette)."""
+    return _sink.redact(text)
 
 
 def env_level() -> str:

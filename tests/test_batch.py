@@ -210,3 +210,71 @@ async def test_a_429_storm_slows_the_batch_and_loses_no_sample(tmp_path, sdk, ag
     assert storm.refused == 8 and len(gw.bodies) == 24 + 8
     retries = done.events("intelligence.retry")
     assert len(retries) == 8 and all(r["delay_s"] >= 1.0 for r in retries)  # Retry-After kept
+
+
+def strip_run(results: list[dict]) -> dict[str, dict]:
+    """Results by id without what differs per run by design (run ids, tokens)."""
+    return {r["id"]: {k: v for k, v in r.items() if k not in ("run_id", "usage")}
+            for r in results}
+
+
+async def test_record_then_replay_with_gateway_and_server_down(tmp_path, agentd_bin):
+    require_modules("mcp", "uvicorn", "starlette")
+    secret = "s3cr3t-token-4711"
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "tok").write_text(secret)
+    tasks, out, rec = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl", tmp_path / "rec"
+    ids = write_tasks(tasks, 8)
+    with tasks.open("a") as f:  # a secret in the traffic: scrubbed from the cassette
+        f.write(json.dumps({"id": "s", "instruction": f"sample 8 with {secret}"}) + "\n")
+    server = python_peer("sdk_servers.py").start()
+    conf = tmp_path / "agentd.toml"
+    conf.write_text(f'[[mcp_servers]]\nname = "sdk"\nurl = "{server.url}"\nrequired = true\n'
+                    'headers = { Authorization = "Bearer {{secret:tok}}" }\n')
+    common = ["--config", str(conf), "--secrets-dir", str(tmp_path / "secrets"),
+              "--parallel", "4"]
+    try:
+        async with Gateway([Samples()] * 18) as gw:
+            live = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out",
+                                                 str(out), "--intelligence", gw.url,
+                                                 "--record", str(rec), *common], env=env())
+        assert live.rc == 0, live.stderr[-3000:]
+        assert stats(server)["calls"] == 9
+    finally:
+        server.stop()  # the gateway is closed too: replay has no network at all
+    cassettes = sorted(rec.iterdir())
+    assert len(cassettes) == 9
+    for path in cassettes:
+        text = path.read_text()
+        assert secret not in text
+        lines = [json.loads(ln) for ln in text.splitlines()]
+        assert lines[0]["cassette"] == 1 and lines[0]["scope"] == ["sdk"]
+        assert [(e["handle"], e["step"], e["request"]["kind"]) for e in lines[1:]] == [
+            ("", 1, "complete"), ("", 2, "call"), ("", 3, "complete")]
+        assert lines[2]["request"]["name"] == "sdk__echo"
+        assert lines[2]["response"]["kind"] == "observation"
+    replayed = tmp_path / "replayed.jsonl"
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(replayed),
+                                         "--replay", str(rec), *common], env=env())
+    assert done.rc == 0, done.stderr[-3000:]
+    live_results, replay_results = read_results(out), read_results(replayed)
+    assert strip_run(replay_results) == strip_run(live_results)
+    assert sorted(strip_run(replay_results)) == sorted([*ids, "s"])
+    assert all(r["usage"]["total_tokens"] == 0 for r in replay_results)
+    assert done.events("batch.end")[-1]["tokens"] == 0
+
+    # a divergent task: sample 3's instruction changed since the recording
+    lines = tasks.read_text().splitlines()
+    lines[3] = json.dumps({"id": ids[3], "instruction": "sample 3: echo it twice"})
+    tasks.write_text("\n".join(lines) + "\n")
+    diverged = tmp_path / "diverged.jsonl"
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(diverged),
+                                         "--replay", str(rec), *common], env=env())
+    assert done.rc == 1, done.stderr[-3000:]
+    by_id = {r["id"]: r for r in read_results(diverged)}
+    bad = by_id.pop(ids[3])
+    assert bad["status"] == "failed"
+    assert bad["error"].startswith(
+        f"replay diverged at sample {ids[3]!r} step 1 of the sample: request.messages[")
+    assert '"sample 3: echo it"' in bad["error"] and '"sample 3: echo it twice"' in bad["error"]
+    assert all(r["status"] == "completed" for r in by_id.values()) and len(by_id) == 8

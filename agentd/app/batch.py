@@ -27,18 +27,25 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
 
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
+from agentd.app.cassette import DEFAULT_CASSETTE_BYTES
 from agentd.app.run import metered_provider, new_run_id, open_toolbox
 from agentd.config import Config
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
 from agentd.intelligence import make_intelligence
+from agentd.intelligence.base import (
+    Completion,
+    IntelligenceUnavailable,
+    Message,
+    ToolDef,
+)
 from agentd.log import configure, env_level, log
 from agentd.output import Usage
 from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest
@@ -56,6 +63,9 @@ class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     parallel: int = DEFAULT_PARALLEL
     resume: bool = False
     batch_token_ceiling: int | None = None
+    record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
+    replay: str | None = None  # a directory of cassettes: no network at all
+    cassette_bytes: int = DEFAULT_CASSETTE_BYTES
 
 
 class Stats:
@@ -108,6 +118,7 @@ class Batch:
         self.stopping = False  # a signal: no new sample starts
         self.interrupted = False
         self._waiting: dict[str, asyncio.Future[HandleState]] = {}
+        self.servers = frozenset(s.name for s in (*config.mcp, *config.a2a_peers))
         sup.on_terminal(self._terminal)
 
     def _terminal(self, state: HandleState) -> None:
@@ -139,7 +150,8 @@ class Batch:
                         Usage(), f"{self.run_id}/-", str(exc), began)
             return
         handle = state.handle
-        self.broker.begin(handle)
+        self.broker.begin(handle, task.id, frozenset(scope) if scope is not None
+                          else self.servers)
         stats = self.stats
         stats.running += 1
         stats.max_running = max(stats.max_running, stats.running)
@@ -157,11 +169,13 @@ class Batch:
                      reason="interrupted: --resume runs it again")
             return
         error = None
-        if state.status != "completed":
+        status = state.status
+        if tally.failure is not None:  # a replay that diverged, or a bad cassette
+            status, error = "failed", tally.failure
+        elif status != "completed":
             res = state.result
-            error = str(res["error"]) if isinstance(res, dict) and "error" in res \
-                else state.status
-        self._write(task, state.status, state.partial, state.result, tally.steps,
+            error = str(res["error"]) if isinstance(res, dict) and "error" in res else status
+        self._write(task, status, state.partial, state.result, tally.steps,
                     tally.usage, f"{self.run_id}/{handle}", error, began)
 
     def _write(self, task: TaskLine, status: str, partial: bool, result: Any, steps: int,
@@ -181,6 +195,20 @@ class Batch:
             self.interrupted = True
             for handle in list(self._waiting):
                 asyncio.get_running_loop().create_task(self.sup.cancel(handle))
+
+
+class Offline:
+    """`--replay`'s intelligence: every answer comes from a cassette, so a call
+    that reaches the provider is a bug; it is refused, never sent."""
+
+    name = "replay"
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDef]
+                       ) -> Completion:
+        raise IntelligenceUnavailable("--replay: no intelligence call leaves the batch")
+
+    async def aclose(self) -> None:
+        return None
 
 
 def _supervisor_config(config: Config, opts: BatchOptions) -> Config:
@@ -225,14 +253,16 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             installed.append(sig)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            provider = make_intelligence(config.intelligence, model=config.model,
-                                         stream=config.intelligence_stream,
-                                         timeout=config.intelligence_timeout,
-                                         attempts=config.intelligence_attempts)
+            replay = opts.replay is not None
+            provider = Offline() if replay else make_intelligence(
+                config.intelligence, model=config.model, stream=config.intelligence_stream,
+                timeout=config.intelligence_timeout, attempts=config.intelligence_attempts)
             metered = metered_provider(config, provider, opts.batch_token_ceiling)
             stack.push_async_callback(metered.aclose)
-            toolbox = await stack.enter_async_context(open_toolbox(config, run_id))
-            broker = SampleBroker(intelligence=metered, toolbox=toolbox)
+            toolbox = None if replay else await stack.enter_async_context(
+                open_toolbox(config, run_id))
+            broker = SampleBroker(intelligence=metered, toolbox=toolbox, record=opts.record,
+                                  replay=opts.replay, cassette_bytes=opts.cassette_bytes)
             sup = await stack.enter_async_context(Supervisor(
                 _supervisor_config(config, opts), run_id=run_id, broker=broker,
                 ledger=metered.ledger))

@@ -5,17 +5,29 @@ subagents as that child's descendants (`0.k.…`): processes are flat, so every
 intelligence and MCP request of a sample's whole subtree reaches the root's
 `Broker` on behalf of a handle under `0.k`. This subclass counts each sample's
 model answers (its own handle's: the result line's `steps`) and the tokens of
-its subtree (`usage`), and is the one place a cassette is recorded from or
-replayed into (agentd.app.cassette).
+its subtree (`usage`), and is the one place a cassette is recorded from
+(`--record`: after the real broker answered) or replayed into (`--replay`:
+instead of it, with no provider and no MCP connection at all), see
+agentd.app.cassette.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from agentd.app.cassette import (
+    CassetteError,
+    ErrorBody,
+    Recorder,
+    Replay,
+    ReplayDiverged,
+)
+from agentd.log import log
 from agentd.output import Usage
-from agentd.tree.broker import Broker
-from agentd.tree.control import IoCompletion, IoRequest, IoResult
+from agentd.tree.broker import Broker, BrokerError
+from agentd.tree.control import IO_FAULT, Catalogue, IoCompletion, IoRequest, IoResult
 
 
 def sample_of(handle: str) -> str:
@@ -25,38 +37,109 @@ def sample_of(handle: str) -> str:
 
 
 class Tally:
-    """One sample's counts, kept while it runs."""
+    """One sample's counts and cassette, kept while it runs."""
 
     def __init__(self) -> None:
         self.steps = 0
         self.usage = Usage()
+        self.requests: dict[str, int] = {}  # relative handle -> requests so far
+        self.recorder: Recorder | None = None
+        self.replay: Replay | None = None
+        self.failure: str | None = None  # a divergence or a bad cassette: the sample fails
+
+    def next_step(self, rel: str) -> int:
+        n = self.requests.get(rel, 0) + 1
+        self.requests[rel] = n
+        return n
+
+
+def _narrowed(cat: Catalogue | None, scope: frozenset[str]) -> Catalogue | None:
+    """A recorded catalogue cut to a (subagent's narrower) scope."""
+    if cat is None or not scope:
+        return None
+    return msgspec.structs.replace(
+        cat, tools=tuple(t for t in cat.tools if t.server in scope),
+        resources=tuple(r for r in cat.resources if r.server in scope),
+        instructions={n: t for n, t in cat.instructions.items() if n in scope},
+        a2a_peers=tuple(p for p in cat.a2a_peers if p in scope))
 
 
 class SampleBroker(Broker):
-    """A `Broker` that counts per sample (see the module doc)."""
+    """A `Broker` that counts per sample, and records or replays (module doc)."""
 
-    def __init__(self, *, intelligence: Any, toolbox: Any = None) -> None:
+    def __init__(self, *, intelligence: Any, toolbox: Any = None, record: str | None = None,
+                 replay: str | None = None, cassette_bytes: int = 0) -> None:
         super().__init__(intelligence=intelligence, toolbox=toolbox)
         self.tallies: dict[str, Tally] = {}
+        self.record_dir = record
+        self.replay_dir = replay
+        self.cassette_bytes = cassette_bytes
+        self._replayed: Catalogue | None = None  # the catalogue replay offers
 
-    def begin(self, sample: str) -> None:
-        self.tallies[sample] = Tally()
+    def begin(self, sample: str, sample_id: str, scope: frozenset[str]) -> None:
+        """Before the sample's child starts (its catalogue is not asked for yet)."""
+        tally = self.tallies[sample] = Tally()
+        if self.record_dir is not None:
+            tally.recorder = Recorder(self.record_dir, sample_id, sorted(scope),
+                                      super().catalogue(scope))
+        elif self.replay_dir is not None:
+            try:
+                tally.replay = Replay(self.replay_dir, sample_id,
+                                      max_bytes=self.cassette_bytes)
+                self._replayed = tally.replay.header.catalogue
+            except CassetteError as exc:
+                tally.failure = str(exc)
 
     def end(self, sample: str) -> Tally:
-        return self.tallies.pop(sample, None) or Tally()
+        tally = self.tallies.pop(sample, None) or Tally()
+        if tally.recorder is not None:
+            tally.recorder.close()
+        if tally.replay is not None and tally.failure is None:
+            rest = tally.replay.unplayed()
+            if rest is not None:
+                tally.failure = str(rest)
+        return tally
+
+    def catalogue(self, scope: frozenset[str]) -> Catalogue | None:
+        if self.replay_dir is not None:
+            return _narrowed(self._replayed, scope)
+        return super().catalogue(scope)
 
     async def serve(self, handle: str, scope: frozenset[str], req: IoRequest) -> IoResult:
-        result = await super().serve(handle, scope, req)
-        self.count(handle, result)
+        sample = sample_of(handle)
+        tally = self.tallies.get(sample)
+        if tally is None:  # not a sample's (nothing else runs under a batch root)
+            return await super().serve(handle, scope, req)
+        rel = handle[len(sample):]
+        step = tally.next_step(rel)
+        if self.replay_dir is not None:
+            result = self._replay(tally, rel, step, req)
+        else:
+            try:
+                result = await super().serve(handle, scope, req)
+            except BrokerError as exc:
+                if tally.recorder is not None:
+                    tally.recorder.add(rel, step, req, error=ErrorBody(exc.code, exc.message))
+                raise
+            if tally.recorder is not None:
+                tally.recorder.add(rel, step, req, result)
+        if isinstance(result, IoCompletion):
+            if not rel:
+                tally.steps += 1
+            u = result.completion.usage
+            tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
         return result
 
-    def count(self, handle: str, result: IoResult) -> None:
-        if not isinstance(result, IoCompletion):
-            return
-        tally = self.tallies.get(sample_of(handle))
-        if tally is None:
-            return
-        if sample_of(handle) == handle:
-            tally.steps += 1
-        u = result.completion.usage
-        tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
+    def _replay(self, tally: Tally, rel: str, step: int, req: IoRequest) -> IoResult:
+        if tally.failure is not None or tally.replay is None:
+            raise BrokerError(IO_FAULT, tally.failure or "replay: no cassette")
+        try:
+            answer = tally.replay.answer(rel, step, req)
+        except ReplayDiverged as exc:
+            tally.failure = str(exc)
+            log.warning("batch.replay.diverged", sample=tally.replay.sample, handle=rel,
+                        step=step, error=tally.failure)
+            raise BrokerError(IO_FAULT, tally.failure) from None
+        if isinstance(answer, ErrorBody):
+            raise BrokerError(answer.code, answer.message)
+        return answer

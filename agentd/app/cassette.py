@@ -1,0 +1,203 @@
+"""Batch cassettes: one sample's brokered I/O, recorded and replayed (docs/batch.md).
+
+A cassette is one JSON Lines file per sample (format version
+`CASSETTE_VERSION`, stable: a new member or meaning is a new version):
+
+* line 1, the header: `{"cassette": 1, "sample": ID, "scope": [...],
+  "catalogue": {...}}`: the servers the sample may use and what it was
+  offered of them (tools, resources, instructions), as its first frame
+  carried it;
+* then one line per request of the sample's subtree, in the order answered:
+  `{"handle": H, "step": K, "request": {...}, "response": {...}}`, or
+  `"error": {"code", "message"}` in place of `response`. `handle` is
+  relative to the sample (`""` the sample itself, `".1"` its first
+  subagent, `".1.2"` …), `step` the K-th request of that handle;
+  `request` and `response` are the control wire's `io/request` and its
+  answer (`kind`: complete/call/read/subscribe/unsubscribe/a2a; completion/
+  observation/done) without the trace context, which differs per run.
+
+Every line goes through the log's redaction (registered secrets: resolved
+`{{secret:…}}` values, gateway keys, OAuth tokens, bearers) before it is
+written. Replay looks a request up by `(handle, step)`: every handle's
+requests are sequential, so the lookup does not depend on how the subtree's
+handles interleaved. A request that differs from the recorded one, a request
+the recording does not have, or a recording with requests the run never made
+is a divergence: `ReplayDiverged` names the sample, the handle's step and the
+first difference (a JSON path and both values).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Any
+
+import msgspec
+import orjson
+
+from agentd.errors import TreeError
+from agentd.log import redact
+from agentd.output import Usage
+from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
+
+CASSETTE_VERSION = 1
+DEFAULT_CASSETTE_BYTES = 256 << 20
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class ReplayDiverged(TreeError):
+    """A replayed sample asked for something its cassette does not hold."""
+
+
+class CassetteError(TreeError):
+    """A cassette that is missing, too large, or not in the format."""
+
+
+class ErrorBody(msgspec.Struct, forbid_unknown_fields=True):
+    code: int
+    message: str
+
+
+class Header(msgspec.Struct, forbid_unknown_fields=True):
+    cassette: int
+    sample: str
+    scope: list[str]
+    catalogue: Catalogue | None = None
+
+
+class Entry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    handle: str
+    step: int
+    request: dict[str, Any]
+    response: dict[str, Any] | None = None
+    error: ErrorBody | None = None
+
+
+def cassette_path(directory: str, sample_id: str) -> str:
+    """The file of a sample: a readable slug and a hash of the id (an id is
+    untrusted text: it never becomes a path of its own)."""
+    digest = hashlib.sha256(sample_id.encode()).hexdigest()[:16]
+    slug = _SLUG.sub("_", sample_id)[:64].strip("._") or "sample"
+    return os.path.join(directory, f"{slug}-{digest}.jsonl")
+
+
+def request_json(req: IoRequest) -> dict[str, Any]:
+    """A request as the cassette holds it: its wire JSON without the trace context,
+    secrets redacted (so a replay compares like with like)."""
+    out: dict[str, Any] = orjson.loads(redact(msgspec.json.encode(req).decode()))
+    out.pop("traceparent", None)
+    return out
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value).decode() if value is not ... else "(absent)"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def first_difference(recorded: Any, now: Any, path: str = "") -> str | None:
+    """The first place two JSON values differ: `path: recorded X, now Y`."""
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        for key in [*recorded, *(k for k in now if k not in recorded)]:
+            diff = first_difference(recorded.get(key, ...), now.get(key, ...), f"{path}.{key}")
+            if diff is not None:
+                return diff
+        return None
+    if isinstance(recorded, list) and isinstance(now, list):
+        for i, (a, b) in enumerate(zip(recorded, now, strict=False)):
+            diff = first_difference(a, b, f"{path}[{i}]")
+            if diff is not None:
+                return diff
+        if len(recorded) != len(now):
+            return f"{path or '.'}: recorded {len(recorded)} items, now {len(now)}"
+        return None
+    if recorded != now or type(recorded) is not type(now):
+        return f"{path or '.'}: recorded {_short(recorded)}, now {_short(now)}"
+    return None
+
+
+class Recorder:
+    """Writes one sample's cassette as its requests are answered."""
+
+    def __init__(self, directory: str, sample_id: str, scope: list[str],
+                 catalogue: Catalogue | None) -> None:
+        self.path = cassette_path(directory, sample_id)
+        self._f = open(self.path, "wb")
+        self._line(Header(CASSETTE_VERSION, sample_id, scope, catalogue))
+
+    def _line(self, obj: Any) -> None:
+        self._f.write(redact(msgspec.json.encode(obj).decode()).encode() + b"\n")
+        self._f.flush()
+
+    def add(self, handle: str, step: int, req: IoRequest, result: IoResult | None = None,
+            error: ErrorBody | None = None) -> None:
+        response = msgspec.to_builtins(result) if result is not None else None
+        self._line(Entry(handle, step, request_json(req), response, error))
+
+    def close(self) -> None:
+        self._f.close()
+
+
+_result = msgspec.json.Decoder(IoResult)
+
+
+class Replay:
+    """One sample's cassette, answering its requests (see the module doc)."""
+
+    def __init__(self, directory: str, sample_id: str, *,
+                 max_bytes: int = DEFAULT_CASSETTE_BYTES) -> None:
+        self.sample = sample_id
+        self.path = path = cassette_path(directory, sample_id)
+        try:
+            if os.path.getsize(path) > max_bytes:
+                raise CassetteError(f"cassette {path}: larger than --cassette-bytes={max_bytes}")
+            with open(path, "rb") as f:
+                lines = f.read().splitlines()
+        except OSError as exc:
+            raise CassetteError(f"no cassette for sample {sample_id!r}: {path}: "
+                                f"{exc.strerror or exc}") from None
+        try:
+            self.header = msgspec.json.decode(lines[0] if lines else b"", type=Header)
+            entries = [msgspec.json.decode(ln, type=Entry) for ln in lines[1:] if ln.strip()]
+        except msgspec.DecodeError as exc:
+            raise CassetteError(f"cassette {path}: not a version-{CASSETTE_VERSION} "
+                                f"cassette: {exc}") from None
+        if self.header.cassette != CASSETTE_VERSION or self.header.sample != sample_id:
+            raise CassetteError(f"cassette {path}: version {self.header.cassette} of sample "
+                                f"{self.header.sample!r}, expected version "
+                                f"{CASSETTE_VERSION} of {sample_id!r}")
+        self._entries = {(e.handle, e.step): e for e in entries}
+        self._used: set[tuple[str, int]] = set()
+
+    def _diverged(self, handle: str, step: int, what: str) -> ReplayDiverged:
+        who = "the sample" if not handle else f"subagent {handle}"
+        return ReplayDiverged(f"replay diverged at sample {self.sample!r} step {step} of "
+                              f"{who}: {what}")
+
+    def answer(self, handle: str, step: int, req: IoRequest) -> IoResult | ErrorBody:
+        """The recorded answer of this request; ReplayDiverged if it is not the one."""
+        entry = self._entries.get((handle, step))
+        now = request_json(req)
+        if entry is None:
+            raise self._diverged(handle, step, f"a {now.get('kind')} request the recording "
+                                               "does not have")
+        diff = first_difference(entry.request, now, "request")
+        if diff is not None:
+            raise self._diverged(handle, step, diff)
+        self._used.add((handle, step))
+        if entry.error is not None:
+            return entry.error
+        result = _result.decode(orjson.dumps(entry.response))
+        if isinstance(result, IoCompletion):  # nothing is spent in a replay
+            result.completion.usage = Usage()
+        return result
+
+    def unplayed(self) -> ReplayDiverged | None:
+        """After the sample ended: the first recorded request it never made."""
+        rest = sorted(k for k in self._entries if k not in self._used)
+        if not rest:
+            return None
+        handle, step = rest[0]
+        kind = self._entries[rest[0]].request.get("kind")
+        return self._diverged(handle, step, f"the run ended; the recording goes on with a "
+                                            f"{kind} request")
