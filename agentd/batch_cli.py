@@ -16,6 +16,7 @@ import click
 
 from agentd import config as cfg
 from agentd.app.batch_files import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES
+from agentd.app.batch_progress import DEFAULT_PROGRESS_INTERVAL
 from agentd.app.cassette import DEFAULT_CASSETTE_BYTES
 
 __all__ = ["batch"]
@@ -44,6 +45,9 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
               help="answer every sample from its cassette in DIR: no network at all")
 @click.option("--cassette-bytes", type=int, default=DEFAULT_CASSETTE_BYTES, show_default=True,
               help="largest cassette --replay reads")
+@click.option("--progress-interval", type=float, default=DEFAULT_PROGRESS_INTERVAL,
+              show_default=True,
+              help="off a terminal: a batch.progress JSON line this often (seconds)")
 @click.option("--task-line-bytes", type=int, default=DEFAULT_TASK_LINE_BYTES,
               show_default=True, help="longest task line accepted")
 @click.option("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, show_default=True,
@@ -86,6 +90,8 @@ def batch(ctx: click.Context, **local: Any) -> None:
     for key in ("parallel", "task_line_bytes", "max_tasks", "cassette_bytes"):
         if local[key] < 1:
             raise cfg.ConfigError(f"--{key.replace('_', '-')} must be at least 1")
+    if not local["progress_interval"] > 0:
+        raise cfg.ConfigError("--progress-interval must be positive")
     if local["batch_token_ceiling"] is not None and local["batch_token_ceiling"] < 1:
         raise cfg.ConfigError("--batch-token-ceiling must be at least 1")
     record, replay = local["record"], local["replay"]
@@ -113,7 +119,8 @@ def batch(ctx: click.Context, **local: Any) -> None:
             raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
     opts = BatchOptions(tasks=local["tasks"], out=out, parallel=local["parallel"],
                         resume=local["resume"], batch_token_ceiling=local["batch_token_ceiling"],
-                        record=record, replay=replay, cassette_bytes=local["cassette_bytes"])
+                        record=record, replay=replay, cassette_bytes=local["cassette_bytes"],
+                        progress_interval=local["progress_interval"])
     _log.configure(fmt=config.log_format, level=_log.env_level())
     from agentd.log_bridge import route_stdlib
 

@@ -34,6 +34,7 @@ import msgspec
 
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
+from agentd.app.batch_progress import DEFAULT_PROGRESS_INTERVAL, progress
 from agentd.app.cassette import DEFAULT_CASSETTE_BYTES
 from agentd.app.run import metered_provider, new_run_id, open_toolbox
 from agentd.config import Config
@@ -66,6 +67,7 @@ class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
     cassette_bytes: int = DEFAULT_CASSETTE_BYTES
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # off a terminal: a JSON line
 
 
 class Stats:
@@ -273,7 +275,8 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             holder.append(batch)
             if signalled:  # a signal during start-up
                 batch.interrupt(now=True)
-            await batch.run(todo)
+            async with progress(stats, opts.progress_interval):
+                await batch.run(todo)
     except Exception as exc:  # nothing ran, or the batch root itself failed
         code, event, message = classify(exc)
         log.error(event, error=message)
