@@ -278,3 +278,31 @@ async def test_record_then_replay_with_gateway_and_server_down(tmp_path, agentd_
         f"replay diverged at sample {ids[3]!r} step 1 of the sample: request.messages[")
     assert '"sample 3: echo it"' in bad["error"] and '"sample 3: echo it twice"' in bad["error"]
     assert all(r["status"] == "completed" for r in by_id.values()) and len(by_id) == 8
+
+
+async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, agentd_bin):
+    script = {"playback": 1, "scripts": [
+        {"match": "child", "turns": [{"content": "child ok"}]},
+        {"match": "parent", "turns": [
+            {"tool_calls": [{"name": "agentd__subagent_spawn",
+                             "arguments": {"instruction": "child of the parent"}}]},
+            {"content": "parent done", "expect": "child ok"}]}]}
+    pb = tmp_path / "pb.json"
+    pb.write_text(json.dumps(script))
+    tasks, out, rec = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl", tmp_path / "rec"
+    tasks.write_text(json.dumps({"id": "a", "instruction": "parent a"}) + "\n")
+    live = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(out),
+                                         "--intelligence", f"playback:{pb}",
+                                         "--record", str(rec)], env=env())
+    assert live.rc == 0, live.stderr[-2000:]
+    (cassette,) = rec.iterdir()
+    entries = [json.loads(ln) for ln in cassette.read_text().splitlines()[1:]]
+    assert [(e["handle"], e["step"], e["request"]["kind"]) for e in entries] == [
+        ("", 1, "complete"), (".1", 1, "complete"), ("", 2, "complete")]
+    replayed = tmp_path / "replayed.jsonl"
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out",
+                                         str(replayed), "--replay", str(rec)], env=env())
+    assert done.rc == 0, done.stderr[-2000:]
+    (r,) = read_results(replayed)
+    assert r["result"] == "parent done" and r["steps"] == 2
+    assert r["usage"]["total_tokens"] == 0

@@ -65,3 +65,4 @@ async def test_off_a_terminal_progress_is_json_lines(tmp_path, agentd_bin):
     end = done.events("batch.end")[-1]
     assert end["by_status"] == {"completed": 2} and end["tokens"] == 10
     assert set(end) >= {"wall_s", "sample_p50_s", "sample_p95_s"}
+
