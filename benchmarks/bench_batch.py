@@ -16,7 +16,7 @@ samples run three ways, in the same run, against the same gateway and server:
 * ``replay`` -- ``agentd batch --replay DIR``: the batch's cassettes, the
   gateway's request count checked to stay 0.
 
-fast-agent's BatchRunner is not compared here (see docs/batch.md).
+fast-agent's BatchRunner is not compared (docs/benchmarks.md says why).
 
 Prints one JSON line. Figures only; nothing asserts a time.
 """
