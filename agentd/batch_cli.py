@@ -15,16 +15,16 @@ from typing import Any
 import click
 
 from agentd import config as cfg
-from agentd.app.batch_files import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES
-from agentd.app.batch_progress import DEFAULT_PROGRESS_INTERVAL
-from agentd.app.cassette import DEFAULT_CASSETTE_BYTES
 
 __all__ = ["batch"]
 
 # run flags accepted here as well as before `batch` (the root command's names)
 _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ceiling",
            "deadline", "drain_timeout", "max_inflight_intelligence", "spawn",
-           "log_format", "log_level", "secrets_dir")
+           "log_format", "log_level", "secrets_dir",
+           # the batch's own limits: Config fields, so --config may set them too
+           "parallel", "batch_token_ceiling", "progress_interval", "task_line_bytes",
+           "max_tasks", "cassette_bytes")
 
 
 @click.command("batch", context_settings={"help_option_names": ["-h", "--help"],
@@ -33,8 +33,7 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
               help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}')
 @click.option("--out", required=True, metavar="RESULTS.jsonl",
               help="results, one line per sample, appended as each ends")
-@click.option("--parallel", type=int, default=8, show_default=True,
-              help="samples in flight at once")
+@click.option("--parallel", type=int, help="samples in flight at once  [default: 8]")
 @click.option("--resume", is_flag=True,
               help="skip the ids --out already holds; run only the rest")
 @click.option("--batch-token-ceiling", type=int,
@@ -43,15 +42,14 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
               help="write one cassette per sample: its model and MCP traffic, in order")
 @click.option("--replay", metavar="DIR",
               help="answer every sample from its cassette in DIR: no network at all")
-@click.option("--cassette-bytes", type=int, default=DEFAULT_CASSETTE_BYTES, show_default=True,
-              help="largest cassette --replay reads")
-@click.option("--progress-interval", type=float, default=DEFAULT_PROGRESS_INTERVAL,
-              show_default=True,
-              help="off a terminal: a batch.progress JSON line this often (seconds)")
-@click.option("--task-line-bytes", type=int, default=DEFAULT_TASK_LINE_BYTES,
-              show_default=True, help="longest task line accepted")
-@click.option("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, show_default=True,
-              help="most task lines accepted")
+@click.option("--cassette-bytes", type=int,
+              help="largest cassette --replay reads  [default: 268435456]")
+@click.option("--progress-interval", type=float,
+              help="off a terminal: a batch.progress JSON line this often (seconds)  "
+                   "[default: 5]")
+@click.option("--task-line-bytes", type=int,
+              help="longest task line accepted  [default: 1048576]")
+@click.option("--max-tasks", type=int, help="most task lines accepted  [default: 100000]")
 @click.option("--config", "config_file", metavar="FILE", help="as for a run")
 @click.option("--intelligence", metavar="URL|playback:PATH", help="as for a run")
 @click.option("--model", help="as for a run")
@@ -87,13 +85,6 @@ def batch(ctx: click.Context, **local: Any) -> None:
     config = config_from_flags(flags, needs_instruction=False)
     if config.mode != "task" or config.serve is not None:
         raise cfg.ConfigError("agentd batch: samples run in task mode, without --serve-mcp")
-    for key in ("parallel", "task_line_bytes", "max_tasks", "cassette_bytes"):
-        if local[key] < 1:
-            raise cfg.ConfigError(f"--{key.replace('_', '-')} must be at least 1")
-    if not local["progress_interval"] > 0:
-        raise cfg.ConfigError("--progress-interval must be positive")
-    if local["batch_token_ceiling"] is not None and local["batch_token_ceiling"] < 1:
-        raise cfg.ConfigError("--batch-token-ceiling must be at least 1")
     record, replay = local["record"], local["replay"]
     if record and replay:
         raise cfg.ConfigError("--record and --replay exclude each other")
@@ -102,8 +93,8 @@ def batch(ctx: click.Context, **local: Any) -> None:
             raise cfg.ConfigError(f"--replay {replay}: not a directory of cassettes")
     else:
         check_intelligence(config)
-    tasks = load_tasks(local["tasks"], line_bytes=local["task_line_bytes"],
-                       max_tasks=local["max_tasks"])
+    tasks = load_tasks(local["tasks"], line_bytes=config.task_line_bytes,
+                       max_tasks=config.max_tasks)
     out = local["out"]
     if local["resume"]:
         finished = finished_ids(out)
@@ -117,10 +108,8 @@ def batch(ctx: click.Context, **local: Any) -> None:
             os.makedirs(record, exist_ok=True)
         except OSError as exc:
             raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
-    opts = BatchOptions(tasks=local["tasks"], out=out, parallel=local["parallel"],
-                        resume=local["resume"], batch_token_ceiling=local["batch_token_ceiling"],
-                        record=record, replay=replay, cassette_bytes=local["cassette_bytes"],
-                        progress_interval=local["progress_interval"])
+    opts = BatchOptions(tasks=local["tasks"], out=out, resume=local["resume"],
+                        record=record, replay=replay)
     _log.configure(fmt=config.log_format, level=_log.env_level())
     from agentd.log_bridge import route_stdlib
 

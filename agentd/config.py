@@ -35,6 +35,13 @@ SPAWN_MODES = ("exec", "forkserver")
 # the Supervisor falls back to exec, with one warning, if it cannot start.
 DEFAULT_SPAWN = "forkserver" if sys.platform.startswith("linux") else "exec"
 DEFAULT_MAX_INFLIGHT_INTELLIGENCE = 64  # intelligence calls in flight, tree-wide
+# agentd batch (docs/batch.md): samples in flight, the progress line's period, the bounds
+# of a task line, of a tasks file and of a cassette a replay reads
+DEFAULT_PARALLEL = 8
+DEFAULT_PROGRESS_INTERVAL = 5.0
+DEFAULT_TASK_LINE_BYTES = 1 << 20
+DEFAULT_MAX_TASKS = 100_000
+DEFAULT_CASSETTE_BYTES = 256 << 20
 LOG_FORMATS = ("json", "text")
 DEFAULT_LOG_FORMAT = "json"
 SECRET_RE = re.compile(r"\{\{secret:([A-Za-z0-9_.-]+)\}\}")
@@ -227,6 +234,13 @@ class Config(RunLimits, frozen=True):
     # bearer for /metrics on that listener: a token, or "{{secret:NAME}}" (resolved at
     # start); default: --serve-bearer. A secret: never logged.
     metrics_bearer: str | None = msgspec.field(default=None)
+    # agentd batch's own (the flags of the same names; docs/batch.md)
+    parallel: int = DEFAULT_PARALLEL
+    batch_token_ceiling: int | None = None
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL
+    task_line_bytes: int = DEFAULT_TASK_LINE_BYTES
+    max_tasks: int = DEFAULT_MAX_TASKS
+    cassette_bytes: int = DEFAULT_CASSETTE_BYTES
 
     def server(self, name: str) -> ServerSpec | None:
         return next((s for s in self.mcp if s.name == name), None)
@@ -525,7 +539,9 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
                 "observation_bytes", "max_subscriptions", "intelligence_attempts",
-                "max_inflight_intelligence", "sse_event_bytes", "intelligence_max_bytes"):
+                "max_inflight_intelligence", "sse_event_bytes", "intelligence_max_bytes",
+                "parallel", "batch_token_ceiling", "task_line_bytes", "max_tasks",
+                "cassette_bytes"):
         if key in values and values[key] is not None and values[key] < 1:
             raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
     given = {k: values[k] for k in ("sse_event_bytes", "sse_retry_min_ms", "sse_retry_max_ms")
@@ -540,7 +556,7 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
                           f"{bounds.retry_min_ms}, --sse-retry-max-ms {bounds.retry_max_ms}: "
                           f"{exc}") from None
     for key in ("init_timeout", "ping_interval", "drain_timeout", "deadline",
-                "intelligence_timeout"):
+                "intelligence_timeout", "progress_interval"):
         if values.get(key) is not None and values[key] <= 0:
             raise ConfigError(f"--{key.replace('_', '-')} must be positive")
     if values.get("debounce") is not None and values["debounce"] < 0:

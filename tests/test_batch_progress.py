@@ -66,3 +66,21 @@ async def test_off_a_terminal_progress_is_json_lines(tmp_path, agentd_bin):
     assert end["by_status"] == {"completed": 2} and end["tokens"] == 10
     assert set(end) >= {"wall_s", "sample_p50_s", "sample_p95_s"}
 
+
+
+async def test_the_batch_limits_are_config_file_keys(tmp_path, agentd_bin):
+    pb, tasks, out = setup(tmp_path, 5)
+    conf = tmp_path / "agentd.toml"
+    conf.write_text("parallel = 2\nprogress_interval = 0.05\n")
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(out),
+                                         "--config", str(conf),
+                                         "--intelligence", f"playback:{pb}"], env=env())
+    assert done.rc == 0, done.stderr[-2000:]
+    assert done.events("batch.start")[0]["parallel"] == 2
+    assert done.events("batch.end")[-1]["max_in_flight"] <= 2
+    assert all(e["running"] <= 2 for e in done.events("batch.progress"))
+    conf.write_text("parallel = 0\n")
+    bad = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out",
+                                        str(tmp_path / "o2.jsonl"), "--config", str(conf),
+                                        "--intelligence", f"playback:{pb}"], env=env())
+    assert bad.rc == 2 and "--parallel must be at least 1" in bad.stderr

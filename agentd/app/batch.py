@@ -34,8 +34,7 @@ import msgspec
 
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
-from agentd.app.batch_progress import DEFAULT_PROGRESS_INTERVAL, progress
-from agentd.app.cassette import DEFAULT_CASSETTE_BYTES
+from agentd.app.batch_progress import progress
 from agentd.app.run import metered_provider, new_run_id, open_toolbox
 from agentd.config import Config
 from agentd.errors import classify
@@ -52,22 +51,18 @@ from agentd.output import Usage
 from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest
 from agentd.tree.supervisor import ROOT, Supervisor
 
-DEFAULT_PARALLEL = 8
 DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal to end
 
 
 class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What `agentd batch` adds to the run flags (docs/cli.md)."""
+    """What one `agentd batch` invocation names (its limits are `Config`'s:
+    `parallel`, `batch_token_ceiling`, `progress_interval`, `cassette_bytes`)."""
 
     tasks: str
     out: str
-    parallel: int = DEFAULT_PARALLEL
     resume: bool = False
-    batch_token_ceiling: int | None = None
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
-    cassette_bytes: int = DEFAULT_CASSETTE_BYTES
-    progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # off a terminal: a JSON line
 
 
 class Stats:
@@ -131,7 +126,7 @@ class Batch:
     async def run(self, todo: list[TaskLine]) -> None:
         tasks = iter(todo)
         async with asyncio.TaskGroup() as tg:
-            for n in range(min(self.opts.parallel, len(todo))):
+            for n in range(min(self.config.parallel, len(todo))):
                 tg.create_task(self._worker(tasks), name=f"batch-worker-{n}")
 
     async def _worker(self, tasks: Iterator[TaskLine]) -> None:
@@ -213,12 +208,12 @@ class Offline:
         return None
 
 
-def _supervisor_config(config: Config, opts: BatchOptions) -> Config:
+def _supervisor_config(config: Config) -> Config:
     """The batch root's limits: room for `parallel` samples under the root, and the
     kill ladder's share of the drain."""
     return msgspec.structs.replace(
-        config, max_children=max(config.max_children, opts.parallel),
-        max_subagents=max(config.max_subagents, opts.parallel),
+        config, max_children=max(config.max_children, config.parallel),
+        max_subagents=max(config.max_subagents, config.parallel),
         drain_timeout=config.drain_timeout * (1 - DRAIN_SHARE))
 
 
@@ -229,8 +224,9 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
     configure(fmt=config.log_format, run_id=run_id, level=env_level())
     todo = [t for t in tasks if t.id not in finished]
     stats = Stats(len(tasks), len(tasks) - len(todo))
-    log.info("batch.start", tasks=len(tasks), skipped=stats.skipped, parallel=opts.parallel,
-             servers=[s.name for s in config.mcp], batch_token_ceiling=opts.batch_token_ceiling)
+    log.info("batch.start", tasks=len(tasks), skipped=stats.skipped, parallel=config.parallel,
+             servers=[s.name for s in config.mcp],
+             batch_token_ceiling=config.batch_token_ceiling)
     loop = asyncio.get_running_loop()
     signalled: list[str] = []
     holder: list[Batch] = []
@@ -259,14 +255,14 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             provider = Offline() if replay else make_intelligence(
                 config.intelligence, model=config.model, stream=config.intelligence_stream,
                 timeout=config.intelligence_timeout, attempts=config.intelligence_attempts)
-            metered = metered_provider(config, provider, opts.batch_token_ceiling)
+            metered = metered_provider(config, provider, config.batch_token_ceiling)
             stack.push_async_callback(metered.aclose)
             toolbox = None if replay else await stack.enter_async_context(
                 open_toolbox(config, run_id))
             broker = SampleBroker(intelligence=metered, toolbox=toolbox, record=opts.record,
-                                  replay=opts.replay, cassette_bytes=opts.cassette_bytes)
+                                  replay=opts.replay, cassette_bytes=config.cassette_bytes)
             sup = await stack.enter_async_context(Supervisor(
-                _supervisor_config(config, opts), run_id=run_id, broker=broker,
+                _supervisor_config(config), run_id=run_id, broker=broker,
                 ledger=metered.ledger))
             results = ResultsFile(opts.out)
             stack.callback(results.close)
@@ -275,7 +271,7 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             holder.append(batch)
             if signalled:  # a signal during start-up
                 batch.interrupt(now=True)
-            async with progress(stats, opts.progress_interval):
+            async with progress(stats, config.progress_interval):
                 await batch.run(todo)
     except Exception as exc:  # nothing ran, or the batch root itself failed
         code, event, message = classify(exc)

@@ -19,12 +19,9 @@ from typing import Any
 
 import msgspec
 
-from agentd.config import ConfigError
+from agentd.config import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES, ConfigError
 from agentd.log import log
 from agentd.output import Usage
-
-DEFAULT_TASK_LINE_BYTES = 1 << 20
-DEFAULT_MAX_TASKS = 100_000
 
 
 class TaskLine(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -22,8 +22,6 @@ from typing import Any, Protocol
 
 from agentd.log import configure, log
 
-DEFAULT_PROGRESS_INTERVAL = 5.0
-
 
 class Counts(Protocol):
     """What the progress reads of a batch's stats (agentd.app.batch.Stats)."""

@@ -36,13 +36,13 @@ from typing import Any
 import msgspec
 import orjson
 
+from agentd.config import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
 from agentd.log import redact
 from agentd.output import Usage
 from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
 
 CASSETTE_VERSION = 1
-DEFAULT_CASSETTE_BYTES = 256 << 20
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 

@@ -1,0 +1,50 @@
+"""The sans-IO parts of `agentd batch`: task lines, the results file, the cassette's diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentd.app.batch_files import finished_ids, load_tasks
+from agentd.app.cassette import cassette_path, first_difference
+from agentd.config import ConfigError
+
+
+def test_first_difference_names_the_path_and_both_values():
+    rec = {"kind": "call", "name": "fs__read", "arguments": {"path": "/a", "n": [1, 2]}}
+    assert first_difference(rec, rec) is None
+    now = {**rec, "arguments": {"path": "/a", "n": [1, 3]}}
+    assert first_difference(rec, now, "request") == \
+        "request.arguments.n[1]: recorded 2, now 3"
+    assert first_difference(rec, {**rec, "extra": True}, "r") == \
+        "r.extra: recorded (absent), now true"
+    assert first_difference([1], [1, 2], "r") == "r: recorded 1 items, now 2"
+    assert first_difference(1, 1.0, "r") == "r: recorded 1, now 1.0"  # types count
+
+
+def test_cassette_paths_never_take_a_path_from_the_id(tmp_path):
+    p = cassette_path(str(tmp_path), "../../etc/passwd")
+    assert p.startswith(str(tmp_path) + "/") and "/.." not in p[len(str(tmp_path)):]
+    assert cassette_path(str(tmp_path), "a/b") != cassette_path(str(tmp_path), "a_b")
+
+
+def test_task_line_bounds(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"id": "a", "instruction": "' + "x" * 100 + '"}\n')
+    with pytest.raises(ConfigError, match=r":1: line longer than --task-line-bytes=50"):
+        load_tasks(str(f), line_bytes=50)
+    f.write_text('{"id": "a", "instruction": "x"}\n{"id": "b", "instruction": "y"}\n')
+    with pytest.raises(ConfigError, match=r":2: more than --max-tasks=1"):
+        load_tasks(str(f), max_tasks=1)
+    f.write_text('{"id": "", "instruction": "x"}\n')
+    with pytest.raises(ConfigError, match=r":1: empty id"):
+        load_tasks(str(f))
+    with pytest.raises(ConfigError, match=r"--tasks .*nope"):
+        load_tasks(str(tmp_path / "nope"))
+
+
+def test_a_results_file_that_is_not_results_is_refused(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a"}\n')
+    with pytest.raises(ConfigError, match=r"--out .*:1: not a result line"):
+        finished_ids(str(out))
+    assert finished_ids(str(tmp_path / "absent.jsonl")) == set()
