@@ -114,6 +114,7 @@ class Batch:
         self.stats = stats
         self.stopping = False  # a signal: no new sample starts
         self.interrupted = False
+        self._cancel_now = asyncio.Event()  # the drain's grace is over: cancel in flight
         self._waiting: dict[str, asyncio.Future[HandleState]] = {}
         self.servers = frozenset(s.name for s in (*config.mcp, *config.a2a_peers))
         sup.on_terminal(self._terminal)
@@ -157,7 +158,7 @@ class Batch:
             if not state.done:
                 fut = asyncio.get_running_loop().create_future()
                 self._waiting[handle] = fut
-                state = await fut
+                state = await self._until_ended(handle, fut)
         finally:
             stats.running -= 1
             tally = self.broker.end(handle)
@@ -175,6 +176,19 @@ class Batch:
         self._write(task, status, state.partial, state.result, tally.steps,
                     tally.usage, f"{self.run_id}/{handle}", error, began)
 
+    async def _until_ended(self, handle: str, fut: asyncio.Future[HandleState]
+                           ) -> HandleState:
+        """The sample's terminal state; cancelled through the kill ladder first if
+        the drain's grace ends while it runs."""
+        cancel: asyncio.Future[Any] = asyncio.ensure_future(self._cancel_now.wait())
+        try:
+            await asyncio.wait((fut, cancel), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancel.cancel()
+        if not fut.done():
+            await self.sup.cancel(handle)
+        return await fut
+
     def _write(self, task: TaskLine, status: str, partial: bool, result: Any, steps: int,
                usage: Usage, run_id: str, error: str | None, began: float) -> None:
         self.results.write(ResultLine(id=task.id, status=status, partial=partial,
@@ -190,8 +204,7 @@ class Batch:
         self.stopping = True
         if now:
             self.interrupted = True
-            for handle in list(self._waiting):
-                asyncio.get_running_loop().create_task(self.sup.cancel(handle))
+            self._cancel_now.set()
 
 
 class Offline:
