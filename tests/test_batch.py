@@ -306,3 +306,14 @@ async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, age
     (r,) = read_results(replayed)
     assert r["result"] == "parent done" and r["steps"] == 2
     assert r["usage"]["total_tokens"] == 0
+    # a task the recording never saw: no cassette, that sample fails and only it
+    with tasks.open("a") as f:
+        f.write(json.dumps({"id": "new", "instruction": "parent new"}) + "\n")
+    again = tmp_path / "again.jsonl"
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(again),
+                                         "--replay", str(rec)], env=env())
+    assert done.rc == 1, done.stderr[-2000:]
+    by_id = {r["id"]: r for r in read_results(again)}
+    assert by_id["a"]["status"] == "completed"
+    assert by_id["new"]["status"] == "failed"
+    assert by_id["new"]["error"].startswith("no cassette for sample 'new': ")
