@@ -317,3 +317,29 @@ async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, age
     assert by_id["a"]["status"] == "completed"
     assert by_id["new"]["status"] == "failed"
     assert by_id["new"]["error"].startswith("no cassette for sample 'new': ")
+
+
+def cassette_of(rec: Path, sample_id: str) -> Path:
+    from agentd.app.cassette import cassette_path
+
+    return rec / Path(cassette_path(str(rec), sample_id)).name
+
+
+async def test_a_cassette_that_cannot_be_written_fails_its_sample_only(tmp_path, agentd_bin):
+    pb = tmp_path / "pb.json"
+    pb.write_text(json.dumps({"playback": 1, "turns": [{"content": "ok"}]}))
+    tasks, out, rec = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl", tmp_path / "rec"
+    tasks.write_text(json.dumps({"id": "x", "instruction": "one"}) + "\n"
+                     + json.dumps({"id": "y", "instruction": "two"}) + "\n")
+    rec.mkdir()
+    cassette_of(rec, "x").mkdir()  # where x's cassette would go: not a file
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(out),
+                                         "--intelligence", f"playback:{pb}",
+                                         "--record", str(rec)], env=env())
+    assert done.rc == 1, done.stderr[-2000:]
+    by_id = {r["id"]: r for r in read_results(out)}
+    assert by_id["y"]["status"] == "completed"
+    assert by_id["x"]["status"] == "failed"
+    assert by_id["x"]["error"].startswith("--record: the cassette of sample 'x' could not be")
+    assert done.events("batch.record.failed")
+    assert cassette_of(rec, "y").is_file()

@@ -80,8 +80,11 @@ class SampleBroker(Broker):
         """Before the sample's child starts (its catalogue is not asked for yet)."""
         tally = self.tallies[sample] = Tally()
         if self.record_dir is not None:
-            tally.recorder = Recorder(self.record_dir, sample_id, sorted(scope),
-                                      super().catalogue(scope))
+            try:
+                tally.recorder = Recorder(self.record_dir, sample_id, sorted(scope),
+                                          super().catalogue(scope))
+            except OSError as exc:  # the sample runs; its line says it was not recorded
+                self._unrecorded(tally, sample_id, exc)
         elif self.replay_dir is not None:
             try:
                 tally.replay = Replay(self.replay_dir, sample_id,
@@ -93,7 +96,10 @@ class SampleBroker(Broker):
     def end(self, sample: str) -> Tally:
         tally = self.tallies.pop(sample, None) or Tally()
         if tally.recorder is not None:
-            tally.recorder.close()
+            try:
+                tally.recorder.close()
+            except OSError as exc:
+                self._unrecorded(tally, tally.recorder.sample, exc)
         if tally.replay is not None and tally.failure is None:
             rest = tally.replay.unplayed()
             if rest is not None:
@@ -118,17 +124,33 @@ class SampleBroker(Broker):
             try:
                 result = await super().serve(handle, scope, req)
             except BrokerError as exc:
-                if tally.recorder is not None:
-                    tally.recorder.add(rel, step, req, error=ErrorBody(exc.code, exc.message))
+                self._record(tally, rel, step, req, error=ErrorBody(exc.code, exc.message))
                 raise
-            if tally.recorder is not None:
-                tally.recorder.add(rel, step, req, result)
+            self._record(tally, rel, step, req, result)
         if isinstance(result, IoCompletion):
             if not rel:
                 tally.steps += 1
             u = result.completion.usage
             tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
         return result
+
+    def _record(self, tally: Tally, rel: str, step: int, req: IoRequest,
+                result: IoResult | None = None, error: ErrorBody | None = None) -> None:
+        recorder = tally.recorder
+        if recorder is None:
+            return
+        try:
+            recorder.add(rel, step, req, result, error)
+        except OSError as exc:  # a full disk: this sample's cassette is incomplete
+            tally.recorder = None
+            recorder.close()
+            self._unrecorded(tally, recorder.sample, exc)
+
+    @staticmethod
+    def _unrecorded(tally: Tally, sample_id: str, exc: OSError) -> None:
+        tally.failure = f"--record: the cassette of sample {sample_id!r} could not be " \
+                        f"written: {exc.strerror or exc}"
+        log.error("batch.record.failed", sample=sample_id, error=tally.failure)
 
     def _replay(self, tally: Tally, rel: str, step: int, req: IoRequest) -> IoResult:
         if tally.failure is not None or tally.replay is None:

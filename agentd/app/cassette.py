@@ -121,6 +121,7 @@ class Recorder:
 
     def __init__(self, directory: str, sample_id: str, scope: list[str],
                  catalogue: Catalogue | None) -> None:
+        self.sample = sample_id
         self.path = cassette_path(directory, sample_id)
         self._f = open(self.path, "wb")
         self._line(Header(CASSETTE_VERSION, sample_id, scope, catalogue))
@@ -135,7 +136,8 @@ class Recorder:
         self._line(Entry(handle, step, request_json(req), response, error))
 
     def close(self) -> None:
-        self._f.close()
+        if not self._f.closed:
+            self._f.close()
 
 
 _result = msgspec.json.Decoder(IoResult)
