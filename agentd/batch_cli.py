@@ -103,6 +103,10 @@ def batch(ctx: click.Context, **local: Any) -> None:
             raise cfg.ConfigError(f"--out {out}: already holds results (--resume continues "
                                   "it; or name a new file)")
         finished = set()
+    try:  # writable, before anything runs (created empty if it was not there)
+        open(out, "ab").close()
+    except OSError as exc:
+        raise cfg.ConfigError(f"--out {out}: {exc.strerror or exc}") from None
     if record:
         try:
             os.makedirs(record, exist_ok=True)

@@ -103,6 +103,15 @@ async def test_a_malformed_tasks_file_is_exit_2_before_anything_runs(
     assert not out.exists() and gw.bodies == []
 
 
+async def test_an_unwritable_results_file_is_exit_2(tmp_path, agentd_bin):
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks(tasks, 1)
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out",
+                                         str(tmp_path / "no" / "out.jsonl"),
+                                         "--intelligence", "http://127.0.0.1:9/v1"], env=env())
+    assert done.rc == 2 and "--out " in done.stderr and len(done.stderr.splitlines()) == 1
+
+
 async def test_an_existing_results_file_needs_resume(tmp_path, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     write_tasks(tasks, 1)
