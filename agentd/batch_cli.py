@@ -112,8 +112,7 @@ def batch(ctx: click.Context, **local: Any) -> None:
             os.makedirs(record, exist_ok=True)
         except OSError as exc:
             raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
-    opts = BatchOptions(tasks=local["tasks"], out=out, resume=local["resume"],
-                        record=record, replay=replay)
+    opts = BatchOptions(out=out, record=record, replay=replay)
     _log.configure(fmt=config.log_format, level=_log.env_level())
     from agentd.log_bridge import route_stdlib
 

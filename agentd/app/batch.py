@@ -55,12 +55,11 @@ DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal t
 
 
 class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What one `agentd batch` invocation names (its limits are `Config`'s:
-    `parallel`, `batch_token_ceiling`, `progress_interval`, `cassette_bytes`)."""
+    """Where one `agentd batch` writes and what it replays (its limits are
+    `Config`'s: `parallel`, `batch_token_ceiling`, `progress_interval`, ...; the
+    tasks are read and `--resume` applied before it runs, by the CLI)."""
 
-    tasks: str
     out: str
-    resume: bool = False
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
 
@@ -102,11 +101,9 @@ class Stats:
 class Batch:
     """One batch run over an open Supervisor (see the module doc)."""
 
-    def __init__(self, config: Config, opts: BatchOptions, *, run_id: str,
-                 sup: Supervisor, broker: SampleBroker, results: ResultsFile,
-                 stats: Stats) -> None:
+    def __init__(self, config: Config, *, run_id: str, sup: Supervisor,
+                 broker: SampleBroker, results: ResultsFile, stats: Stats) -> None:
         self.config = config
-        self.opts = opts
         self.run_id = run_id
         self.sup = sup
         self.broker = broker
@@ -279,7 +276,7 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                 ledger=metered.ledger))
             results = ResultsFile(opts.out)
             stack.callback(results.close)
-            batch = Batch(config, opts, run_id=run_id, sup=sup, broker=broker,
+            batch = Batch(config, run_id=run_id, sup=sup, broker=broker,
                           results=results, stats=stats)
             holder.append(batch)
             if signalled:  # a signal during start-up
