@@ -58,12 +58,15 @@ def load_tasks(path: str, *, line_bytes: int = DEFAULT_TASK_LINE_BYTES,
     seen: dict[str, int] = {}
     try:
         with open(path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue  # blank lines separate nothing and are allowed
-                if len(raw) > line_bytes:
+            n = 0
+            # read at most one byte past the bound: a line never sits whole in memory
+            while raw := f.readline(line_bytes + 2):
+                n += 1
+                if len(raw.rstrip(b"\r\n")) > line_bytes:
                     raise ConfigError(f"--tasks {path}:{n}: line longer than "
                                       f"--task-line-bytes={line_bytes}")
+                if not raw.strip():
+                    continue  # blank lines separate nothing and are allowed
                 try:
                     task = _task_decoder.decode(raw)
                 except msgspec.DecodeError as exc:
