@@ -112,6 +112,20 @@ async def test_an_unwritable_results_file_is_exit_2(tmp_path, agentd_bin):
     assert done.rc == 2 and "--out " in done.stderr and len(done.stderr.splitlines()) == 1
 
 
+async def test_a_required_server_down_is_exit_6_before_any_sample(tmp_path, agentd_bin):
+    from peers import free_port
+
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    write_tasks(tasks, 2)
+    async with Gateway([]) as gw:
+        done = await run_agentd(agentd_bin, [
+            "--init-timeout", "5", "batch", "--tasks", str(tasks), "--out", str(out),
+            "--intelligence", gw.url, "--mcp", f"sdk=http://127.0.0.1:{free_port()}/mcp"],
+            env=env())
+    assert done.rc == 6 and done.events("mcp.required_failed")
+    assert read_results(out) == [] and gw.bodies == []
+
+
 async def test_an_existing_results_file_needs_resume(tmp_path, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     write_tasks(tasks, 1)

@@ -229,7 +229,7 @@ def _supervisor_config(config: Config) -> Config:
 
 async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                     finished: set[str]) -> int:
-    """The whole batch; returns the exit code (0, 1, 130; 5/6 before any sample)."""
+    """The whole batch; returns the exit code (0, 1, 130; 6 before any sample)."""
     run_id = new_run_id()
     configure(fmt=config.log_format, run_id=run_id, level=env_level())
     todo = [t for t in tasks if t.id not in finished]
