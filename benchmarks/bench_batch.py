@@ -1,9 +1,11 @@
 """`agentd batch` benchmark: samples/s of one batch vs a process per sample, and replay.
 
     python benchmarks/bench_batch.py [--samples 256] [--parallel 16]
+                                     [--model-latency S] [--no-loop]
 
 Every sample is two model calls and one tool call: the gateway
-(tests/gateway.py, in this process, answering at once) asks for
+(tests/gateway.py, in this process, answering at once, or after
+``--model-latency`` seconds: a model's time) asks for
 ``sdk__echo`` and then answers with the echoed text; the MCP side is the
 official SDK server (tests/sdk_servers.py, its own process). The same
 samples run three ways, in the same run, against the same gateway and server:
@@ -15,6 +17,9 @@ samples run three ways, in the same run, against the same gateway and server:
   handshakes and lists on its own);
 * ``replay`` -- ``agentd batch --replay DIR``: the batch's cassettes, the
   gateway's request count checked to stay 0.
+
+``--no-loop`` leaves the process-per-sample loop out (the replay-vs-live
+figure with a model latency does not need it).
 
 fast-agent's BatchRunner is not compared (docs/benchmarks.md says why).
 
@@ -56,15 +61,16 @@ async def _run(*args: str) -> tuple[int, bytes, bytes]:
     return proc.returncode, out, err
 
 
-async def main(samples: int, parallel: int) -> dict:
+async def main(samples: int, parallel: int, latency: float, loop: bool) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
     tasks, rec = work / "tasks.jsonl", work / "rec"
     write_tasks(tasks, samples)
     instructions = [json.loads(ln)["instruction"] for ln in tasks.read_text().splitlines()]
-    figures: dict = {"bench": "batch", "samples": samples, "parallel": parallel}
+    figures: dict = {"bench": "batch", "samples": samples, "parallel": parallel,
+                     "model_latency_s": latency}
     with python_peer("sdk_servers.py") as server:
         mcp = f"sdk={server.url}"
-        async with Gateway([Samples()] * (4 * samples + 16)) as gw:
+        async with Gateway([Samples(latency=latency)] * (4 * samples + 16)) as gw:
             t0 = time.perf_counter()
             rc, _, err = await _run("batch", "--tasks", str(tasks), "--out",
                                     str(work / "batch.jsonl"), "--parallel", str(parallel),
@@ -86,11 +92,12 @@ async def main(samples: int, parallel: int) -> dict:
                                           gw.url, "--mcp", mcp)
                     failed += rc != 0
 
-            t0 = time.perf_counter()
-            await asyncio.gather(*(one(i) for i in instructions))
-            wall = time.perf_counter() - t0
-            figures.update(loop_wall_s=round(wall, 3), loop_samples_per_s=round(samples / wall, 2),
-                           loop_failed=failed)
+            if loop:
+                t0 = time.perf_counter()
+                await asyncio.gather(*(one(i) for i in instructions))
+                wall = time.perf_counter() - t0
+                figures.update(loop_wall_s=round(wall, 3),
+                               loop_samples_per_s=round(samples / wall, 2), loop_failed=failed)
 
             before = len(gw.bodies)
             t0 = time.perf_counter()
@@ -102,8 +109,9 @@ async def main(samples: int, parallel: int) -> dict:
             figures.update(replay_wall_s=round(wall, 3),
                            replay_samples_per_s=round(samples / wall, 2),
                            replay_gateway_requests=len(gw.bodies) - before)
-    figures["batch_vs_loop"] = round(figures["batch_samples_per_s"]
-                                     / figures["loop_samples_per_s"], 2)
+    if loop:
+        figures["batch_vs_loop"] = round(figures["batch_samples_per_s"]
+                                         / figures["loop_samples_per_s"], 2)
     figures["replay_vs_batch"] = round(figures["replay_samples_per_s"]
                                        / figures["batch_samples_per_s"], 2)
     return figures
@@ -113,5 +121,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--parallel", type=int, default=16)
+    ap.add_argument("--model-latency", type=float, default=0.0)
+    ap.add_argument("--no-loop", action="store_true")
     a = ap.parse_args()
-    print(json.dumps(asyncio.run(main(a.samples, a.parallel))))
+    print(json.dumps(asyncio.run(main(a.samples, a.parallel, a.model_latency, not a.no_loop))))

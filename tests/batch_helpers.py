@@ -44,12 +44,13 @@ class Samples:
     """
 
     def __init__(self, stall: Callable[[int], float] | None = None,
-                 usage: dict[str, int] | None = None) -> None:
+                 usage: dict[str, int] | None = None, latency: float = 0.0) -> None:
         self.open: set[int] = set()
         self.max_open = 0
         self.first: list[int] = []
         self.stall = stall
         self.usage = usage
+        self.latency = latency  # every answer takes this long (a model's time; benchmarks)
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         msgs = body["messages"]
@@ -58,12 +59,13 @@ class Samples:
         if msgs[-1]["role"] == "tool":
             self.open.discard(n)
             echoed = ECHO_RE.search(msgs[-1]["content"])
-            return Reply.text(f"done {n}: {echoed.group(0) if echoed else '?'}",
-                              usage=self.usage)
+            return Reply(content=f"done {n}: {echoed.group(0) if echoed else '?'}",
+                         usage=self.usage, hang=self.latency)
         self.open.add(n)
         self.max_open = max(self.max_open, len(self.open))
         self.first.append(n)
         reply = Reply.tools(("sdk__echo", {"text": f"echo {n}"}), usage=self.usage)
+        reply.hang = self.latency
         if self.stall is not None and (hang := self.stall(n)):
             reply.hang = hang
         return reply
