@@ -199,6 +199,10 @@ class PeerSource:
     async def read_resource(self, uri: str) -> _Obs:
         return await self._peers.read_resource(uri)
 
+    async def update_channel(self) -> str | None:
+        """A task's wake is pushed by the peers' own watcher, like `updated`."""
+        return "subscribe"
+
 
 class A2APeers:
     """The run's A2A peers (see module doc). `updates` is shared with the Toolbox."""

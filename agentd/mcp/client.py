@@ -42,6 +42,7 @@ from agentd.mcp.arguments import wire_arguments
 from agentd.mcp.call_limits import ToolLimits, server_limits
 from agentd.mcp.call_watch import CallLimitReached, CallWatch, CallWatches
 from agentd.mcp.catalogue import ToolExcluded, admit
+from agentd.mcp.channel import UpdateChannel
 from agentd.mcp.client_2026 import traceparent_for, ttl_ms
 from agentd.mcp.client_session import (
     Capabilities,
@@ -169,7 +170,7 @@ def _s(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-class MCPClient:
+class MCPClient(UpdateChannel):
     """A connection to one MCP server (spec §1).  See the module docstring."""
 
     def __init__(self, spec: ServerSpec, *, run_id: str = "",

@@ -132,7 +132,8 @@ class StreamableHTTPTransport:
         self.on_message = on_message
         self.session_id: str | None = None
         self.protocol_version: str | None = None
-        self.get_offered: bool | None = None  # None until the GET stream was tried
+        self._get_offered: bool | None = None  # None until the GET stream was tried
+        self.get_known = asyncio.Event()  # set while `get_offered` is True or False
         self.not_offered = 0  # the HTTP status of the last "GET stream not offered"
         self.stateless = False  # a 2026-07-28 server: no session, no GET, no resumption
         self._extra = dict(headers or {})
@@ -173,6 +174,19 @@ class StreamableHTTPTransport:
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
             auto_decompress=False,
         )
+
+    @property
+    def get_offered(self) -> bool | None:
+        """Whether the server offers the standalone GET stream; None until tried."""
+        return self._get_offered
+
+    @get_offered.setter
+    def get_offered(self, value: bool | None) -> None:
+        self._get_offered = value
+        if value is None:
+            self.get_known.clear()
+        else:
+            self.get_known.set()
 
     async def reopen(self) -> None:
         """Drop every pooled connection and the session id (a stale server)."""
