@@ -137,6 +137,9 @@ def _secs(text: str) -> str:
 @opt("--subscribe", section="REACTIVE", multiple=True, metavar="URI",
      help="a concrete resource URI to wake on (repeatable; with --mode reactive)")
 @opt("--debounce", section="REACTIVE", type=float, help=_secs("wake debounce window  [default: 0.05]"))
+@opt("--poll-interval", section="REACTIVE", type=float,
+     help=_secs("re-read a watched URI its server cannot push updates for this often; "
+                "0: refuse it instead (exit 6)  [default: 5]"))
 @opt("--max-subscriptions", section="REACTIVE", type=int, help="self-subscriptions per run  [default: 64]")
 @opt("--log-format", section="OUTPUT", type=str, help="json or text  [default: json]")
 @opt("--log-level", section="OUTPUT", envvar="AGENTD_LOG_LEVEL", type=str,

@@ -75,6 +75,7 @@ DEFAULT_SSE_EVENT_BYTES = _sse.MAX_EVENT  # one SSE event from a peer: data line
 DEFAULT_SSE_RETRY_MIN_MS = 100  # a peer's SSE `retry:` is clamped to [min, max] ms
 DEFAULT_SSE_RETRY_MAX_MS = _sse.RETRY_MAX_MS
 DEFAULT_INTELLIGENCE_MAX_BYTES = 64 * 1024 * 1024  # one non-streamed completion's body
+DEFAULT_POLL_INTERVAL = 5.0  # seconds between reads of a URI watched by polling; 0: never poll
 
 
 class ConfigError(AgentdError):
@@ -221,6 +222,7 @@ class Config(RunLimits, frozen=True):
     subscribe: tuple[str, ...] = ()
     debounce: float = DEFAULT_DEBOUNCE
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+    poll_interval: float = DEFAULT_POLL_INTERVAL  # --poll-interval (docs/reactive.md)
     spawn: str = DEFAULT_SPAWN
     max_inflight_intelligence: int = DEFAULT_MAX_INFLIGHT_INTELLIGENCE
     sse_event_bytes: int = DEFAULT_SSE_EVENT_BYTES
@@ -564,6 +566,8 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     for key in ("tool_idle_timeout", "tool_timeout"):  # 0 switches the limit off
         if values.get(key) is not None and not values[key] >= 0:
             raise ConfigError(f"--{key.replace('_', '-')} must not be negative (0: no limit)")
+    if values.get("poll_interval") is not None and not 0 <= values["poll_interval"] <= 86400:
+        raise ConfigError("--poll-interval must be between 0 (never poll) and 86400 seconds")
     if values.get("metrics_listen"):
         host, _port = split_host_port(values["metrics_listen"])
         serve = values.get("serve")

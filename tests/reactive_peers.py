@@ -37,7 +37,10 @@ the SDK documents it: its `server/discover` succeeds and says
 not advertise `resources.subscribe`. `--unlisted` keeps serving (and reading)
 the counters but lists none of them: a client cannot tell from the catalogue
 which server owns them. `--state FILE` keeps the counters across
-a restart.
+a restart. `--no-get` answers the standalone GET stream with 405 (a
+deliberately crippled 2025-11-25 server, like supergateway's stateless mode or
+a JSON-only deployment): it takes `resources/subscribe` and can never deliver
+the `updated` it promises.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def main(argv: list[str]) -> None:
     subscribable = "--no-subscribe" not in argv
     listed = "--unlisted" not in argv
     modern = "--era" in argv and argv[argv.index("--era") + 1] == "modern"
+    no_get = "--no-get" in argv
     state_file = Path(argv[argv.index("--state") + 1]) if "--state" in argv else None
     values = {u: 0 for u in URIS}
     stamps = {u: time.monotonic_ns() for u in URIS}
@@ -180,6 +184,10 @@ def main(argv: list[str]) -> None:
             # a 2025-11-25 server never routes on this revision's header
             scope = dict(scope, headers=[(k, v) for k, v in scope["headers"]
                                          if k != b"mcp-protocol-version"])
+        if no_get and scope["type"] == "http" and scope["method"] == "GET" \
+                and scope["path"] == "/mcp":
+            return await Response(status_code=405, headers={"Allow": "POST, DELETE"})(
+                scope, receive, send)
         if scope["type"] != "http" or scope["method"] != "POST":
             return await app(scope, receive, send)
 

@@ -378,5 +378,6 @@ async def test_reactive_daemon_and_await_resource_on_listen(logs):
             updated, obs = await waiting
             assert updated is True and json.loads(obs.text)["value"] == 4
             assert A not in client.subscriptions
-    subs = events(logs, "reactive.subscribed")
+    subs = events(logs, "reactive.listening")  # one event per outcome: listen, here
     assert [(e["uri"], e["origin"]) for e in subs] == [(A, "flag"), (B, "self")]
+    assert events(logs, "reactive.subscribed") == []

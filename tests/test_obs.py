@@ -672,7 +672,8 @@ async def test_readyz_goes_false_at_the_start_of_a_drain(agentd_bin, tmp_path) -
         try:
             await worker.wait_for_event("reactive.ready")
             base = f"http://127.0.0.1:{port}"
-            assert _get(base + "/readyz") == (200, "ready\n")
+            # ready, and what it watches and how (docs/operations.md)
+            assert _get(base + "/readyz") == (200, "ready\nwatch subscribe sdk mem://watched\n")
             assert _get(base + "/healthz") == (200, "ok\n")
             await asyncio.to_thread(urllib.request.urlopen, urllib.request.Request(
                 sdk.url.removesuffix("/mcp") + "/update?value=v1", method="POST"), timeout=10)
@@ -688,6 +689,7 @@ async def test_readyz_goes_false_at_the_start_of_a_drain(agentd_bin, tmp_path) -
                         break
                     await asyncio.sleep(0.02)
             assert text.startswith("not ready: draining")
+            assert text.endswith("\nwatch subscribe sdk mem://watched\n")
             assert _get(base + "/healthz")[0] == 200  # alive while it drains
         finally:
             done = await worker.done()

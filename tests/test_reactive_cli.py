@@ -156,8 +156,9 @@ def test_worker_with_nowhere_and_no_mcp_stays_up_until_signalled(agentd_bin, tmp
                  "--mode", "reactive", "--subscribe", "file:///nowhere"], tmp_path)
     try:
         ready = ag.wait_event("reactive.ready")
-        warn = ag.events("reactive.subscribe.unowned")
+        warn = ag.events("reactive.refused")
         assert warn and warn[0]["uri"] == "file:///nowhere" and warn[0]["level"] == "warning"
+        assert warn[0]["cause"] == "unowned"
         assert ready[0]["watched"] == []
         assert ag.proc.poll() is None  # still up
     finally:
@@ -167,22 +168,21 @@ def test_worker_with_nowhere_and_no_mcp_stays_up_until_signalled(agentd_bin, tmp
 
 
 def test_server_without_subscribe_never_sees_resources_subscribe(agentd_bin, tmp_path) -> None:
+    """No `resources.subscribe`: never sent; with polling disabled the daemon
+    refuses to start (exit 6) rather than watch nothing."""
     with peers.python_peer("reactive_peers.py", "--no-subscribe") as srv:
         ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
                      "--intelligence", f"playback:{playback(tmp_path)}",
                      "--mcp", f"plain={srv.url}", "--mode", "reactive",
-                     "--subscribe", A, "--debounce", "0"], tmp_path)
-        try:
-            ag.wait_event("reactive.ready")
-            bump(srv.port, A, 3)
-            wire = stats(srv.port)["wire"]
-        finally:
-            code = ag.stop()
-    assert code == 130
+                     "--subscribe", A, "--debounce", "0", "--poll-interval", "0"], tmp_path)
+        code = ag.proc.wait(timeout=WAIT)
+        wire = stats(srv.port)["wire"]
+    assert code == 6
     assert "resources/subscribe" not in wire
-    warn = ag.events("reactive.subscribe.unsupported")
-    assert [(w["uri"], w["server"], w["level"]) for w in warn] == [(A, "plain", "warning")]
-    assert ag.events("reactive.wake") == []
+    (refused,) = ag.events("reactive.refused")
+    assert A in refused["error"] and "'plain'" in refused["error"]
+    assert "resources.subscribe" in refused["error"]
+    assert ag.events("reactive.wake") == [] and ag.events("reactive.ready") == []
 
 
 @pytest.mark.parametrize("flag", ["--subscribe"])

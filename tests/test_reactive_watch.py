@@ -197,28 +197,52 @@ async def test_restart_loses_nothing(logs, tmp_path) -> None:
                for e in map(orjson.loads, logs.getvalue().splitlines()))
 
 
-async def test_server_without_subscribe_degrades_with_warning(logs) -> None:
+async def test_server_without_subscribe_is_polled(logs) -> None:
+    """No `resources.subscribe`: nothing on the wire, the URI is polled (logged
+    once, `reactive.polling`), and a change read by a poll wakes the daemon."""
     with sdk_peer("--no-subscribe") as srv:
         base = f"http://127.0.0.1:{srv.port}"
         rec = Recorder()
         stop = asyncio.Event()
         async with toolbox_for(plain=srv.url) as tb, asyncio.TaskGroup() as tg:
-            daemon = ReactiveDaemon(tb, rec, debounce=0.0)
+            daemon = ReactiveDaemon(tb, rec, debounce=0.0, poll_interval=0.05)
             serving = tg.create_task(daemon.serve(stop, [A, "file:///nowhere"]))
             await ready(daemon)
-            assert daemon.watched == {}
+            assert daemon.watch_report() == [{"uri": A, "server": "plain", "mode": "poll"}]
             await post(f"{base}/bump?uri={A}&times=5")
+            await rec.until(lambda: rec.last(A) == 5)
             stats = await get(f"{base}/stats")
             stop.set()
         assert serving.result().status == "interrupted"
         assert "resources/subscribe" not in stats["wire"]
         assert stats["wire"].get("initialize") == 1
-    assert rec.wakes == []
-    unsupported = events(logs, "reactive.subscribe.unsupported")
-    assert [(e["uri"], e["server"], e["level"]) for e in unsupported] == \
-        [(A, "plain", "warning")]
-    unowned = events(logs, "reactive.subscribe.unowned")
-    assert [e["uri"] for e in unowned] == ["file:///nowhere"]
+        assert stats["read"] >= 2  # the baseline, then the poll that saw the change
+    assert all(set(w.uris) == {A} for w, _ in rec.wakes)
+    polling = events(logs, "reactive.polling")
+    assert [(e["uri"], e["server"], e["cause"], e["level"]) for e in polling] == \
+        [(A, "plain", "unsupported", "warning")]
+    refused = events(logs, "reactive.refused")
+    assert [(e["uri"], e["cause"]) for e in refused] == [("file:///nowhere", "unowned")]
+
+
+async def test_polling_disabled_refuses_at_startup(logs) -> None:
+    """`--poll-interval 0`: a URI that could only be polled ends the daemon at
+    startup (exit 6), naming server, URI and reason; nothing on the wire."""
+    from agentd.errors import classify
+    from agentd.reactive.daemon import WatchRefused
+
+    with sdk_peer("--no-subscribe") as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        async with toolbox_for(plain=srv.url) as tb:
+            daemon = ReactiveDaemon(tb, Recorder(), poll_interval=0)
+            with pytest.raises(WatchRefused) as info:
+                await daemon.serve(asyncio.Event(), [A])
+            stats = await get(f"{base}/stats")
+    code, event, message = classify(info.value)
+    assert (int(code), event) == (6, "reactive.refused")
+    assert A in message and "'plain'" in message and "resources.subscribe" in message
+    assert "resources/subscribe" not in stats["wire"]
+    assert events(logs, "reactive.ready") == []
 
 
 async def test_self_subscribe_applied_after_run(logs) -> None:
@@ -255,9 +279,9 @@ async def test_no_servers_stays_up_until_stopped(logs) -> None:
         assert not serving.done()  # still up: it only ends when signalled
         stop.set()
     assert serving.result().status == "interrupted"
-    unowned = events(logs, "reactive.subscribe.unowned")
+    unowned = events(logs, "reactive.refused")
     assert unowned and unowned[0]["uri"] == "file:///nowhere"
-    assert unowned[0]["level"] == "warning"
+    assert unowned[0]["level"] == "warning" and unowned[0]["cause"] == "unowned"
 
 
 # -- server-everything -----------------------------------------------------------
@@ -427,8 +451,9 @@ async def test_unlisted_uri_on_two_resource_servers_is_one_error_everywhere(unli
         await daemon.apply_queued(tools.subscriptions, tools.unsubscriptions,
                                   tools.subscription_servers)
         assert daemon.watched == {}
-        (unowned,) = events(logs, "reactive.subscribe.unowned")
+        (unowned,) = events(logs, "reactive.refused")
         assert unowned["uri"] == A and unowned["reason"] == AMBIGUOUS
+        assert unowned["cause"] == "ambiguous"
         # await: the same error at once, not a wait for the timeout
         async with watch_updates(tb) as waiters:
             awaiting = await_resource_tool(tb, waiters)
@@ -464,10 +489,12 @@ async def test_naming_the_server_resolves_it(unlisted, logs):
         (sub,) = events(logs, "reactive.subscribed")
         assert sub["server"] == "watched" and sub["owner"] == "named"
         await daemon.unsubscribe(A)
-        # naming the server that cannot subscribe: its owner is known, and unsupported
-        assert not await daemon.subscribe(A, server="plain")
-        (unsupported,) = events(logs, "reactive.subscribe.unsupported")
-        assert unsupported["server"] == "plain"
+        # naming the server that cannot subscribe: its owner is known, so it is polled
+        assert await daemon.subscribe(A, server="plain")
+        (polled,) = events(logs, "reactive.polling")
+        assert polled["server"] == "plain" and polled["cause"] == "unsupported"
+        assert daemon.modes == {A: "poll"}
+        await daemon.unsubscribe(A)
         # the flag's form, `--subscribe server=URI` (like `--mcp name=<endpoint>`)
         await daemon.start([f"watched={A}"])
         assert daemon.watched == {A: "watched"}

@@ -8,11 +8,16 @@ Auth: `/metrics` sits behind the same guard as the MCP endpoint it shares a
 listener with (Host/Origin checks, bearer; mTLS is the listener's own). The
 probes `/healthz` and `/readyz` answer without credentials, because a
 Kubernetes kubelet or a systemd watchdog cannot present a bearer or a client
-certificate, and they tell nothing but "ok" or the names of failed checks.
+certificate, and they tell nothing but "ok" or the names of failed checks --
+and, in reactive mode, what the daemon watches: one `watch MODE SERVER URI`
+line per watched URI (at most `READYZ_WATCH_LINES`, the rest counted; control
+characters and spaces percent-escaped; `health.watched()` has replaced a
+URI's userinfo by `***`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +30,23 @@ from agentd.wire.guard import PEER_FAULTS
 __all__ = ["mount", "serve_standalone"]
 
 Guard = Callable[[web.Request], "web.StreamResponse | None"]
+
+READYZ_WATCH_LINES = 64  # watched URIs named on /readyz; the rest are counted
+_UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f]")
+
+
+def _escape(text: str) -> str:
+    return _UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", text)
+
+
+def watch_lines() -> str:
+    """The /readyz lines naming what the reactive daemon watches (see above)."""
+    entries = health.watched()
+    lines = [f"watch {_escape(e['mode'])} {_escape(e['server'])} {_escape(e['uri'])}\n"
+             for e in entries[:READYZ_WATCH_LINES]]
+    if len(entries) > READYZ_WATCH_LINES:
+        lines.append(f"watch ... {len(entries) - READYZ_WATCH_LINES} more\n")
+    return "".join(lines)
 
 
 def mount(app: web.Application, guard: Guard | None = None) -> None:
@@ -46,9 +68,9 @@ def mount(app: web.Application, guard: Guard | None = None) -> None:
     async def get_readyz(request: web.Request) -> web.StreamResponse:
         ready, reasons = health.readiness()
         if ready:
-            return web.Response(text="ready\n", content_type="text/plain")
-        return web.Response(status=503, text="not ready: " + "; ".join(reasons) + "\n",
-                            content_type="text/plain")
+            return web.Response(text="ready\n" + watch_lines(), content_type="text/plain")
+        return web.Response(status=503, text="not ready: " + "; ".join(reasons) + "\n"
+                            + watch_lines(), content_type="text/plain")
 
     if trace.enabled:
         app.on_startup.append(_trace_posts)

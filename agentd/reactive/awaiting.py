@@ -44,11 +44,12 @@ async def _subscribe(toolbox: AgentToolbox, uri: str, server: str | None = None
     except NoOwner as exc:
         if isinstance(exc, AmbiguousOwner) or server is not None:
             raise
-        log.warning("reactive.subscribe.unowned", uri=uri, origin="await", reason=exc.reason)
+        log.warning("reactive.refused", uri=uri, origin="await", cause="unowned",
+                    reason=exc.reason)
         return None, False, False
     if not owner.capabilities.resources_subscribe:
-        log.warning("reactive.subscribe.unsupported", uri=uri, origin="await",
-                    server=owner.name)
+        log.warning("reactive.refused", uri=uri, origin="await", cause="unsupported",
+                    server=owner.name, reason="the server does not advertise resources.subscribe")
         return owner, False, False
     if uri in getattr(owner, "subscriptions", ()):
         return owner, True, False

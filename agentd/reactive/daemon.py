@@ -1,16 +1,23 @@
 """Reactive mode (`--mode reactive --subscribe URI…`): sleep until something
 watched changes, then run the loop once on its current state.
 
-* Ownership. Each URI is subscribed on the declared server that owns it by the
+* Ownership. Each URI is watched on the declared server that owns it by the
   toolbox's one rule (`agentd.mcp.toolbox.owner_of`, the same for reads and
   `await_resource`): the server named for it, else the one whose catalogue
   lists it, else the only server serving resources (which must then advertise
-  `resources.subscribe`). A URI no server owns, or several could (an ambiguity
-  the log names), or whose owner does not advertise `resources.subscribe`, is
-  logged (`reactive.subscribe.unowned` / `reactive.subscribe.unsupported`) and
-  never sent. The daemon starts and stays up either way (the spec's worker:
-  `--subscribe file:///nowhere`, no `--mcp`, serving only its self-MCP).
-  A `--subscribe server=URI` entry names the owner (no URI scheme holds `=`).
+  `resources.subscribe`). A `--subscribe server=URI` entry names the owner (no
+  URI scheme holds `=`).
+* Never silent: one outcome per URI, one event each. `reactive.subscribed`
+  (`resources/subscribe` and the session's GET stream), `reactive.listening`
+  (2026-07-28's listen stream), `reactive.polling` (the owner can deliver no
+  `updated` for it: no `resources.subscribe`, a subscribe refused or not
+  honoured, no GET stream; re-read every `--poll-interval`, agentd.reactive.
+  polling), `reactive.refused` (not watched: no owner, an ambiguous one, a
+  template, the self-subscription cap, or polling disabled). A `--subscribe`
+  URI that would need polling with `--poll-interval 0` ends the daemon at
+  startup (`WatchRefused`, exit 6). A URI no server owns stays non-fatal:
+  the spec's worker is `--subscribe file:///nowhere`, no `--mcp`, serving
+  only its self-MCP.
 * Wakes. The servers' `notifications/resources/updated` (and the client's
   synthesized ones after a reconnect) flow through the `Router`: debounced,
   coalesced per URI. For each wake the daemon reads every woken URI fresh
@@ -34,14 +41,21 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentd.config import DEFAULT_DEBOUNCE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_SUBSCRIPTIONS
+from agentd.config import (
+    DEFAULT_DEBOUNCE,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_MAX_SUBSCRIPTIONS,
+    DEFAULT_POLL_INTERVAL,
+)
+from agentd.errors import ReactiveError
 from agentd.exitcodes import ExitCode
 from agentd.log import log
 from agentd.mcp.faults import classify as classify_fault
-from agentd.mcp.seams import AgentToolbox, ResourceServer
-from agentd.mcp.toolbox import NoOwner, owner_of, resource_servers
-from agentd.obs import trace
+from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
+from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of, resource_servers
+from agentd.obs import health, trace
 from agentd.output import RunResult, Usage
+from agentd.reactive.polling import Poller
 from agentd.reactive.router import Router, RouterClosed, Wake
 from agentd.reactive.waiters import Waiters
 
@@ -62,6 +76,21 @@ def named_uri(entry: str) -> tuple[str | None, str]:
     if 0 < eq and (colon < 0 or eq < colon):
         return entry[:eq].strip(), entry[eq + 1:]
     return None, entry
+
+
+class WatchRefused(ReactiveError):
+    """A `--subscribe` URI whose owner can deliver no `updated` for it, with
+    polling disabled (`--poll-interval 0`): the daemon refuses to start."""
+
+    exit_code = ExitCode.MCP_REQUIRED
+    event = "reactive.refused"
+
+    def __init__(self, uri: str, server: str, reason: str) -> None:
+        super().__init__(f"cannot watch {uri} on server {server!r}: {reason}; polling is "
+                         "disabled (--poll-interval 0)")
+        self.uri = uri
+        self.server = server
+        self.reason = reason
 
 
 class WakeRun(msgspec.Struct):
@@ -98,7 +127,8 @@ class ReactiveDaemon:
                  drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
                  updates: asyncio.Queue[tuple[str, str]] | None = None,
                  waiters: Waiters | None = None, router: Router | None = None,
-                 max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
+                 max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
         self.toolbox = toolbox
         self.run_wake = run_wake
         self.run_id = run_id
@@ -109,6 +139,10 @@ class ReactiveDaemon:
                                                                claim=self.waiters.claim)
         self.updates = updates if updates is not None else toolbox.updates
         self.watched: dict[str, str] = {}  # uri -> owning server name
+        self.modes: dict[str, str] = {}  # uri -> "subscribe", "listen" or "poll"
+        # None: polling disabled (--poll-interval 0); a URI that needs it is refused
+        self.poller = (Poller(poll_interval, self._poll_read, self._poll_wake)
+                       if poll_interval > 0 else None)
         self.self_watched: set[str] = set()  # those a run asked for (capped)
         self.runs = 0
         self.steps = 0
@@ -121,55 +155,93 @@ class ReactiveDaemon:
     def _client(self, name: str) -> ResourceServer | None:
         return next((c for c in resource_servers(self.toolbox) if c.name == name), None)
 
+    def _refuse(self, uri: str, origin: str, cause: str, reason: str,
+                server: str | None = None) -> bool:
+        _log.warning("reactive.refused", uri=uri, origin=origin, server=server, cause=cause,
+                     reason=reason, detail="not watched; no wake will come from this URI")
+        return False
+
+    def _watch(self, uri: str, server: str, mode: str, origin: str) -> None:
+        self.watched[uri] = server
+        self.modes[uri] = mode
+        if origin == "self":
+            self.self_watched.add(uri)
+
     async def subscribe(self, uri: str, *, origin: str = "flag",
                         server: str | None = None) -> bool:
-        """Subscribe `uri` on its owner (the toolbox's one rule, `owner_of`; or
-        the named `server`); False (with a warning) if it cannot be."""
+        """Watch `uri` on its owner (the toolbox's one rule, `owner_of`; or the
+        named `server`): subscribed, listened to, or polled when the owner can
+        deliver no `updated` for it. False (logged `reactive.refused`) if it is
+        not watched. A `--subscribe` URI (`origin="flag"`) that could only be
+        polled while polling is disabled raises `WatchRefused` (exit 6)."""
         uri = uri.strip()
         if not uri or "{" in uri or "}" in uri:
-            _log.warning("reactive.subscribe.invalid", uri=uri, origin=origin,
-                         detail="a concrete URI is needed, not a template")
-            return False
+            return self._refuse(uri, origin, "invalid", "a concrete URI is needed, not a template")
         if uri in self.watched:
             return True
         if origin == "self" and len(self.self_watched) >= self.max_subscriptions:
-            _log.warning("reactive.subscribe.cap", uri=uri, origin=origin,
-                         cap=self.max_subscriptions)
-            return False
+            return self._refuse(uri, origin, "cap",
+                                f"--max-subscriptions ({self.max_subscriptions}) reached")
         try:
             owner = owner_of(uri, resource_servers(self.toolbox), server, subscribe=True)
         except NoOwner as exc:
-            _log.warning("reactive.subscribe.unowned", uri=uri, origin=origin, reason=exc.reason,
-                         detail="not sent; no wake will come from this URI")
-            return False
+            return self._refuse(uri, origin, "ambiguous" if isinstance(exc, AmbiguousOwner)
+                                else "unowned", exc.reason)
         if not owner.capabilities.resources_subscribe:
-            _log.warning("reactive.subscribe.unsupported", uri=uri, origin=origin,
-                         server=owner.name,
-                         detail="the server does not advertise resources.subscribe; not sent")
-            return False
+            return await self._fallback(uri, owner.name, origin, "unsupported",
+                                  "the server does not advertise resources.subscribe")
         try:
             ok = await owner.subscribe(uri)
         except Exception as exc:  # a server refusing the URI is not fatal
             verdict = classify_fault(exc, connected=owner.connected)
-            _log.warning("reactive.subscribe.failed", uri=uri, origin=origin,
-                         server=owner.name, kind=verdict.kind,
-                         error=f"{type(exc).__name__}: {exc}"[:300])
-            return False
+            return await self._fallback(uri, owner.name, origin, "failed",
+                                  f"the subscribe failed ({verdict.kind}): "
+                                  f"{type(exc).__name__}: {exc}"[:300])
         if ok is False:
-            return False
-        self.watched[uri] = owner.name
-        if origin == "self":
-            self.self_watched.add(uri)
-        _log.info("reactive.subscribed", uri=uri, origin=origin, server=owner.name,
+            return await self._fallback(uri, owner.name, origin, "not_honoured",
+                                  "the server did not take the subscription")
+        channel = await owner.update_channel()
+        if channel is None:
+            return await self._fallback(uri, owner.name, origin, "no_channel",
+                                  "the server offers no stream that could carry "
+                                  "notifications/resources/updated (no GET stream)")
+        mode = "listen" if channel == "listen" else "subscribe"
+        self._watch(uri, owner.name, mode, origin)
+        _log.info("reactive.listening" if mode == "listen" else "reactive.subscribed",
+                  uri=uri, origin=origin, server=owner.name,
                   owner="named" if server is not None else "rule")
         return True
+
+    async def _fallback(self, uri: str, server: str, origin: str, cause: str,
+                        reason: str) -> bool:
+        """Poll `uri` (its owner cannot deliver `updated` for it), or refuse it
+        when polling is disabled: at startup that ends the daemon (exit 6)."""
+        if self.poller is None:
+            if origin == "flag":
+                raise WatchRefused(uri, server, reason)
+            return self._refuse(uri, origin, cause, f"{reason}; polling is disabled "
+                                                    "(--poll-interval 0)", server)
+        self._watch(uri, server, "poll", origin)
+        _log.warning("reactive.polling", uri=uri, origin=origin, server=server, cause=cause,
+                     reason=reason, interval=self.poller.plan.interval)
+        await self.poller.add(uri)  # the baseline read
+        return True
+
+    def watch_report(self) -> list[dict[str, str]]:
+        """Each watched URI, its server and how it is watched, for /readyz and
+        `agent://status` (agentd.obs.health)."""
+        return [{"uri": u, "server": s, "mode": self.modes.get(u, "subscribe")}
+                for u, s in sorted(self.watched.items())]
 
     async def unsubscribe(self, uri: str, *, origin: str = "flag") -> None:
         uri = uri.strip()
         server = self.watched.pop(uri, None)
         self.self_watched.discard(uri)
+        self.modes.pop(uri, None)
         if server is None:
             return
+        if self.poller is not None:
+            self.poller.remove(uri)
         client = self._client(server)
         if client is not None:
             try:
@@ -187,6 +259,16 @@ class ReactiveDaemon:
             await self.unsubscribe(uri, origin="self")
         for uri in subscribe:
             await self.subscribe(uri, origin="self", server=(servers or {}).get(uri))
+
+    # -- polling ---------------------------------------------------------
+    async def _poll_read(self, uri: str) -> Observed:
+        """A polled read: the toolbox read, under the run's fault policy."""
+        return await self.toolbox.read_resource(uri, server=self.watched.get(uri))
+
+    def _poll_wake(self, uri: str) -> None:
+        server = self.watched.get(uri)
+        if server is not None:
+            self.updates.put_nowait((server, uri))
 
     # -- wakes -----------------------------------------------------------
     async def read_fresh(self, wake: Wake) -> list[Read]:
@@ -259,15 +341,32 @@ class ReactiveDaemon:
             server, uri = named_uri(entry)
             await self.subscribe(uri, origin="flag", server=server)
         _log.info("reactive.ready", watched=sorted(self.watched),
+                  modes={u: self.modes[u] for u in sorted(self.watched)},
                   servers=[c.name for c in resource_servers(self.toolbox)])
         self.ready.set()
 
     async def serve(self, stop: asyncio.Event, subscribe: Iterable[str] = ()) -> RunResult:
         """Subscribe, then run once per wake until `stop` is set; drain."""
-        await self.start(subscribe)
+        unreport = health.set_watched(self.watch_report)
+        try:
+            await self.start(subscribe)
+            await self._loop(stop)
+        finally:
+            unreport()
+        self.status = "interrupted"
+        stats = self.router.stats()
+        _log.info("reactive.drained", runs=self.runs, watched=len(self.watched), **stats)
+        last = self.last
+        return RunResult(run_id=self.run_id, status="interrupted",
+                         partial=bool(last.partial) if last else False,
+                         result=last.result if last else None,
+                         steps=self.steps, usage=self.usage)
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         async with asyncio.TaskGroup() as tg:
             pump = tg.create_task(self.router.pump(self.updates))
             stopped = tg.create_task(stop.wait())
+            polling = tg.create_task(self.poller.run()) if self.poller is not None else None
             try:
                 while not stop.is_set():
                     waiting = tg.create_task(self.router.next_wake())
@@ -294,14 +393,8 @@ class ReactiveDaemon:
                 self.router.close()
                 pump.cancel()
                 stopped.cancel()
-        self.status = "interrupted"
-        stats = self.router.stats()
-        _log.info("reactive.drained", runs=self.runs, watched=len(self.watched), **stats)
-        last = self.last
-        return RunResult(run_id=self.run_id, status="interrupted",
-                         partial=bool(last.partial) if last else False,
-                         result=last.result if last else None,
-                         steps=self.steps, usage=self.usage)
+                if polling is not None:
+                    polling.cancel()
 
 
 EXIT_INTERRUPTED = int(ExitCode.INTERRUPTED)
@@ -373,6 +466,7 @@ async def run_reactive(config: Config, toolbox: AgentToolbox, run_wake: RunWake,
     bounded drain: status `interrupted`, exit 130."""
     daemon = ReactiveDaemon(toolbox, run_wake, run_id=run_id, debounce=config.debounce,
                             drain_timeout=config.drain_timeout, waiters=waiters,
-                            router=router, max_subscriptions=config.max_subscriptions)
+                            router=router, max_subscriptions=config.max_subscriptions,
+                            poll_interval=config.poll_interval)
     result = await daemon.serve(stop, config.subscribe)
     return result, EXIT_INTERRUPTED

@@ -62,6 +62,7 @@ from agentd.mcp.auth import server_ssl_context
 from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, SubscribeRefused
 from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
+from agentd.obs import health
 from agentd.tree import spawn_tools
 from agentd.tree.api import (
     HandleState,
@@ -155,8 +156,12 @@ class SelfMCP(Handler):
 
     # ------------------------------------------------------------ state
     def status_body(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "mode": self.mode, "version": __version__,
-                "pid": os.getpid(), "uptime_ms": int((time.monotonic() - self.started) * 1000)}
+        body: dict[str, Any] = {
+            "run_id": self.run_id, "mode": self.mode, "version": __version__,
+            "pid": os.getpid(), "uptime_ms": int((time.monotonic() - self.started) * 1000)}
+        if self.mode == "reactive":  # each watched URI and how (docs/reactive.md)
+            body["watched"] = health.watched()
+        return body
 
     def _prune(self, now: float) -> None:
         term = self._terminal

@@ -1,0 +1,156 @@
+"""Reactive mode against the servers people run (issue 29): never silent.
+
+Real `agentd --mode reactive` processes with playback intelligence, against
+
+* FastMCP 4 (tests/reactive_fastmcp.py), which offers no subscriptions at any
+  revision: the watched URI is polled (`reactive.polling`, once), a change made
+  through its own tool wakes the daemon, and `/readyz` and `agent://status`
+  say `poll`; with `--poll-interval 0` the daemon refuses to start (exit 6,
+  one `reactive.refused` line);
+* a 2025-11-25 server that takes `resources/subscribe` but has no GET stream
+  (tests/reactive_peers.py `--no-get`): polled too, not waited on forever.
+
+Assertions are on logged events, exit codes and bodies; the waits only bound
+how long we wait for a log line that must come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import urllib.request
+from pathlib import Path
+
+import peers
+import pytest
+from test_reactive_cli import Agentd, bump, stats
+
+try:  # the official MCP Python SDK: a real client (test dependency)
+    from mcp import Client
+except ImportError:  # pragma: no cover
+    Client = None
+
+NOTE = "mem://notes/1"
+A = "watch://counter/a"
+INSTRUCTION = "When the watched note changes, summarize it"
+
+
+def _book(tmp: Path, expect: str) -> Path:
+    path = tmp / "interop.playback.json"
+    path.write_text(json.dumps({"playback": 1, "scripts": [{
+        "name": "watch", "match": "watched note",
+        "turns": [{"expect": ["reactive wake", expect], "content": "noted"}]}]}))
+    return path
+
+
+def _sdk() -> type:
+    if Client is None:
+        peers.unavailable("the official MCP Python SDK (mcp) is not installed")
+    return Client
+
+
+def _fastmcp() -> peers.PythonPeer:
+    peers.require_modules("fastmcp")
+    return peers.python_peer("reactive_fastmcp.py")
+
+
+async def _call(url: str, tool: str, args: dict) -> None:
+    async with _sdk()(url) as c:
+        result = await c.call_tool(tool, args)
+        assert not result.is_error
+
+
+async def _status(url: str) -> dict:
+    async with _sdk()(url) as c:
+        return json.loads((await c.read_resource("agent://status")).contents[0].text)
+
+
+def _readyz(port: int) -> tuple[int, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=30) as r:
+        return r.status, r.read().decode()
+
+
+def test_fastmcp_is_polled_and_its_change_wakes(agentd_bin, tmp_path) -> None:
+    _sdk()
+    mport, sport = peers.free_port(), peers.free_port()
+    with _fastmcp() as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{_book(tmp_path, 'second version')}",
+                     "--mcp", f"notes={srv.url}", "--mode", "reactive", "--subscribe", NOTE,
+                     "--poll-interval", "0.2", "--debounce", "0",
+                     "--metrics-listen", f"127.0.0.1:{mport}",
+                     "--serve-mcp", f"http://127.0.0.1:{sport}"], tmp_path)
+        try:
+            (ready,) = ag.wait_event("reactive.ready")
+            assert ready["watched"] == [NOTE] and ready["modes"] == {NOTE: "poll"}
+            peers.wait_port("127.0.0.1", mport)
+            code, body = _readyz(mport)
+            assert code == 200 and body == f"ready\nwatch poll notes {NOTE}\n"
+            status = asyncio.run(_status(f"http://127.0.0.1:{sport}/mcp"))
+            assert status["mode"] == "reactive"
+            assert status["watched"] == [{"uri": NOTE, "server": "notes", "mode": "poll"}]
+            asyncio.run(_call(srv.url, "edit", {"text": "the second version"}))
+            (run,) = ag.wait_event("reactive.run")
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    assert code == 130
+    assert run["status"] == "completed" and run["uris"] == [NOTE]
+    (polling,) = ag.events("reactive.polling")
+    assert (polling["uri"], polling["server"], polling["level"]) == (NOTE, "notes", "warning")
+    assert polling["reason"] and polling["interval"] == 0.2
+    assert [w["uris"] for w in ag.events("reactive.wake")] == [[NOTE]]
+    assert [e["uri"] for e in ag.events("reactive.poll.changed")] == [NOTE]
+    # one event per outcome: nothing said it was subscribed, nothing refused
+    for other in ("reactive.subscribed", "reactive.listening", "reactive.refused"):
+        assert ag.events(other) == []
+    res = ag.result()
+    assert res["status"] == "interrupted" and res["result"] == "noted"
+
+
+def test_fastmcp_with_polling_disabled_refuses_at_startup(agentd_bin, tmp_path) -> None:
+    with _fastmcp() as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{_book(tmp_path, 'x')}",
+                     "--mcp", f"notes={srv.url}", "--mode", "reactive", "--subscribe", NOTE,
+                     "--poll-interval", "0"], tmp_path)
+        code = ag.proc.wait(timeout=120)
+    assert code == 6
+    (refused,) = ag.events("reactive.refused")
+    assert refused["level"] == "error"
+    assert NOTE in refused["error"] and "'notes'" in refused["error"]
+    assert "--poll-interval 0" in refused["error"]
+    assert ag.events("reactive.ready") == [] and ag.events("reactive.polling") == []
+    res = ag.result()
+    assert res["status"] == "failed" and NOTE in res["result"]["error"]
+
+
+def test_session_server_without_get_stream_is_polled(agentd_bin, tmp_path) -> None:
+    book = _book(tmp_path, '"value": 2')  # the wake read the state after the change
+    with peers.python_peer("reactive_peers.py", "--no-get") as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{book}",
+                     "--mcp", f"gw={srv.url}", "--mode", "reactive", "--subscribe", A,
+                     "--poll-interval", "0.2", "--debounce", "0"], tmp_path)
+        try:
+            ag.wait_event("reactive.ready")
+            bump(srv.port, A, 2)
+            (run,) = ag.wait_event("reactive.run")
+            wire = stats(srv.port)["wire"]
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    assert code == 130
+    assert run["status"] == "completed" and run["uris"] == [A]
+    assert wire.get("resources/subscribe") == 1  # taken by the server, never delivered
+    (polling,) = ag.events("reactive.polling")
+    assert (polling["uri"], polling["server"], polling["cause"]) == (A, "gw", "no_channel")
+    assert ag.events("reactive.subscribed") == []
+
+
+@pytest.mark.parametrize("argv", [["--poll-interval", "-1"], ["--poll-interval", "nan"],
+                                  ["--poll-interval", "86401"]])
+def test_poll_interval_out_of_range_is_a_usage_error(agentd_bin, tmp_path, argv) -> None:
+    ag = Agentd([agentd_bin, "--instruction", "x", "--mode", "reactive", "--subscribe", NOTE,
+                 *argv], tmp_path)
+    assert ag.proc.wait(timeout=60) == 2
+    assert "--poll-interval" in ag.err.read_text()
