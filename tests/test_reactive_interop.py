@@ -8,7 +8,11 @@ Real `agentd --mode reactive` processes with playback intelligence, against
   say `poll`; with `--poll-interval 0` the daemon refuses to start (exit 6,
   one `reactive.refused` line);
 * a 2025-11-25 server that takes `resources/subscribe` but has no GET stream
-  (tests/reactive_peers.py `--no-get`): polled too, not waited on forever.
+  (tests/reactive_peers.py `--no-get`): polled too, not waited on forever;
+* the TypeScript SDK 1.x and 2.x servers (tests/ts_peers/): real
+  subscriptions (`reactive.subscribed` on a 1.x session, `reactive.listening`
+  at 2026-07-28 on 2.x), their `touch` tool sends `updated`, a wake follows;
+  the 1.x SDK's stateless mode has no GET stream and is polled.
 
 Assertions are on logged events, exit codes and bodies; the waits only bound
 how long we wait for a log line that must come.
@@ -154,3 +158,42 @@ def test_poll_interval_out_of_range_is_a_usage_error(agentd_bin, tmp_path, argv)
                  *argv], tmp_path)
     assert ag.proc.wait(timeout=60) == 2
     assert "--poll-interval" in ag.err.read_text()
+
+
+@pytest.mark.parametrize(("major", "args", "mode", "event"), [
+    (1, (), "subscribe", "reactive.subscribed"),
+    (1, ("--stateless",), "poll", "reactive.polling"),  # no GET stream: 405
+    (2, (), "listen", "reactive.listening"),
+    (2, ("--stateless",), "listen", "reactive.listening"),
+    (2, ("--legacy-only",), "subscribe", "reactive.subscribed"),
+], ids=["v1", "v1-stateless", "v2", "v2-stateless", "v2-legacy-only"])
+def test_ts_sdk_servers_wake_on_touch(agentd_bin, tmp_path, major, args, mode, event) -> None:
+    _sdk()
+    mport = peers.free_port()
+    with peers.ts_peer(major, *args) as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{_book(tmp_path, NOTE)}",
+                     "--mcp", f"ts={srv.url}", "--mode", "reactive", "--subscribe", NOTE,
+                     "--poll-interval", "0.2", "--debounce", "0",
+                     "--metrics-listen", f"127.0.0.1:{mport}"], tmp_path)
+        try:
+            (ready,) = ag.wait_event("reactive.ready")
+            assert ready["modes"] == {NOTE: mode}
+            peers.wait_port("127.0.0.1", mport)
+            assert _readyz(mport) == (200, f"ready\nwatch {mode} ts {NOTE}\n")
+            asyncio.run(_call(srv.url, "touch", {"uri": NOTE}))
+            (run,) = ag.wait_event("reactive.run")
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    assert code == 130
+    assert run["status"] == "completed" and run["uris"] == [NOTE]
+    (outcome,) = ag.events(event)
+    assert (outcome["uri"], outcome["server"]) == (NOTE, "ts")
+    others = {"reactive.subscribed", "reactive.listening", "reactive.polling",
+              "reactive.refused"} - {event}
+    assert all(ag.events(e) == [] for e in others)
+    if mode == "poll":
+        assert outcome["cause"] == "no_channel"
+        assert [e["uri"] for e in ag.events("reactive.poll.changed")] == [NOTE]
+    else:  # pushed: the wake came from the server's updated, not from a poll
+        assert ag.events("reactive.poll.changed") == []

@@ -6,9 +6,12 @@ notification to arrive, and the two revisions differ:
 * 2026-07-28: the `subscriptions/listen` stream (`listen`); the client's
   `subscribe` already returns False for a URI its acknowledgement leaves out.
 * 2025-11-25: `resources/subscribe` and the session's standalone GET stream
-  (`subscribe`). A server that answers the GET with 405 (supergateway
-  stateless, a JSON-only deployment) accepts a subscription it can never
-  deliver: no channel (None).
+  (`subscribe`). A server that answers the GET with 405 (a JSON-only
+  deployment) accepts a subscription it can never deliver: no channel (None).
+  So does one that gives no `Mcp-Session-Id` (supergateway stateless, the
+  TypeScript SDK's stateless mode: a fresh server per request): its
+  notifications belong to a session, and the one that took our subscribe
+  ended with that request, whatever a GET stream then shows.
 
 The reactive daemon asks this after subscribing and polls a URI with no
 channel instead of waiting forever (docs/reactive.md). A mixin of
@@ -46,7 +49,7 @@ class UpdateChannel:
         if self._session.stateless:
             return "listen"
         t = self._transport
-        if t is None:
+        if t is None or not t.session_id:  # no session to tie the subscription to
             return None
         if not t.get_known.is_set():
             try:

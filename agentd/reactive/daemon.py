@@ -189,22 +189,23 @@ class ReactiveDaemon:
                                 else "unowned", exc.reason)
         if not owner.capabilities.resources_subscribe:
             return await self._fallback(uri, owner.name, origin, "unsupported",
-                                  "the server does not advertise resources.subscribe")
+                                        "the server does not advertise resources.subscribe")
         try:
             ok = await owner.subscribe(uri)
         except Exception as exc:  # a server refusing the URI is not fatal
             verdict = classify_fault(exc, connected=owner.connected)
             return await self._fallback(uri, owner.name, origin, "failed",
-                                  f"the subscribe failed ({verdict.kind}): "
-                                  f"{type(exc).__name__}: {exc}"[:300])
+                                        f"the subscribe failed ({verdict.kind}): "
+                                        f"{type(exc).__name__}: {exc}"[:300])
         if ok is False:
             return await self._fallback(uri, owner.name, origin, "not_honoured",
-                                  "the server did not take the subscription")
+                                        "the server did not take the subscription")
         channel = await owner.update_channel()
         if channel is None:
             return await self._fallback(uri, owner.name, origin, "no_channel",
-                                  "the server offers no stream that could carry "
-                                  "notifications/resources/updated (no GET stream)")
+                                        "the server offers no stream that could carry "
+                                        "notifications/resources/updated to us (no GET "
+                                        "stream, or no session to tie the subscription to)")
         mode = "listen" if channel == "listen" else "subscribe"
         self._watch(uri, owner.name, mode, origin)
         _log.info("reactive.listening" if mode == "listen" else "reactive.subscribed",
