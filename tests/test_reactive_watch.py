@@ -245,6 +245,28 @@ async def test_polling_disabled_refuses_at_startup(logs) -> None:
     assert events(logs, "reactive.ready") == []
 
 
+async def test_self_subscribe_follows_the_same_rule(logs) -> None:
+    """A run's `agentd__subscribe` of a URI its server cannot push: polled
+    (`origin=self`, counted towards the cap); with polling disabled, refused
+    without ending the daemon."""
+    with sdk_peer("--no-subscribe") as srv:
+        async with toolbox_for(plain=srv.url) as tb:
+            polling = ReactiveDaemon(tb, never_woken, poll_interval=60, max_subscriptions=1)
+            await polling.apply_queued([A, B], [])
+            assert polling.watch_report() == [{"uri": A, "server": "plain", "mode": "poll"}]
+            assert polling.self_watched == {A}
+            disabled = ReactiveDaemon(tb, never_woken, poll_interval=0)
+            await disabled.apply_queued([A], [])
+            assert disabled.watched == {}
+            stats = await get(f"http://127.0.0.1:{srv.port}/stats")
+    assert [(e["uri"], e["origin"]) for e in events(logs, "reactive.polling")] == [(A, "self")]
+    refused = events(logs, "reactive.refused")
+    assert [(e["uri"], e["cause"]) for e in refused] == [(B, "cap"), (A, "unsupported")]
+    assert "--poll-interval 0" in refused[1]["reason"] and refused[1]["server"] == "plain"
+    assert "resources/subscribe" not in stats["wire"]
+    assert stats["read"] == 1  # the polled URI's baseline
+
+
 async def test_self_subscribe_applied_after_run(logs) -> None:
     with sdk_peer() as srv:
         base = f"http://127.0.0.1:{srv.port}"
