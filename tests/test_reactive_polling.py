@@ -59,6 +59,19 @@ def test_plan_failures_are_a_streak_and_keep_the_last_body() -> None:
     assert plan.failed("missing") is False
 
 
+def test_plan_invalidated_body_wakes_on_the_next_read() -> None:
+    """A wake whose read failed: the change it stood for is not lost."""
+    plan = PollPlan(1.0)
+    plan.add("a", 0.0)
+    plan.invalidate("a")  # before a baseline: nothing to invalidate
+    assert plan.observed("a", "v1") == (Change.BASELINE, False)
+    assert plan.observed("a", "v2") == (Change.CHANGED, False)
+    plan.invalidate("a")
+    assert plan.observed("a", "v2") == (Change.CHANGED, False)
+    assert plan.observed("a", "v2") == (Change.SAME, False)
+    plan.invalidate("gone")
+
+
 @pytest.mark.parametrize("interval", [0.0, -1.0])
 def test_plan_needs_a_positive_interval(interval: float) -> None:
     with pytest.raises(ValueError):

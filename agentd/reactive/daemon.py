@@ -296,6 +296,8 @@ class ReactiveDaemon:
                 verdict = classify_fault(exc, connected=client.connected)
                 _log.warning("reactive.read.failed", uri=uri, server=server,
                              kind=verdict.kind, error=f"{type(exc).__name__}: {exc}"[:300])
+                if self.poller is not None and self.modes.get(uri) == "poll":
+                    self.poller.plan.invalidate(uri)  # no reconnect re-delivers it: a poll will
                 continue
             reads.append(Read(uri=uri, server=server, text=obs.text,
                               is_error=bool(obs.is_error), updates=wake.counts.get(uri, 0)))

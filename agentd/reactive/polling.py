@@ -46,6 +46,9 @@ class Change(Enum):
     CHANGED = "changed"
 
 
+_STALE = b""  # no body's digest: the next read is a change
+
+
 def _digest(body: str) -> bytes:
     return hashlib.blake2b(body.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
@@ -106,6 +109,13 @@ class PollPlan:
         if before is None:
             return Change.BASELINE, recovered
         return (Change.SAME if before == digest else Change.CHANGED), recovered
+
+    def invalidate(self, uri: str) -> None:
+        """The wake a change of `uri` caused could not read it: the next body
+        read wakes again, whatever it is, so the change is not lost."""
+        entry = self._entries.get(uri)
+        if entry is not None and entry.digest is not None:
+            entry.digest = _STALE
 
     def failed(self, uri: str) -> bool:
         """A read of `uri` failed: True when this starts a streak (log it once).
