@@ -10,7 +10,7 @@ class ExitCode(IntEnum):
     BUDGET = 3  # step or token budget exhausted; a partial result is printed
     DEADLINE = 4  # --deadline passed
     INTELLIGENCE = 5  # the intelligence gateway is unreachable or keeps failing
-    MCP_REQUIRED = 6  # a required MCP server failed its handshake
+    MCP_REQUIRED = 6  # a required MCP server failed its handshake (or a watch is refused)
     INTERRUPTED = 130  # SIGINT/SIGTERM; drained
 
 
@@ -22,5 +22,6 @@ Exit codes:
   3    budget exhausted (steps/tokens; partial result printed)
   4    deadline passed
   5    intelligence unreachable or failing
-  6    a required MCP server failed its handshake
+  6    a required MCP server failed its handshake, or a --subscribe URI
+       cannot be watched (--poll-interval 0)
   130  interrupted (drained)"""
