@@ -112,12 +112,16 @@ def test_fastmcp_is_polled_and_its_change_wakes(agentd_bin, tmp_path) -> None:
     assert res["status"] == "interrupted" and res["result"] == "noted"
 
 
-def test_fastmcp_with_polling_disabled_refuses_at_startup(agentd_bin, tmp_path) -> None:
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_fastmcp_with_polling_disabled_refuses_at_startup(agentd_bin, tmp_path, how) -> None:
+    config = tmp_path / "agentd.toml"
+    config.write_text("poll_interval = 0\n")
+    disable = ["--poll-interval", "0"] if how == "flag" else ["--config", str(config)]
     with _fastmcp() as srv:
         ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
                      "--intelligence", f"playback:{_book(tmp_path, 'x')}",
                      "--mcp", f"notes={srv.url}", "--mode", "reactive", "--subscribe", NOTE,
-                     "--poll-interval", "0"], tmp_path)
+                     *disable], tmp_path)
         code = ag.proc.wait(timeout=120)
     assert code == 6
     (refused,) = ag.events("reactive.refused")
