@@ -152,9 +152,9 @@ async def test_poller_run_sleeps_until_due_then_reads_in_its_owners_taskgroup() 
     assert poller.plan.due_at() is None
 
 
-def test_watch_report_on_readyz_is_escaped_redacted_and_bounded() -> None:
+def test_watch_report_on_readyz_is_escaped_and_redacted() -> None:
     from agentd.obs import health
-    from agentd.obs.http import READYZ_WATCH_LINES, watch_lines
+    from agentd.obs.http import watch_lines
 
     health.reset()
     try:
@@ -167,10 +167,5 @@ def test_watch_report_on_readyz_is_escaped_redacted_and_bounded() -> None:
         assert "s3cret" not in watch_lines()
         remove()
         assert health.watched() == [] and watch_lines() == ""
-        many = [{"uri": f"mem://{i}", "server": "s", "mode": "poll"}
-                for i in range(READYZ_WATCH_LINES + 3)]
-        health.set_watched(lambda: many)
-        lines = watch_lines().splitlines()
-        assert len(lines) == READYZ_WATCH_LINES + 1 and lines[-1] == "watch ... 3 more"
     finally:
         health.reset()

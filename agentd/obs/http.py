@@ -10,9 +10,9 @@ probes `/healthz` and `/readyz` answer without credentials, because a
 Kubernetes kubelet or a systemd watchdog cannot present a bearer or a client
 certificate, and they tell nothing but "ok" or the names of failed checks --
 and, in reactive mode, what the daemon watches: one `watch MODE SERVER URI`
-line per watched URI (at most `READYZ_WATCH_LINES`, the rest counted; control
-characters and spaces percent-escaped; `health.watched()` has replaced a
-URI's userinfo by `***`).
+line per watched URI (the watched set is bounded by the `--subscribe` list and
+`--max-subscriptions`; control characters and spaces percent-escaped;
+`health.watched()` has replaced a URI's userinfo by `***`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ __all__ = ["mount", "serve_standalone"]
 
 Guard = Callable[[web.Request], "web.StreamResponse | None"]
 
-READYZ_WATCH_LINES = 64  # watched URIs named on /readyz; the rest are counted
 _UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
 
@@ -41,12 +40,8 @@ def _escape(text: str) -> str:
 
 def watch_lines() -> str:
     """The /readyz lines naming what the reactive daemon watches (see above)."""
-    entries = health.watched()
-    lines = [f"watch {_escape(e['mode'])} {_escape(e['server'])} {_escape(e['uri'])}\n"
-             for e in entries[:READYZ_WATCH_LINES]]
-    if len(entries) > READYZ_WATCH_LINES:
-        lines.append(f"watch ... {len(entries) - READYZ_WATCH_LINES} more\n")
-    return "".join(lines)
+    return "".join(f"watch {_escape(e['mode'])} {_escape(e['server'])} {_escape(e['uri'])}\n"
+                   for e in health.watched())
 
 
 def mount(app: web.Application, guard: Guard | None = None) -> None:
