@@ -2,7 +2,7 @@
 reactive tests and benchmark. Run as a script:
 
     python tests/reactive_peers.py PORT [--no-subscribe] [--unlisted] [--state FILE]
-                                  [--era legacy|modern] [--no-listen]
+                                  [--era legacy|modern] [--no-listen] [--no-get]
 
 It serves Streamable HTTP at http://127.0.0.1:PORT/mcp with subscribable
 resources `watch://counter/a` and `watch://counter/b` (text bodies
@@ -38,9 +38,8 @@ not advertise `resources.subscribe`. `--unlisted` keeps serving (and reading)
 the counters but lists none of them: a client cannot tell from the catalogue
 which server owns them. `--state FILE` keeps the counters across
 a restart. `--no-get` answers the standalone GET stream with 405 (a
-deliberately crippled 2025-11-25 server, like supergateway's stateless mode or
-a JSON-only deployment): it takes `resources/subscribe` and can never deliver
-the `updated` it promises.
+deliberately crippled 2025-11-25 server, like a JSON-only deployment): it
+takes `resources/subscribe` and can never deliver the `updated` it promises.
 """
 
 from __future__ import annotations

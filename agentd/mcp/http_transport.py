@@ -130,10 +130,11 @@ class StreamableHTTPTransport:
         self.auth = auth
         self._url = URL(url)
         self.on_message = on_message
+        self.get_known = asyncio.Event()  # set while `get_offered` is True or False
+        self._get_offered: bool | None = None
         self.session_id: str | None = None
         self.protocol_version: str | None = None
-        self._get_offered: bool | None = None  # None until the GET stream was tried
-        self.get_known = asyncio.Event()  # set while `get_offered` is True or False
+        self.get_offered: bool | None = None  # None until the GET stream was tried
         self.not_offered = 0  # the HTTP status of the last "GET stream not offered"
         self.stateless = False  # a 2026-07-28 server: no session, no GET, no resumption
         self._extra = dict(headers or {})
