@@ -2,11 +2,12 @@
 
 Real `agentd --mode reactive` processes with playback intelligence, against
 
-* FastMCP 4 (tests/reactive_fastmcp.py), which offers no subscriptions at any
-  revision: the watched URI is polled (`reactive.polling`, once), a change made
-  through its own tool wakes the daemon, and `/readyz` and `agent://status`
-  say `poll`; with `--poll-interval 0` the daemon refuses to start (exit 6,
-  one `reactive.refused` line);
+* FastMCP 4 (tests/fastmcp_server.py), which offers no subscriptions at any
+  revision (2026-07-28, `--legacy-only` 2025-11-25, `--stateless`): the
+  watched URI is polled (`reactive.polling`, once), a change made through its
+  own `touch` tool wakes the daemon, and `/readyz` and `agent://status` say
+  `poll`; with `--poll-interval 0` the daemon refuses to start (exit 6, one
+  `reactive.refused` line);
 * a 2025-11-25 server that takes `resources/subscribe` but has no GET stream
   (tests/reactive_peers.py `--no-get`): polled too, not waited on forever;
 * the TypeScript SDK 1.x and 2.x servers (tests/ts_peers/): real
@@ -54,9 +55,9 @@ def _sdk() -> type:
     return Client
 
 
-def _fastmcp() -> peers.PythonPeer:
+def _fastmcp(*args: str) -> peers.PythonPeer:
     peers.require_modules("fastmcp")
-    return peers.python_peer("reactive_fastmcp.py")
+    return peers.python_peer("fastmcp_server.py", *args)
 
 
 async def _call(url: str, tool: str, args: dict) -> None:
@@ -75,12 +76,14 @@ def _readyz(port: int) -> tuple[int, str]:
         return r.status, r.read().decode()
 
 
-def test_fastmcp_is_polled_and_its_change_wakes(agentd_bin, tmp_path) -> None:
+@pytest.mark.parametrize("args", [(), ("--legacy-only",), ("--stateless",)],
+                         ids=["both-revisions", "legacy-only", "stateless"])
+def test_fastmcp_is_polled_and_its_change_wakes(agentd_bin, tmp_path, args) -> None:
     _sdk()
     mport, sport = peers.free_port(), peers.free_port()
-    with _fastmcp() as srv:
+    with _fastmcp(*args) as srv:
         ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
-                     "--intelligence", f"playback:{_book(tmp_path, 'second version')}",
+                     "--intelligence", f"playback:{_book(tmp_path, 'body #1')}",
                      "--mcp", f"notes={srv.url}", "--mode", "reactive", "--subscribe", NOTE,
                      "--poll-interval", "0.2", "--debounce", "0",
                      "--metrics-listen", f"127.0.0.1:{mport}",
@@ -94,7 +97,7 @@ def test_fastmcp_is_polled_and_its_change_wakes(agentd_bin, tmp_path) -> None:
             status = asyncio.run(_status(f"http://127.0.0.1:{sport}/mcp"))
             assert status["mode"] == "reactive"
             assert status["watched"] == [{"uri": NOTE, "server": "notes", "mode": "poll"}]
-            asyncio.run(_call(srv.url, "edit", {"text": "the second version"}))
+            asyncio.run(_call(srv.url, "touch", {"uri": NOTE}))
             (run,) = ag.wait_event("reactive.run")
         finally:
             code = ag.stop(signal.SIGTERM)
