@@ -85,8 +85,9 @@ async def test_reactive_renegotiates_a_listenless_2026_server_at_2025(agentd_bin
         ("server/discover", "2026-07-28"), ("initialize", "2025-11-25")]
     assert counts.get("server/discover") == 1 and counts.get("resources/subscribe") == 1
     assert "subscriptions/listen" not in counts  # discover said it cannot deliver
-    assert not done.events("mcp.subscribe.refused") and not done.events(
-        "reactive.subscribe.unsupported")
+    assert not done.events("mcp.subscribe.refused") and not done.events("reactive.polling")
+    [sub] = done.events("reactive.subscribed")  # pushed at 2025-11-25, not polled
+    assert sub["uri"] == A
 
 
 async def test_server_everything_unknown_session_is_expired_on_post_and_get():
