@@ -598,6 +598,29 @@ async def test_hostile_progress_is_dropped_and_the_call_completes(fault):
         assert (await c.call_tool("t")).text == "survived"  # and again: nothing stuck
 
 
+async def test_progress_nested_past_the_guard_is_dropped(fault):
+    """Progress whose params nest around the decoders' nesting guard (passing the
+    message decoder, perhaps not the progress one, a few frames deeper): dropped
+    as malformed, never a RecursionError out of the reader; the answer arrives."""
+    from agentd.mcp.call_limits import ToolLimits
+
+    s = await fault()
+
+    async def call(msg, request):
+        token = orjson.dumps(msg["params"]["_meta"]["progressToken"])
+        notes = [b'data: {"jsonrpc":"2.0","method":"notifications/progress","params":'
+                 b'{"progressToken":' + token + b',"progress":1,"x":' + b"[" * depth +
+                 b"]" * depth + b"}}\n\n" for depth in range(940, 1000, 4)]
+        body = b"".join(notes) + sse(event({"jsonrpc": "2.0", "id": msg["id"], "result": {
+            "content": [{"type": "text", "text": "survived"}]}}))
+        return web.Response(body=body, content_type="text/event-stream")
+
+    s.handlers["tools/call"] = call
+    async with client(s, tool_limits=ToolLimits(idle=60, total=60)) as c:
+        assert (await c.call_tool("t")).text == "survived"
+        assert (await c.call_tool("t")).text == "survived"
+
+
 async def test_get_stream_offered_then_refused_is_a_lost_stream_not_a_quiet_drop(fault, logs):
     """A server that had a GET stream open and then answers its reconnect 405
     (not the session: a ping says that is alive): logged as a lost stream and

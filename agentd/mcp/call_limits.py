@@ -29,6 +29,7 @@ import msgspec
 from msgspec import Raw
 
 from agentd.config import DEFAULT_TOOL_IDLE_TIMEOUT, DEFAULT_TOOL_TIMEOUT, RunLimits, ServerSpec
+from agentd.wire.guard import PEER_FAULTS
 
 __all__ = [
     "IDLE_FLAG",
@@ -178,7 +179,7 @@ def parse_progress(params: Raw | bytes) -> ProgressIn | None:
     usable token (malformed params, a token that is not a string or an integer)."""
     try:
         p = _dec_progress.decode(params) if params else None
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except PEER_FAULTS:  # malformed, or nested past the decoder's guard
         return None
     if p is None or p.progressToken is None or isinstance(p.progressToken, bool):
         return None
