@@ -10,6 +10,11 @@ answers a ``tools/call`` with ``structuredContent`` nested 5,000 levels;
 MODE ``a2a-deep-card`` is an A2A agent whose Agent Card (at the well-known
 path) nests 5,000 levels inside its ``capabilities``.
 
+MODE ``a2a-bad-error`` is an A2A agent (JSON-RPC, streaming) with a valid
+card that answers every ``POST`` with HTTP 500 and a body that starts like a
+JSON-RPC envelope but is none: its ``error`` a string on the first request,
+nested 5,000 levels on the next, alternately.
+
 MODE ``bad-metadata`` / ``bad-port`` is an OAuth-protected MCP endpoint that
 answers every POST with 401 and a ``WWW-Authenticate`` whose
 ``resource_metadata`` is ``https://[x`` (an unparsable host) or points at its
@@ -66,6 +71,27 @@ def main(argv: list[str]) -> None:
     app = web.Application()
     if mode in ("deep", "deep-init"):
         app.router.add_post("/mcp", _mcp_deep if mode == "deep" else _mcp_deep_init)
+    elif mode == "a2a-bad-error":
+        card = json.dumps({
+            "name": "bad", "description": "d", "version": "1",
+            "supportedInterfaces": [{"url": f"http://127.0.0.1:{port}/",
+                                     "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"], "skills": []})
+        bodies = [b'{"jsonrpc":"2.0","id":1,"error":"nope"}',
+                  b'{"error":' + b"[" * DEPTH + b"]" * DEPTH + b"}"]
+        sent = [0]
+
+        async def bad_card(request: web.Request) -> web.Response:
+            return web.Response(body=card.encode(), content_type="application/json")
+
+        async def bad_error(request: web.Request) -> web.Response:
+            body = bodies[sent[0] % len(bodies)]
+            sent[0] += 1
+            return web.Response(status=500, body=body, content_type="application/json")
+
+        app.router.add_get("/.well-known/agent-card.json", bad_card)
+        app.router.add_post("/", bad_error)
     elif mode == "a2a-deep-card":
         card = ('{"name":"deep","description":"d","version":"1","supportedInterfaces":[{"url":'
                 f'"http://127.0.0.1:{port}/","protocolBinding":"JSONRPC","protocolVersion":"1.0"}}],'

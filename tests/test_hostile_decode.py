@@ -178,6 +178,25 @@ async def test_an_agent_card_nested_5000_levels_fails_the_required_peer(agentd_b
     assert failed and "nested too deeply" in failed[0]["error"], failed
 
 
+async def test_an_a2a_error_answer_that_is_no_envelope_is_the_peers_fault():
+    """SendStreamingMessage answered with HTTP 500 and a body that is no JSON-RPC
+    envelope (a string error, then one nested 5,000 levels): the delegation fails
+    with the A2A fault naming the status, twice, and the peer stays usable."""
+    from agentd.a2a.peers import A2APeers
+    from agentd.agent.a2a_delegate import install
+    from agentd.agent.selftools import SelfTools
+    from agentd.config import ServerSpec
+
+    with python_peer("decode_peers.py", "a2a-bad-error") as peer:
+        spec = ServerSpec(name="p", url=f"http://127.0.0.1:{peer.port}")
+        async with A2APeers((spec,), secrets_dir="/nonexistent") as peers:
+            tools = SelfTools()
+            install(tools, peers)
+            for _ in range(2):
+                obs = await tools.call("agentd__a2a_delegate", {"peer": "p", "message": "x"})
+                assert obs.is_error and "HTTP 500" in obs.text, obs.text
+
+
 # ------------------------------------------------------------ OAuth discovery
 @pytest.mark.parametrize("mode", ["bad-metadata", "bad-port"])
 async def test_oauth_metadata_that_is_no_url_fails_the_servers_handshake(

@@ -343,7 +343,9 @@ class A2AClient:
                 if resp.status >= 400 or not ctype.startswith("text/event-stream"):
                     raw = await self._read(resp)
                     if rpc:
-                        env = _envelope.decode(raw) if raw.startswith(b"{") else None
+                        env = None
+                        with contextlib.suppress(*PEER_FAULTS):  # no envelope: the status
+                            env = _envelope.decode(raw) if raw.startswith(b"{") else None
                         if env is not None and env.error is not None:
                             raise A2AError(f"peer {self.name}: SendStreamingMessage: "
                                            f"{env.error.message} ({env.error.code})",
