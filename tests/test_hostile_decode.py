@@ -6,6 +6,7 @@ naming the peer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -105,6 +106,52 @@ async def test_tool_call_arguments_beyond_the_wire_bounds_go_back_to_the_model(a
     told = [b["messages"][-1]["content"] for b in gw.bodies[1:]]
     assert "nested too deeply" in told[0] and "nested too deeply" in told[1], told
     assert "out of range" in told[2], told
+
+
+class _OversizedHeadGateway:
+    """A gateway that misbehaves on purpose: it answers every request with a
+    response head whose one header line is 20,000 bytes (past the HTTP
+    client's 8190-byte line bound), counting the requests it got."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+            writer.write(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"a" * 20_000 +
+                         b"\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+
+async def test_a_gateway_answer_head_past_the_line_bound_is_the_gateways_fault(agentd_bin):
+    """The HTTP client refuses the head; the provider retries it as the gateway's
+    fault and ends with exit 5 naming it, never an aiohttp error out of it."""
+    gw = _OversizedHeadGateway()
+    async with gw as url:
+        done = await run_agentd(agentd_bin, [
+            "--instruction", "x", "--intelligence", url, "--model", "m",
+            "--intelligence-attempts", "2"])
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.rc == 5, done.stderr
+    assert done.result["status"] == "failed"
+    assert "8190" in json.dumps(done.result), done.result
+    retries = done.events("intelligence.retry")
+    assert len(retries) == 1 and "8190" in retries[0]["reason"], retries
+    assert gw.requests == 2
 
 
 # ------------------------------------------------------------ the served side

@@ -45,7 +45,7 @@ from agentd.intelligence.base import (
 from agentd.log import log
 from agentd.mcp.retry import parse_retry_after
 from agentd.obs import trace
-from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd.wire.guard import FAULT_TEXT_MAX, PEER_FAULTS, fault_text
 from agentd_native import SSEEventTooLarge
 
 KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
@@ -308,8 +308,8 @@ class OpenAICompatible:
                 if self.stream and ctype.startswith("text/event-stream"):
                     return await self._read_stream(resp)
                 raw = await self._read_body(resp)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+        except aiohttp.ClientError as exc:  # connection, payload, or a head no parser takes
+            raise _Retryable(f"{type(exc).__name__}: {exc}"[:FAULT_TEXT_MAX]) from None
         except TimeoutError:
             raise _Retryable(f"request timed out after {self.timeout}s") from None
         return self._decode(raw)
