@@ -30,6 +30,8 @@ from agentd.config import ServerSpec, check_endpoint
 from agentd.errors import AgentdError
 from agentd.intelligence.openai import OpenAICompatible
 from agentd.mcp import stateless_session as stateless
+from agentd.mcp.call_limits import parse_progress
+from agentd.mcp.client_2026 import ttl_ms
 from agentd.mcp.client_session import ClientSession
 from agentd.mcp.oauth import discovery
 from agentd.mcp.oauth.challenge import parse_challenge
@@ -98,6 +100,18 @@ def _codec_decode_params(data: bytes) -> None:
             codec.decode_params(method, msgspec.Raw(data), 1)
         except ProtocolError:
             pass
+
+
+@target("client.progress")
+def _client_progress(data: bytes) -> None:
+    """A server's notifications/progress params (read on the transport's reader)."""
+    parse_progress(msgspec.Raw(data))
+
+
+@target("client.ttl")
+def _client_ttl(data: bytes) -> None:
+    """A 2026-07-28 list result's ttlMs."""
+    ttl_ms(msgspec.Raw(data))
 
 
 # -------------------------------------------------- the client session (both eras)

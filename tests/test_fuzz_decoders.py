@@ -105,6 +105,8 @@ REGRESSIONS = [
      _deep(300) + b"}}}]}}]}"),
     (b'{"choices":[{"message":{"tool_calls":[{"function":{"name":"x","arguments":{"n":' +
      str(2 ** 70).encode() + b"}}}]}}]}"),
+    # progress params nested past the decoder's guard (RecursionError from parse_progress)
+    b'{"progressToken":1,"progress":1,"x":' + _deep(1000) + b"}",
     # Retry-After dates whose year overflows
     b"Fri, 31 Dec 99999999999 23:59:59 GMT", b"Mon, 01 Jan 99999999999999999999999 00:00:00 GMT",
     b"1e999", b"nan",
@@ -129,7 +131,8 @@ def test_every_decoder_of_peer_input_has_a_target() -> None:
     assert {"codec.decode", "codec.decode_response", "codec.decode_result",
             "codec.decode_params", "client_session.receive", "client_session.results",
             "stateless_session.classify", "control.feed", "openai.decode", "retry_after",
-            "a2a.decode", "oauth.urls", "oauth.metadata", "schema.validate"} <= set(TARGETS)
+            "a2a.decode", "oauth.urls", "oauth.metadata", "schema.validate", "client.progress",
+            "client.ttl"} <= set(TARGETS)
 
 
 def test_retry_after_is_one_overflow_safe_parser() -> None:
