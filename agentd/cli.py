@@ -129,6 +129,9 @@ def _secs(text: str) -> str:
      help="a peer's SSE retry: is raised to at least this  [default: 100]")
 @opt("--sse-retry-max-ms", section="BUDGETS", type=int,
      help="a peer's SSE retry: is lowered to at most this  [default: 60000]")
+@opt("--mcp-max-bytes", section="BUDGETS", type=int,
+     help="an MCP server's JSON (not SSE) answer body; past it that server faults  "
+          "[default: 67108864]")
 @opt("--max-depth", section="SUBAGENTS", type=int, help="deepest subagent level  [default: 4]")
 @opt("--max-children", section="SUBAGENTS", type=int, help="children per agent  [default: 16]")
 @opt("--max-subagents", section="SUBAGENTS", type=int, help="subagents in the whole tree  [default: 256]")

@@ -75,6 +75,7 @@ DEFAULT_SSE_EVENT_BYTES = _sse.MAX_EVENT  # one SSE event from a peer: data line
 DEFAULT_SSE_RETRY_MIN_MS = 100  # a peer's SSE `retry:` is clamped to [min, max] ms
 DEFAULT_SSE_RETRY_MAX_MS = _sse.RETRY_MAX_MS
 DEFAULT_INTELLIGENCE_MAX_BYTES = 64 * 1024 * 1024  # one non-streamed completion's body
+DEFAULT_MCP_MAX_BYTES = 64 * 1024 * 1024  # one MCP server's JSON (non-SSE) answer body
 DEFAULT_POLL_INTERVAL = 5.0  # seconds between reads of a URI watched by polling; 0: never poll
 
 
@@ -164,13 +165,15 @@ class ServeSpec(msgspec.Struct, frozen=True):
 class StreamBounds(msgspec.Struct, frozen=True):
     """The bounds of every SSE stream a peer sends agentd (an MCP server's POST
     answers and GET stream, a streamed completion, an A2A stream): one event's
-    bytes and the clamp on the stream's `retry:`.  Why one struct: each
-    consumer builds its parser from it (`parser()`), so none can forget a bound;
-    crossing `event_bytes` is that peer's fault (docs/security.md)."""
+    bytes and the clamp on the stream's `retry:`; and `answer_bytes`, an MCP
+    server's JSON answer body, the transport's other way of answering.  Why one
+    struct: each consumer builds its parser from it (`parser()`), so none can
+    forget a bound; crossing one is that peer's fault (docs/security.md)."""
 
     event_bytes: int = DEFAULT_SSE_EVENT_BYTES
     retry_min_ms: int = DEFAULT_SSE_RETRY_MIN_MS
     retry_max_ms: int = DEFAULT_SSE_RETRY_MAX_MS
+    answer_bytes: int = DEFAULT_MCP_MAX_BYTES
 
     def parser(self) -> SSEParser:
         return SSEParser(self.event_bytes, self.retry_min_ms, self.retry_max_ms)
@@ -228,6 +231,7 @@ class Config(RunLimits, frozen=True):
     sse_event_bytes: int = DEFAULT_SSE_EVENT_BYTES
     sse_retry_min_ms: int = DEFAULT_SSE_RETRY_MIN_MS
     sse_retry_max_ms: int = DEFAULT_SSE_RETRY_MAX_MS
+    mcp_max_bytes: int = DEFAULT_MCP_MAX_BYTES
     log_format: str = DEFAULT_LOG_FORMAT
     secrets_dir: str = DEFAULT_SECRETS_DIR
     state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.oauth)
@@ -249,7 +253,8 @@ class Config(RunLimits, frozen=True):
 
     @property
     def stream_bounds(self) -> StreamBounds:
-        return StreamBounds(self.sse_event_bytes, self.sse_retry_min_ms, self.sse_retry_max_ms)
+        return StreamBounds(self.sse_event_bytes, self.sse_retry_min_ms, self.sse_retry_max_ms,
+                            self.mcp_max_bytes)
 
 
 def split_host_port(value: str) -> tuple[str, int]:
@@ -541,7 +546,7 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
                 "observation_bytes", "max_subscriptions", "intelligence_attempts",
-                "max_inflight_intelligence", "sse_event_bytes", "intelligence_max_bytes",
+                "max_inflight_intelligence", "sse_event_bytes", "intelligence_max_bytes", "mcp_max_bytes",
                 "parallel", "batch_token_ceiling", "task_line_bytes", "max_tasks",
                 "cassette_bytes"):
         if key in values and values[key] is not None and values[key] < 1:

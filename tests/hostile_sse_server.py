@@ -11,6 +11,8 @@ The MCP server answers the handshake and `tools/list` properly, then:
   `retry:`, empty data) and cuts the stream; a `GET` carrying
   `Last-Event-ID` (the client's resumption) gets the real answer;
 * `bigjson`: answers `tools/call` with a chunked JSON body that never ends;
+* `bigerror`: answers `tools/call` with HTTP 400 and a chunked JSON body that
+  never ends (what a stateless client reads for the JSON-RPC error);
 * with `get_flood`, the standalone GET stream is one endless event too.
 
 The gateway streams one endless event to a `stream: true` completion, and
@@ -156,6 +158,8 @@ class HostileMCP(_Peer):
                 return await self._cut(request, rid)
             if name == "bigjson":
                 return await self._bigjson(request, rid)
+            if name == "bigerror":
+                return await self._bigjson(request, rid, status=400)
         return web.json_response({"jsonrpc": "2.0", "id": rid, "error": {
             "code": -32601, "message": f"no method {method}"}}, headers=headers)
 
@@ -168,8 +172,9 @@ class HostileMCP(_Peer):
         self.cut_at = time.monotonic()
         return resp
 
-    async def _bigjson(self, request: web.Request, rid: Any) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    async def _bigjson(self, request: web.Request, rid: Any,
+                       status: int = 200) -> web.StreamResponse:
+        resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()  # no Content-Length to refuse it by
         await resp.prepare(request)
         head = json.dumps({"jsonrpc": "2.0", "id": rid}).encode()[:-1]

@@ -32,8 +32,8 @@ from gateway import Gateway, Reply
 from hostile_sse_server import SESSION, HostileGateway, HostileMCP
 
 from agentd import config as cfg
-from agentd.mcp.http_transport import MAX_MESSAGE_BYTES, StreamableHTTPTransport
-from agentd.mcp.retry import PeerLimitExceeded, classify
+from agentd.mcp.http_transport import StreamableHTTPTransport
+from agentd.mcp.retry import HTTPStatusError, PeerLimitExceeded, classify
 
 LIMIT = 8 * 1024 * 1024  # a small event bound keeps the test cheap
 SLACK_KIB = 32 * 1024
@@ -156,9 +156,10 @@ async def test_an_endless_event_on_the_get_stream_ends_it_with_the_limit() -> No
 
 
 async def test_a_chunked_json_answer_is_bounded() -> None:
-    """No Content-Length to refuse up front: the body is read up to the bound only."""
+    """No Content-Length to refuse up front: the body is read up to the bound
+    (``--mcp-max-bytes``) only."""
     async with HostileMCP() as mcp:
-        t = await _transport(mcp, cfg.StreamBounds())
+        t = await _transport(mcp, cfg.StreamBounds(answer_bytes=LIMIT))
         answer = asyncio.get_running_loop().create_future()
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigjson", "arguments": {}}})
@@ -167,14 +168,35 @@ async def test_a_chunked_json_answer_is_bounded() -> None:
                 await asyncio.wait_for(t.post(body, answer), 120)  # hang guard
         finally:
             await t.close()
-    assert info.value.limit == "MAX_MESSAGE_BYTES"
-    assert MAX_MESSAGE_BYTES < info.value.size <= MAX_MESSAGE_BYTES + (1 << 20)
+    assert info.value.limit == "mcp_max_bytes" and "mcp_max_bytes" in str(info.value)
+    assert LIMIT < info.value.size <= LIMIT + (1 << 20)
     assert not answer.done()
+    assert mcp.flood_sent < 4 * LIMIT
+
+
+async def test_a_stateless_error_answer_that_never_ends_is_bounded() -> None:
+    """A stateless server's HTTP 400 with a chunked JSON body that never ends: read
+    up to the bound only, then the call fails with the status."""
+    async with HostileMCP() as mcp:
+        t = await _transport(mcp, cfg.StreamBounds(answer_bytes=1 << 20))
+        t.stateless = True
+        answer = asyncio.get_running_loop().create_future()
+        body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                             "params": {"name": "bigerror", "arguments": {}}})
+        try:
+            with pytest.raises(HTTPStatusError) as info:
+                await asyncio.wait_for(t.post(body, answer), 120)  # hang guard
+        finally:
+            await t.close()
+    assert info.value.status == 400
+    assert not answer.done()
+    assert mcp.flood_sent < 8 << 20
 
 
 @pytest.mark.parametrize(("values", "fragment"), [
     ({"sse_event_bytes": 0}, "--sse-event-bytes must be at least 1"),
     ({"intelligence_max_bytes": 0}, "--intelligence-max-bytes must be at least 1"),
+    ({"mcp_max_bytes": 0}, "--mcp-max-bytes must be at least 1"),
     ({"sse_retry_min_ms": 500, "sse_retry_max_ms": 100}, "retry_min=500 <= retry_max=100"),
     ({"sse_retry_min_ms": -1}, "0 <= retry_min=-1"),
     ({"sse_event_bytes": 1 << 70}, "each at most"),  # never an OverflowError in C
@@ -186,7 +208,8 @@ def test_bad_bounds_are_a_usage_error(values, fragment) -> None:
 
 def test_the_bounds_reach_the_parser() -> None:
     c = cfg.build({"instruction": "x", "sse_event_bytes": 1000, "sse_retry_min_ms": 5,
-                   "sse_retry_max_ms": 50})
+                   "sse_retry_max_ms": 50, "mcp_max_bytes": 2000})
+    assert c.stream_bounds.answer_bytes == 2000
     p = c.stream_bounds.parser()
     assert (p.max_event, p.retry_min, p.retry_max) == (1000, 5, 50)
     p.feed(b"retry: 100000000000000000000\n")

@@ -66,7 +66,6 @@ __all__ = ["DEFAULT_RETRY_MS", "MAX_RESUMES", "TAIL_WAIT", "StreamableHTTPTransp
 DEFAULT_RETRY_MS: Final = 1000  # SSE reconnection delay when the server gave none
 MAX_RESUMES: Final = 8
 MAX_AUTH_RETRIES: Final = 3  # sends of one request after a 401/403 got new credentials
-MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024  # one JSON body (an SSE event: StreamBounds)
 TAIL_WAIT: Final = 0.25  # how long the end of an answered SSE stream is awaited  # consecutive resumptions of one stream without a new event
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
 _NOT_OFFERED: Final = frozenset({400, 404, 405, 406, 501})
@@ -96,18 +95,17 @@ def _is_sse(ctype: str) -> bool:
     return ctype.startswith("text/event-stream")
 
 
-async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:
-    """A JSON answer body, never more than MAX_MESSAGE_BYTES held: a chunked one
-    has no Content-Length to refuse up front."""
+async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """A JSON answer body, never more than ``limit`` bytes held (``--mcp-max-bytes``):
+    a chunked one has no Content-Length to refuse up front."""
     chunks: list[bytes] = []
     size = 0
     try:
         while chunk := await resp.content.readany():
             size += len(chunk)
-            if size > MAX_MESSAGE_BYTES:
-                raise PeerLimitExceeded(f"answer past {MAX_MESSAGE_BYTES} bytes "
-                                        "(MAX_MESSAGE_BYTES); dropped",
-                                        limit="MAX_MESSAGE_BYTES", size=size)
+            if size > limit:
+                raise PeerLimitExceeded(f"answer past {limit} bytes (mcp_max_bytes); dropped",
+                                        limit="mcp_max_bytes", size=size)
             chunks.append(chunk)
     except (aiohttp.ClientError, OSError) as exc:
         raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
@@ -270,10 +268,11 @@ class StreamableHTTPTransport:
                         await self._pump(resp, self.bounds.parser(), None)
                     return
                 length = resp.content_length
-                if length is not None and length > MAX_MESSAGE_BYTES:
+                limit = self.bounds.answer_bytes
+                if length is not None and length > limit:
                     raise TransportError(f"answer of {length} bytes exceeds the "
-                                         f"{MAX_MESSAGE_BYTES} byte limit", sent=True)
-                data = await _read_bounded(resp)
+                                         f"{limit} byte limit (mcp_max_bytes)", sent=True)
+                data = await _read_bounded(resp, limit)
                 if data and answer is not None:  # a JSON body answering a notification: ignored
                     self.on_message(data)
                 return
@@ -285,10 +284,12 @@ class StreamableHTTPTransport:
             if (self.stateless and answer is not None and status >= 400
                     and resp.headers.get("Content-Type", "").startswith("application/json")):
                 data = b""
-                if (resp.content_length or 0) <= MAX_MESSAGE_BYTES:
-                    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+                if (resp.content_length or 0) <= self.bounds.answer_bytes:
+                    # past the bound (chunked: no length to refuse up front) the
+                    # error body is dropped and the status is what the call gets
+                    with contextlib.suppress(TimeoutError, TransportError):
                         async with asyncio.timeout(5):
-                            data = await resp.read()
+                            data = await _read_bounded(resp, self.bounds.answer_bytes)
                 if data:
                     self.on_message(data)  # a JSON-RPC error for our request, or garbage
                 if answer.done():
