@@ -195,6 +195,27 @@ async def test_oversized_artifact_is_refused_and_nothing_is_lost(logs) -> None:
                for e in events(logs, "a2a.limit"))
 
 
+async def test_an_oversized_unary_answer_is_refused_and_logged(logs) -> None:
+    """Without streaming the answer body is read up to the bound only; crossing it
+    is logged (a2a.limit, per peer) like a streamed event past it."""
+    def small(spec, **kw):
+        return A2AClient(spec, max_bytes=64 * 1024, **kw)
+
+    with _peer("--binding", "jsonrpc", "--no-streaming") as p, \
+            _peer("--binding", "rest", "--no-streaming") as r:
+        async with A2APeers((_spec(p), _spec(r, "r")), secrets_dir="/nonexistent",
+                            client_factory=small) as peers:
+            tools = await _tools(peers)
+            for name in ("p", "r"):
+                big = await tools.call(DELEGATE, {"peer": name, "message": "big 200000"})
+                assert big.is_error and "exceeds 65536 bytes" in big.text, big.text
+                ok = await tools.call(DELEGATE, {"peer": name, "message": "echo still here"})
+                assert not ok.is_error and "echo: still here" in ok.text
+    limits = events(logs, "a2a.limit")
+    assert sorted({e["peer"] for e in limits}) == ["p", "r"], limits
+    assert all(e["limit"] == "max_bytes" and e["bytes"] == 64 * 1024 for e in limits)
+
+
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 async def test_peer_dies_mid_task(binding: str) -> None:
     with _peer("--binding", binding) as p:

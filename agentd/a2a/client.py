@@ -213,6 +213,8 @@ class A2AClient:
         while chunk := await resp.content.readany():
             size += len(chunk)
             if size > self.max_bytes:
+                _log.warning("a2a.limit", peer=self.name, limit="max_bytes",
+                             bytes=self.max_bytes)
                 raise A2AError(f"peer {self.name}: answer exceeds {self.max_bytes} bytes "
                                "(max_bytes); dropped")
             chunks.append(chunk)
