@@ -419,6 +419,51 @@ async def test_a_span_put_while_a_post_is_in_flight_is_sent_without_another_put(
             await exporter.astop()
 
 
+async def test_a_collector_answer_that_never_ends_is_read_to_a_bound(monkeypatch) -> None:
+    """A collector that misbehaves on purpose (a 200 whose chunked body never
+    ends): the exporter reads at most a bounded head of it, the batch counts as
+    taken, and the flood stops when agentd closes the connection."""
+    from aiohttp import web
+
+    from agentd.obs.otlp import Exporter
+
+    sent = [0]
+    dropped = asyncio.Event()
+
+    async def flood(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-protobuf"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            while True:
+                await resp.write(b"x" * 65536)
+                sent[0] += 65536
+        except (ConnectionError, RuntimeError):
+            pass
+        dropped.set()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", flood)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        _no_otel_env(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                     OTEL_BSP_SCHEDULE_DELAY="60000")
+        exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
+        exporter.put(("s", 1, 1, 0, "internal", 1, 2, {}, None))
+        await exporter.astop()
+        assert exporter.exported == 1
+        await asyncio.wait_for(dropped.wait(), 60)  # hang guard
+        assert sent[0] < 8 << 20
+    finally:
+        await runner.cleanup()
+
+
 def test_a_full_queue_drops_new_spans_and_counts_them(monkeypatch) -> None:
     """Past OTEL_BSP_MAX_QUEUE_SIZE spans waiting, a span that ends is dropped (never
     waited for, as the OTel SDK drops it) and counted in

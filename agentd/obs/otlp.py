@@ -69,6 +69,7 @@ from agentd_native.otlp import SpanEncoder, SpanQueue, encode_request
 __all__ = ["Exporter", "SpanEncoder", "SpanQueue", "encode_request", "resource_attributes"]
 
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
+_ANSWER_READ_MAX = 64 * 1024  # bytes of a collector's answer read (its status is what counts)
 
 
 # ------------------------------------------------------------------ configuration
@@ -287,7 +288,9 @@ class Exporter:
             async with session.post(self.endpoint, data=body, headers=self._headers,
                                     timeout=aiohttp.ClientTimeout(total=limit_s),
                                     allow_redirects=False) as resp:
-                await resp.read()
+                # only the status counts: a bounded head of the answer is read (a
+                # connection left with more unread is closed, never reused)
+                await resp.content.read(_ANSWER_READ_MAX)
                 status = resp.status
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return True, f"{type(exc).__name__}: {exc}"
