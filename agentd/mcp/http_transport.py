@@ -26,6 +26,8 @@ session layer decides what it is.
   an event past ``event_bytes`` drops that stream and raises
   :class:`PeerLimitExceeded` (unless the awaited answer came before it); the
   server's ``retry`` is clamped, so a reconnection is never put off for ages.
+  A JSON answer body (an error body of a stateless server's included) is read
+  up to ``answer_bytes`` only (``--mcp-max-bytes``).
 * :meth:`close` DELETEs the session (best effort) and closes the connector.
 
 With ``stateless`` set (a 2026-07-28 server) the same POST path carries every
