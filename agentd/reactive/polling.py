@@ -24,7 +24,6 @@ never bunched to catch up after a slow read. Memory per URI is one digest.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from enum import Enum
@@ -50,6 +49,10 @@ _STALE = b""  # no body's digest: the next read is a change
 
 
 def _digest(body: str) -> bytes:
+    # imported here: a forked child's lean template loads this module and
+    # never polls (tests/test_tree_templates.py keeps hashlib out of it)
+    import hashlib
+
     return hashlib.blake2b(body.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
