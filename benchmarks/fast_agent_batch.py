@@ -28,6 +28,7 @@ from pathlib import Path
 
 VERSION = "0.10.48"
 MODEL = "generic.bench-model"
+RUN_LIMIT_S = 1800.0  # a run past this is killed and reported as skipped, not waited on
 
 # Runs inside the fast-agent venv: argv = home tasks out card parallel.
 PROGRAM = """\
@@ -139,7 +140,12 @@ async def run(vpy: Path, work: Path, tasks: Path, parallel: int, gateway_url: st
         str(vpy), str(program), str(home), str(tasks), str(out), str(card), str(parallel),
         cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate()
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), RUN_LIMIT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise Unavailable(f"the fast-agent run took over {RUN_LIMIT_S:.0f} s; killed") from None
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-1:]
