@@ -164,7 +164,7 @@ async def test_async_delegate_wakes_once_then_reads(peer) -> None:
             awaiting = await_resource_tool(box, waiters)
             obs = await awaiting.handler({"uri": uri, "timeout": 30})
         assert not obs.is_error, obs.text
-        assert obs.structured == {"uri": uri, "updated": True}
+        assert obs.structured == {"uri": uri, "updated": True, "watched": True}
         assert '"state":"completed"' in obs.text and "echo: later" in obs.text
         assert uri not in box.clients["p"].subscriptions  # consumed by its one wake
         read = await box.read_resource(uri)

@@ -204,3 +204,37 @@ def test_ts_sdk_servers_wake_on_touch(agentd_bin, tmp_path, major, args, mode, e
         assert [e["uri"] for e in ag.events("reactive.poll.changed")] == [NOTE]
     else:  # pushed: the wake came from the server's updated, not from a poll
         assert ag.events("reactive.poll.changed") == []
+
+
+@pytest.mark.parametrize(("script", "args", "uri", "cause"), [
+    # no subscriptions at either revision: the subscribe answers False
+    ("fastmcp_server.py", (), NOTE, "not_honoured"),
+    ("reactive_peers.py", ("--no-get",), A, "no_channel"),  # taken, no GET stream to carry it
+], ids=["fastmcp", "no-get-stream"])
+async def test_await_resource_on_an_unwatchable_uri_says_so(logs, script, args, uri,
+                                                            cause) -> None:
+    """`agentd__await_resource` on a URI no server can push `updated` for: one
+    `reactive.refused` line (origin `await`, the cause) and an observation that
+    says the URI was not watched -- never a plain "timed out" the model cannot
+    tell from a quiet resource. A subscribe the server took is dropped again."""
+    from logcapture import events
+
+    from agentd.config import ServerSpec
+    from agentd.mcp import Toolbox
+    from agentd.reactive.awaiting import await_resource_tool, watch_updates
+
+    if script == "fastmcp_server.py":
+        peers.require_modules("fastmcp", "uvicorn")
+    with peers.python_peer(script, *args) as srv:
+        async with Toolbox([ServerSpec(name="srv", url=srv.url)], run_id="t",
+                           ping_interval=None) as tb, watch_updates(tb) as waiters:
+            tool = await_resource_tool(tb, waiters)
+            obs = await tool.handler({"uri": uri, "timeout": 0})
+            assert uri not in getattr(tb.clients["srv"], "subscriptions", ())
+    assert not obs.is_error
+    assert obs.text.startswith(f"not watched: no server can send updates for {uri}")
+    assert obs.structured == {"uri": uri, "updated": False, "watched": False}
+    (refused,) = events(logs, "reactive.refused")
+    assert (refused["origin"], refused["cause"], refused["server"]) == ("await", cause, "srv")
+    (awaited,) = events(logs, "reactive.await")
+    assert awaited["watched"] is False and awaited["updated"] is False

@@ -531,7 +531,7 @@ async def test_naming_the_server_resolves_it(unlisted, logs):
             bumped = await post(f"http://127.0.0.1:{watched.port}/bump?uri={A}&times=1")
             waited = await task
         assert not waited.is_error, waited.text
-        assert waited.structured == {"uri": A, "updated": True}
+        assert waited.structured == {"uri": A, "updated": True, "watched": True}
         assert f'"value": {bumped["value"]}' in waited.text
         assert A not in tb.clients["watched"].subscriptions  # the await's own, dropped
 

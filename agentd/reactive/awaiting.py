@@ -30,31 +30,48 @@ DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 3600.0
 
 
+def _refused(uri: str, cause: str, reason: str, server: str | None = None) -> None:
+    """The one line for a URI this wait cannot watch (docs/reactive.md's outcome
+    table, origin `await`): the wait still runs to its timeout."""
+    log.warning("reactive.refused", uri=uri, origin="await", server=server, cause=cause,
+                reason=reason, detail="not watched; the wait ends only by its timeout")
+
+
 async def _subscribe(toolbox: AgentToolbox, uri: str, server: str | None = None
                      ) -> tuple[ResourceServer | None, bool, bool]:
     """(owner client or None, watched now, subscribed by this call), the owner by
     the toolbox's one rule when the clients are visible. An ambiguous owner, or
-    a named server that is not there, raises (NoOwner): the caller is told."""
+    a named server that is not there, raises (NoOwner): the caller is told.
+    A URI left unwatched is logged once (`reactive.refused`)."""
     clients = resource_servers(toolbox)
     if not clients:  # e.g. a brokered child's toolbox: its parent applies the rule
         ok = bool(await toolbox.subscribe(uri, server=server))
+        if not ok:
+            _refused(uri, "not_honoured", "the subscription was not taken", server)
         return None, ok, False
     try:
         owner = owner_of(uri, clients, server, subscribe=True)
     except NoOwner as exc:
         if isinstance(exc, AmbiguousOwner) or server is not None:
             raise
-        log.warning("reactive.refused", uri=uri, origin="await", cause="unowned",
-                    reason=exc.reason)
+        _refused(uri, "unowned", exc.reason)
         return None, False, False
     if not owner.capabilities.resources_subscribe:
-        log.warning("reactive.refused", uri=uri, origin="await", cause="unsupported",
-                    server=owner.name, reason="the server does not advertise resources.subscribe")
+        _refused(uri, "unsupported", "the server does not advertise resources.subscribe",
+                 owner.name)
         return owner, False, False
     if uri in getattr(owner, "subscriptions", ()):
         return owner, True, False
-    ok = bool(await owner.subscribe(uri))
-    return owner, ok, ok
+    if not await owner.subscribe(uri):
+        _refused(uri, "not_honoured", "the server did not take the subscription", owner.name)
+        return owner, False, False
+    if await owner.update_channel() is None:
+        # taken, but no stream could carry its `updated` (a 2025-11-25 server
+        # without a GET stream or a session): said, not waited on in silence
+        _refused(uri, "no_channel", "the server offers no stream that could carry "
+                 "notifications/resources/updated to us", owner.name)
+        return owner, False, True
+    return owner, True, True
 
 
 async def _read(owner: ResourceServer | None, toolbox: AgentToolbox, uri: str,
@@ -85,12 +102,14 @@ def _terminal(obs: Observed) -> bool:
 
 async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
                          limit: float | None = DEFAULT_TIMEOUT, *,
-                         server: str | None = None) -> tuple[bool, Observed]:
-    """The `agentd__await_resource` self-tool: `(updated, observation)`.
+                         server: str | None = None) -> tuple[bool | None, Observed]:
+    """The `agentd__await_resource` self-tool: `(updated, observation)`;
+    `updated` is None when the URI could not be watched and nothing woke it
+    (the wait ran to `limit`: the caller tells the model why no update came).
 
     Subscribes `uri` on its owner (a no-op if already watched; a server without
-    `resources.subscribe` degrades with a warning and the wait then ends only
-    by timeout), waits for an update or `limit` seconds, reads the resource
+    `resources.subscribe`, or one with no stream to carry `updated`, is logged
+    `reactive.refused` and the wait then ends only by timeout), waits for an update or `limit` seconds, reads the resource
     fresh from that owner — the observation is its current state either way —
     and drops a subscription it made itself (what stays watched is what the
     flags and `agentd__subscribe` asked for). `server` names the owner; an
@@ -106,11 +125,8 @@ async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
         except NoOwner:
             raise
         except Exception as exc:  # the wait is still honoured
-            log.warning("reactive.await.subscribe_failed", uri=uri, error=str(exc))
+            _refused(uri, "failed", f"the subscribe failed: {type(exc).__name__}: {exc}"[:300])
             ok = False
-        if not ok:
-            log.warning("reactive.await.unwatched", uri=uri,
-                        detail="no server will send updates for this URI; waiting for the timeout")
     except BaseException:
         waiters.release(uri, fut)
         raise
@@ -124,9 +140,9 @@ async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
                          server=getattr(owner, "name", None))
                 return True, now
         updated = await waiters.until(uri, fut, limit)
-        log.info("reactive.await", uri=uri, updated=updated,
+        log.info("reactive.await", uri=uri, updated=updated, watched=ok,
                  server=getattr(owner, "name", None))
-        return updated, await _read(owner, toolbox, uri, server)
+        return (updated if ok or updated else None), await _read(owner, toolbox, uri, server)
     finally:
         if made and owner is not None:
             with contextlib.suppress(Exception):
@@ -169,11 +185,15 @@ def await_resource_tool(toolbox: AgentToolbox | None, waiters: Waiters) -> SelfT
                                                 server=server or None)
         except NoOwner as exc:
             return error(str(exc))
-        head = "updated" if updated else f"timed out after {limit}s without an update"
+        if updated is None:
+            head = (f"not watched: no server can send updates for {uri}, so none came "
+                    f"in {limit}s")
+        else:
+            head = "updated" if updated else f"timed out after {limit}s without an update"
         text = f"{head}; current state of {uri}:\n{obs.text}"
         if obs.is_error:
             return error(text)
-        return ok(text, {"uri": uri, "updated": updated})
+        return ok(text, {"uri": uri, "updated": bool(updated), "watched": updated is not None})
 
     return SelfTool(
         "await_resource",
