@@ -43,7 +43,8 @@ def main(argv: list[str]) -> None:
 
     @mcp.tool(description="Change a resource's body.")
     def touch(uri: str) -> str:
-        n = int(bodies.get(uri, "#0").rpartition("#")[2] or 0) + 1
+        head, _, count = bodies.get(uri, "").rpartition("#")
+        n = (int(count) if head and count.isdigit() else 0) + 1  # "note one" has no count
         bodies[uri] = f"{uri} body #{n}"
         return f"touched {uri}"
 

@@ -8,8 +8,12 @@ Real `agentd --mode reactive` processes with playback intelligence, against
   own `touch` tool wakes the daemon, and `/readyz` and `agent://status` say
   `poll`; with `--poll-interval 0` the daemon refuses to start (exit 6, one
   `reactive.refused` line);
+* the SDK 2.3 `MCPServer` at 2025-11-25 (tests/sdk_mcpserver.py
+  `--legacy-only`, with sessions or stateless): no `resources.subscribe`, polled;
 * a 2025-11-25 server that takes `resources/subscribe` but has no GET stream
   (tests/reactive_peers.py `--no-get`): polled too, not waited on forever;
+* `agentd__await_resource` on a URI FastMCP or that GET-less server cannot
+  push: one `reactive.refused` line and a result that says "not watched";
 * the TypeScript SDK 1.x and 2.x servers (tests/ts_peers/): real
   subscriptions (`reactive.subscribed` on a 1.x session, `reactive.listening`
   at 2026-07-28 on 2.x), their `touch` tool sends `updated`, a wake follows;
@@ -165,6 +169,35 @@ def test_poll_interval_out_of_range_is_a_usage_error(agentd_bin, tmp_path, argv)
                  *argv], tmp_path)
     assert ag.proc.wait(timeout=60) == 2
     assert "--poll-interval" in ag.err.read_text()
+
+
+@pytest.mark.parametrize("args", [("--legacy-only",), ("--legacy-only", "--stateless")],
+                         ids=["legacy-only", "legacy-stateless"])
+def test_sdk_mcpserver_at_2025_is_polled_and_its_change_wakes(agentd_bin, tmp_path,
+                                                              args) -> None:
+    """The SDK 2.3 `MCPServer` at 2025-11-25 advertises no `resources.subscribe`:
+    polled (`reactive.polling`, cause `unsupported`), and its `touch` wakes."""
+    _sdk()
+    peers.require_modules("mcp", "uvicorn")
+    with peers.python_peer("sdk_mcpserver.py", *args) as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{_book(tmp_path, 'body #1')}",
+                     "--mcp", f"sdk={srv.url}", "--mode", "reactive", "--subscribe", NOTE,
+                     "--poll-interval", "0.2", "--debounce", "0"], tmp_path)
+        try:
+            (ready,) = ag.wait_event("reactive.ready")
+            assert ready["modes"] == {NOTE: "poll"}
+            asyncio.run(_call(srv.url, "touch", {"uri": NOTE}))
+            (run,) = ag.wait_event("reactive.run")
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    assert code == 130
+    assert run["status"] == "completed" and run["uris"] == [NOTE]
+    (polling,) = ag.events("reactive.polling")
+    assert (polling["server"], polling["cause"]) == ("sdk", "unsupported")
+    assert [e["protocol_version"] for e in ag.events("mcp.handshake")] == ["2025-11-25"]
+    for other in ("reactive.subscribed", "reactive.listening", "reactive.refused"):
+        assert ag.events(other) == []
 
 
 @pytest.mark.parametrize(("major", "args", "mode", "event"), [
