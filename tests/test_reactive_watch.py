@@ -543,3 +543,28 @@ async def test_one_resource_server_owns_what_it_does_not_list(unlisted):
         assert tb.owner(A).name == "watched"
         read = await tb.read_resource(A)
         assert not read.is_error and json.loads(read.text)["uri"] == A
+
+
+async def test_an_ambiguous_subscribe_flag_refuses_at_startup(unlisted, logs) -> None:
+    """`--subscribe URI` that two resource servers could own, naming neither: the
+    daemon refuses to start (exit 6, the reason says to name the server) rather
+    than run watching nothing; `server=URI` then watches it."""
+    from agentd.errors import classify
+    from agentd.reactive.daemon import WatchRefused
+
+    watched, plain = unlisted
+    async with two_servers(watched, plain) as tb:
+        daemon = ReactiveDaemon(tb, never_woken, debounce=0.0)
+        with pytest.raises(WatchRefused) as info:
+            await daemon.serve(asyncio.Event(), [A])
+        assert daemon.watched == {}
+        named = ReactiveDaemon(tb, never_woken, debounce=0.0)
+        await named.start([f"watched={A}"])
+        assert named.watch_report() == [{"uri": A, "server": "watched", "mode": "subscribe"}]
+        await named.unsubscribe(A)
+    code, event, message = classify(info.value)
+    assert (int(code), event) == (6, "reactive.refused")
+    assert message == f"cannot watch {A}: {AMBIGUOUS}"
+    # only the named daemon got ready; the refused one said nothing else
+    assert [e["watched"] for e in events(logs, "reactive.ready")] == [[A]]
+    assert events(logs, "reactive.refused") == []

@@ -14,8 +14,9 @@ watched changes, then run the loop once on its current state.
   honoured, no GET stream; re-read every `--poll-interval`, agentd.reactive.
   polling), `reactive.refused` (not watched: no owner, an ambiguous one, a
   template, the self-subscription cap, or polling disabled). A `--subscribe`
-  URI that would need polling with `--poll-interval 0` ends the daemon at
-  startup (`WatchRefused`, exit 6). A URI no server owns stays non-fatal:
+  URI that would need polling with `--poll-interval 0`, or whose owner is
+  ambiguous, ends the daemon at startup (`WatchRefused`, exit 6). A URI no
+  server owns stays non-fatal:
   the spec's worker is `--subscribe file:///nowhere`, no `--mcp`, serving
   only its self-MCP.
 * Wakes. The servers' `notifications/resources/updated` (and the client's
@@ -79,15 +80,19 @@ def named_uri(entry: str) -> tuple[str | None, str]:
 
 
 class WatchRefused(ReactiveError):
-    """A `--subscribe` URI whose owner can deliver no `updated` for it, with
-    polling disabled (`--poll-interval 0`): the daemon refuses to start."""
+    """A `--subscribe` URI the daemon cannot watch, so it refuses to start:
+    its owner can deliver no `updated` for it with polling disabled
+    (`--poll-interval 0`), or several servers could own it and it names none
+    (`server=URI` says which)."""
 
     exit_code = ExitCode.MCP_REQUIRED
     event = "reactive.refused"
 
-    def __init__(self, uri: str, server: str, reason: str) -> None:
-        super().__init__(f"cannot watch {uri} on server {server!r}: {reason}; polling is "
-                         "disabled (--poll-interval 0)")
+    def __init__(self, uri: str, server: str | None, reason: str, *,
+                 polling_off: bool = True) -> None:
+        where = f" on server {server!r}" if server is not None else ""
+        tail = "; polling is disabled (--poll-interval 0)" if polling_off else ""
+        super().__init__(f"cannot watch {uri}{where}: {reason}{tail}")
         self.uri = uri
         self.server = server
         self.reason = reason
@@ -185,8 +190,14 @@ class ReactiveDaemon:
         try:
             owner = owner_of(uri, resource_servers(self.toolbox), server, subscribe=True)
         except NoOwner as exc:
-            return self._refuse(uri, origin, "ambiguous" if isinstance(exc, AmbiguousOwner)
-                                else "unowned", exc.reason)
+            ambiguous = isinstance(exc, AmbiguousOwner)
+            if origin == "flag" and ambiguous:
+                # the operator must name the server: refuse to start (a URI no
+                # connected server serves stays a warning: spec §3's worker, or
+                # an optional server that is down)
+                raise WatchRefused(uri, server, exc.reason, polling_off=False) from None
+            return self._refuse(uri, origin, "ambiguous" if ambiguous else "unowned",
+                                exc.reason)
         if not owner.capabilities.resources_subscribe:
             return await self._fallback(uri, owner.name, origin, "unsupported",
                                         "the server does not advertise resources.subscribe")
