@@ -84,8 +84,8 @@ def listen_delivers(resources: mt.ResourcesCapability | Any) -> bool | None:
     """Whether a ``server/discover`` result says its ``subscriptions/listen``
     delivers resource updates: True (``resources.subscribe: true``), False
     (``false``, said explicitly: the SDK 2.3 says so when it serves no listen),
-    None (not said: agentd's own self-MCP, among others; the listen
-    acknowledgement will tell)."""
+    None (not said, as some servers leave it out at this revision; the listen
+    acknowledgement will tell).  agentd's own self-MCP says True."""
     if not isinstance(resources, mt.ResourcesCapability):
         return None
     sub = resources.subscribe
