@@ -130,3 +130,13 @@ def test_a_mid_run_32022_is_resent_after_negotiating_again():
     d = classify(RPCError(-32022, "Unsupported protocol version",
                           {"supported": ["2025-11-25"]}), idempotent=False)
     assert d.retryable and d.resend and d.reconnect  # refused before it ran, even tools/call
+
+
+def test_an_incompatible_supported_list_is_named_within_bounds():
+    """-32022 naming only versions agentd does not speak: a HandshakeError
+    naming at most 8 of them, each cut, however long the peer made them."""
+    s = ClientSession(client_version="1")
+    s.start_discover()
+    with pytest.raises(HandshakeError) as e:
+        s.discover_failed(-32022, {"supported": ["x" * 100_000] * 50})
+    assert len(str(e.value)) < 8 * 42 + 200

@@ -400,7 +400,7 @@ class ClientSession:
             supported = data.get("supported") if isinstance(data, dict) else None
             named = supported[:8] if isinstance(supported, list) else []
             raise HandshakeError("server speaks only protocol versions "
-                                 + ", ".join(map(str, named))
+                                 + ", ".join(str(v)[:40] for v in named)
                                  + "; agentd speaks 2026-07-28 and "
                                  + ", ".join(mt.SUPPORTED_PROTOCOL_VERSIONS))
         if choice.version is not None and not choice.modern:
