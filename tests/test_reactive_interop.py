@@ -110,6 +110,9 @@ def test_fastmcp_is_polled_and_its_change_wakes(agentd_bin, tmp_path, args) -> N
     (polling,) = ag.events("reactive.polling")
     assert (polling["uri"], polling["server"], polling["level"]) == (NOTE, "notes", "warning")
     assert polling["reason"] and polling["interval"] == 0.2
+    # 2025-11-25: no resources.subscribe; 2026-07-28: discover says false and
+    # 2025-11-25 has none either, so the subscribe answers False
+    assert polling["cause"] == ("unsupported" if "--legacy-only" in args else "not_honoured")
     assert [w["uris"] for w in ag.events("reactive.wake")] == [[NOTE]]
     assert [e["uri"] for e in ag.events("reactive.poll.changed")] == [NOTE]
     # one event per outcome: nothing said it was subscribed, nothing refused
