@@ -1,0 +1,241 @@
+"""Owner-naming, unguessable handles and session ids, and the relay's request MAC.
+
+Sans-IO: every function is pure over its arguments (the random part and the
+clock are passed in), so the one rule is testable without a socket.
+
+A pool handle is ``served.<owner>.<token>[.<child>...]``: ``owner`` is the
+minting worker's ``--pool-id`` (DNS-label characters, so it never holds a
+dot), ``token`` is lower-case base32 (no padding) of ``incarnation (5 bytes)
+|| random (10 bytes) || mac (10 bytes)`` where ``mac`` is HMAC-SHA256 with the
+pool key over the owner, the incarnation, the random part and the principal
+that spawned it, truncated.  Why each part:
+
+* the owner tells any worker where to relay, without a lookup;
+* the incarnation (random per process start) lets a restarted owner answer a
+  handle of its former self with the terminal "worker lost" body instead of
+  "unknown handle";
+* the principal inside the MAC makes the ownership rule checkable by every
+  worker: another principal's handle fails verification, so it is unknown
+  everywhere, the same answer a single worker gives;
+* the MAC makes a forged or altered handle unknown everywhere (checked in
+  constant time), before anything is relayed.
+
+A 2025-11-25 session id is ``<owner>.<token>`` with the same token shape
+(the MAC's domain differs, and no principal is bound: the session's own
+bearer check applies on the owner).  Both stay within the visible-ASCII
+characters the MCP specification allows in ``Mcp-Session-Id``.
+
+The relay's request MAC (:func:`sign_request` / :class:`RelayVerifier`) binds
+the sending worker, a timestamp, a nonce, the method, the path, the body's
+SHA-256 and the caller's principal; the verifier refuses a stale timestamp
+(outside ``RELAY_SKEW`` seconds) and a nonce it has already seen inside that
+window, so a captured relay request cannot be replayed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+from collections import OrderedDict
+from typing import Final, NamedTuple
+
+from agentd.errors import AgentdError
+
+__all__ = [
+    "INCARNATION_BYTES",
+    "MAX_POOL_ID",
+    "MIN_KEY_BYTES",
+    "POOL_ID_RE",
+    "RELAY_HEADER",
+    "RELAY_PRINCIPAL_HEADER",
+    "RELAY_SKEW",
+    "HandleRef",
+    "PoolAuthError",
+    "PoolKey",
+    "RelayVerifier",
+    "mint_handle",
+    "mint_session",
+    "parse_handle",
+    "sign_request",
+    "verify_session",
+]
+
+SERVED: Final = "served"
+POOL_ID_RE: Final = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+MAX_POOL_ID: Final = 63  # one DNS label
+MIN_KEY_BYTES: Final = 16  # a shorter pool key is refused at start (exit 2)
+INCARNATION_BYTES: Final = 5
+RANDOM_BYTES: Final = 10
+MAC_BYTES: Final = 10
+_TOKEN_BYTES: Final = INCARNATION_BYTES + RANDOM_BYTES + MAC_BYTES
+_TOKEN_CHARS: Final = 40  # base32 of 25 bytes, unpadded
+_TOKEN_RE: Final = re.compile(r"[a-z2-7]{40}")
+MAX_HANDLE: Final = 512  # a longer handle is unknown without being parsed
+
+RELAY_HEADER: Final = "Agentd-Pool-Auth"
+RELAY_PRINCIPAL_HEADER: Final = "Agentd-Pool-Principal"
+RELAY_SKEW: Final = 30.0  # seconds a relay request's timestamp may be off
+MAX_NONCES: Final = 65536  # replay memory; a request beyond it inside the window is refused
+
+
+class PoolAuthError(AgentdError):
+    """A relay request whose authentication fails (the relay answers 401)."""
+
+
+class PoolKey:
+    """The pool's shared secret; its repr never shows it."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(f"the pool key needs at least {MIN_KEY_BYTES} bytes")
+        self._key = key
+
+    def __repr__(self) -> str:
+        return "PoolKey(***)"
+
+    def mac(self, *parts: bytes) -> bytes:
+        """HMAC-SHA256 over the parts, each length-prefixed (no two splits collide)."""
+        m = hmac.new(self._key, digestmod=hashlib.sha256)
+        for part in parts:
+            m.update(len(part).to_bytes(4, "big"))
+            m.update(part)
+        return m.digest()
+
+
+class HandleRef(NamedTuple):
+    """A verified pool handle: who owns it, which incarnation, its top handle."""
+
+    owner: str
+    incarnation: bytes
+    top: str  # served.<owner>.<token>: the run the whole subtree belongs to
+
+
+def _b32(raw: bytes) -> str:
+    return base64.b32encode(raw).decode().rstrip("=").lower()
+
+
+def _unb32(text: str) -> bytes:
+    return base64.b32decode(text.upper() + "=" * (-len(text) % 8))
+
+
+def _token(key: PoolKey, domain: bytes, owner: str, incarnation: bytes, rand: bytes,
+           principal: str) -> str:
+    mac = key.mac(domain, owner.encode(), incarnation, rand, principal.encode())[:MAC_BYTES]
+    return _b32(incarnation + rand + mac)
+
+
+def _check(key: PoolKey, domain: bytes, owner: str, token: str, principal: str) -> bytes | None:
+    """The incarnation of a valid token, else None (constant-time MAC compare)."""
+    if POOL_ID_RE.fullmatch(owner) is None or _TOKEN_RE.fullmatch(token) is None:
+        return None
+    raw = _unb32(token)
+    inc, rand = raw[:INCARNATION_BYTES], raw[INCARNATION_BYTES:INCARNATION_BYTES + RANDOM_BYTES]
+    want = key.mac(domain, owner.encode(), inc, rand, principal.encode())[:MAC_BYTES]
+    return inc if hmac.compare_digest(want, raw[-MAC_BYTES:]) else None
+
+
+def mint_handle(key: PoolKey, owner: str, incarnation: bytes, rand: bytes,
+                principal: str) -> str:
+    """``served.<owner>.<token>`` for a run ``principal`` spawned on ``owner``."""
+    assert len(incarnation) == INCARNATION_BYTES and len(rand) == RANDOM_BYTES
+    return f"{SERVED}.{owner}.{_token(key, b'handle', owner, incarnation, rand, principal)}"
+
+
+def parse_handle(key: PoolKey, handle: str, principal: str) -> HandleRef | None:
+    """The verified owner of ``handle`` (or of the run whose subtree it names) for
+    ``principal``; None for anything forged, altered, malformed or another
+    principal's -- the caller answers "unknown handle" without relaying."""
+    if len(handle) > MAX_HANDLE:
+        return None
+    parts = handle.split(".")
+    if len(parts) < 3 or parts[0] != SERVED or not all(p.isdigit() for p in parts[3:]):
+        return None
+    owner, token = parts[1], parts[2]
+    inc = _check(key, b"handle", owner, token, principal)
+    if inc is None:
+        return None
+    return HandleRef(owner, inc, f"{SERVED}.{owner}.{token}")
+
+
+def mint_session(key: PoolKey, owner: str, incarnation: bytes, rand: bytes) -> str:
+    """A 2025-11-25 ``Mcp-Session-Id`` that names the worker holding the session."""
+    assert len(incarnation) == INCARNATION_BYTES and len(rand) == RANDOM_BYTES
+    return f"{owner}.{_token(key, b'session', owner, incarnation, rand, '')}"
+
+
+def verify_session(key: PoolKey, session_id: str) -> HandleRef | None:
+    """The owner of a pool session id; None for a forged or malformed one."""
+    if len(session_id) > MAX_HANDLE:
+        return None
+    owner, dot, token = session_id.partition(".")
+    inc = _check(key, b"session", owner, token, "") if dot else None
+    return HandleRef(owner, inc, session_id) if inc is not None else None
+
+
+def _request_mac(key: PoolKey, sender: str, ts: int, nonce: str, method: str, path: str,
+                 body: bytes, principal: str) -> str:
+    return key.mac(b"relay", sender.encode(), str(ts).encode(), nonce.encode(),
+                   method.encode(), path.encode(), hashlib.sha256(body).digest(),
+                   principal.encode()).hex()
+
+
+def sign_request(key: PoolKey, sender: str, now: float, nonce: str, method: str, path: str,
+                 body: bytes, principal: str) -> dict[str, str]:
+    """The headers a relayed request carries: ``Agentd-Pool-Auth: v1 sender,ts,nonce,mac``
+    and the caller's principal (bound by the MAC, so it cannot be swapped)."""
+    ts = int(now)
+    mac = _request_mac(key, sender, ts, nonce, method, path, body, principal)
+    return {RELAY_HEADER: f"v1 {sender},{ts},{nonce},{mac}",
+            RELAY_PRINCIPAL_HEADER: principal}
+
+
+class RelayVerifier:
+    """Checks relayed requests: the MAC, the timestamp window and the nonce memory."""
+
+    def __init__(self, key: PoolKey, *, skew: float = RELAY_SKEW,
+                 max_nonces: int = MAX_NONCES) -> None:
+        self.key = key
+        self.skew = skew
+        self.max_nonces = max_nonces
+        self._seen: OrderedDict[str, float] = OrderedDict()  # nonce -> its timestamp
+
+    def verify(self, header: str | None, principal: str | None, now: float, method: str,
+               path: str, body: bytes) -> str:
+        """The sending worker's id; raises :class:`PoolAuthError` on any failure."""
+        if not header or principal is None or len(header) > 512 or len(principal) > 256:
+            raise PoolAuthError("relay request: missing or oversized authentication")
+        version, _, rest = header.partition(" ")
+        fields = rest.split(",")
+        if version != "v1" or len(fields) != 4:
+            raise PoolAuthError("relay request: malformed authentication")
+        sender, ts_text, nonce, mac = fields
+        if not ts_text.isdigit() or not 8 <= len(nonce) <= 64:
+            raise PoolAuthError("relay request: malformed authentication")
+        ts = int(ts_text)
+        want = _request_mac(self.key, sender, ts, nonce, method, path, body, principal)
+        if not hmac.compare_digest(want.encode(), mac.encode()):
+            raise PoolAuthError("relay request: bad MAC")
+        if abs(now - ts) > self.skew:
+            raise PoolAuthError("relay request: stale timestamp")
+        self._forget(now)
+        if nonce in self._seen:
+            raise PoolAuthError("relay request: replayed")
+        if len(self._seen) >= self.max_nonces:
+            raise PoolAuthError("relay request: replay memory full")
+        self._seen[nonce] = float(ts)
+        return sender
+
+    def _forget(self, now: float) -> None:
+        """Drop nonces whose timestamps the window already refuses."""
+        seen = self._seen
+        while seen:
+            nonce, ts = next(iter(seen.items()))
+            if now - ts <= self.skew:
+                # insertion order is close to timestamp order; a later, older entry
+                # is dropped once it reaches the front
+                break
+            del seen[nonce]

@@ -1,0 +1,178 @@
+"""The pool's sans-IO rules: MAC'd handles and session ids, the relay MAC, membership."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentd.pool import handles as h
+from agentd.pool.membership import LOST_BOUND_CAP, Membership, Transition
+
+KEY = h.PoolKey(b"k" * 32)
+OTHER = h.PoolKey(b"o" * 32)
+INC = b"\x01" * h.INCARNATION_BYTES
+
+
+def _mint(owner: str = "w1", principal: str = "alice", key: h.PoolKey = KEY) -> str:
+    return h.mint_handle(key, owner, INC, os.urandom(10), principal)
+
+
+def test_handle_names_its_owner_and_principal() -> None:
+    handle = _mint("worker-2")
+    assert handle.startswith("served.worker-2.")
+    ref = h.parse_handle(KEY, handle, "alice")
+    assert ref is not None and ref.owner == "worker-2" and ref.incarnation == INC
+    assert ref.top == handle
+    # a child handle in the run's subtree names the same owner and top
+    child = h.parse_handle(KEY, handle + ".3.1", "alice")
+    assert child is not None and child.top == handle
+
+
+def test_other_principal_other_key_and_malformed_are_unknown() -> None:
+    handle = _mint()
+    assert h.parse_handle(KEY, handle, "bob") is None
+    assert h.parse_handle(OTHER, handle, "alice") is None
+    for bad in ("served.1", "served.w1", "served.w1.", handle + ".x", "x" + handle,
+                handle.replace("served.", "served.W", 1), "served..", "", "." * 600):
+        assert h.parse_handle(KEY, bad, "alice") is None, bad
+
+
+def test_moving_a_handle_to_another_owner_fails() -> None:
+    handle = _mint("w1")
+    assert h.parse_handle(KEY, handle.replace(".w1.", ".w2.", 1), "alice") is None
+
+
+@given(st.integers(min_value=0, max_value=39), st.sampled_from("abcdefghijklmnopqrstuvwxyz234567"))
+def test_every_altered_token_character_is_unknown(pos: int, char: str) -> None:
+    handle = _mint()
+    token = handle.split(".")[2]
+    if token[pos] == char:
+        return
+    altered = f"served.w1.{token[:pos]}{char}{token[pos + 1:]}"
+    assert h.parse_handle(KEY, altered, "alice") is None
+
+
+@given(st.text(max_size=80))
+def test_arbitrary_text_is_never_a_handle(text: str) -> None:
+    assert h.parse_handle(KEY, text, "alice") is None
+    assert h.verify_session(KEY, text) is None
+
+
+def test_session_ids_name_their_owner_and_are_visible_ascii() -> None:
+    sid = h.mint_session(KEY, "w3", INC, os.urandom(10))
+    assert all(0x21 <= ord(c) <= 0x7E for c in sid)
+    ref = h.verify_session(KEY, sid)
+    assert ref is not None and ref.owner == "w3"
+    assert h.verify_session(OTHER, sid) is None
+    assert h.verify_session(KEY, sid.replace("w3.", "w4.", 1)) is None
+    # a handle's token is not a session's: the MAC domains differ
+    handle = h.mint_handle(KEY, "w3", INC, os.urandom(10), "")
+    assert h.verify_session(KEY, handle.removeprefix("served.")) is None
+
+
+def test_short_pool_key_refused_and_never_shown() -> None:
+    with pytest.raises(ValueError):
+        h.PoolKey(b"short")
+    assert "k" not in repr(KEY).lower().replace("poolkey", "")
+
+
+def _signed(now: float, nonce: str = "n0nce-0001", principal: str = "alice",
+            body: bytes = b"{}") -> dict[str, str]:
+    return h.sign_request(KEY, "w2", now, nonce, "POST", "/pool/relay", body, principal)
+
+
+def test_relay_mac_accepts_once_and_refuses_replay_staleness_and_tampering() -> None:
+    v = h.RelayVerifier(KEY)
+    hdr = _signed(1000.0)
+    assert v.verify(hdr[h.RELAY_HEADER], hdr[h.RELAY_PRINCIPAL_HEADER], 1001.0,
+                    "POST", "/pool/relay", b"{}") == "w2"
+    with pytest.raises(h.PoolAuthError, match="replayed"):
+        v.verify(hdr[h.RELAY_HEADER], "alice", 1002.0, "POST", "/pool/relay", b"{}")
+    fresh = _signed(1000.0, nonce="n0nce-0002")
+    with pytest.raises(h.PoolAuthError, match="bad MAC"):  # the principal is bound
+        v.verify(fresh[h.RELAY_HEADER], "bob", 1001.0, "POST", "/pool/relay", b"{}")
+    with pytest.raises(h.PoolAuthError, match="bad MAC"):  # the body is bound
+        v.verify(fresh[h.RELAY_HEADER], "alice", 1001.0, "POST", "/pool/relay", b"{ }")
+    with pytest.raises(h.PoolAuthError, match="stale"):
+        v.verify(fresh[h.RELAY_HEADER], "alice", 1000.0 + h.RELAY_SKEW + 1, "POST",
+                 "/pool/relay", b"{}")
+    for bad in (None, "", "v2 a,b,c,d", "v1 a,b", "v1 w2,notanumber,n0nce-0003,00"):
+        with pytest.raises(h.PoolAuthError):
+            v.verify(bad, "alice", 1000.0, "POST", "/pool/relay", b"{}")
+    wrong_key = h.RelayVerifier(OTHER)
+    with pytest.raises(h.PoolAuthError, match="bad MAC"):
+        wrong_key.verify(fresh[h.RELAY_HEADER], "alice", 1001.0, "POST", "/pool/relay", b"{}")
+
+
+def test_relay_nonce_memory_is_bounded_and_forgets_outside_the_window() -> None:
+    v = h.RelayVerifier(KEY, max_nonces=2)
+    for i in range(2):
+        hdr = _signed(1000.0, nonce=f"nonce-{i:04d}")
+        v.verify(hdr[h.RELAY_HEADER], "alice", 1000.0, "POST", "/pool/relay", b"{}")
+    full = _signed(1000.0, nonce="nonce-0009")
+    with pytest.raises(h.PoolAuthError, match="memory full"):
+        v.verify(full[h.RELAY_HEADER], "alice", 1000.0, "POST", "/pool/relay", b"{}")
+    later = _signed(1000.0 + h.RELAY_SKEW + 1, nonce="nonce-0010")
+    assert v.verify(later[h.RELAY_HEADER], "alice", 1000.0 + h.RELAY_SKEW + 1, "POST",
+                    "/pool/relay", b"{}") == "w2"
+
+
+def test_membership_alive_suspect_dead_within_the_bound() -> None:
+    m = Membership("w1")
+    assert m.bound <= LOST_BOUND_CAP
+    assert m.set_peers({"w1", "w2", "w3"}, 0.0) == []
+    assert m.status("w1") == "alive" and m.status("w2") == "suspect"
+    assert m.due(0.0) == ["w2", "w3"]
+    assert m.due(0.0) == []  # in flight
+    assert m.answered("w2", b"i2", 3, 0.1) == [Transition("w2", "alive")]
+    assert m.answered("w3", b"i3", 0, 0.1) == [Transition("w3", "alive")]
+    assert m.place() == "w2"  # w3 has no room
+    # w2 dies: its probes fail from now on
+    t = 0.1
+    seen: list[Transition] = []
+    while t < 0.1 + m.bound:
+        t += m.interval
+        for p in m.due(t):
+            seen += m.failed(p, t) if p == "w2" else m.answered(p, b"i3", 0, t)
+        seen += m.tick(t)
+        if m.status("w2") == "dead":
+            break
+    assert seen[0] == Transition("w2", "suspect")
+    assert seen[-1] == Transition("w2", "dead", b"i2")
+    assert t - 0.1 <= m.bound
+    assert m.place() is None
+    assert m.status("w3") == "alive"
+
+
+def test_membership_hung_probe_ages_and_restart_loses_runs() -> None:
+    m = Membership("w1")
+    m.set_peers({"w2"}, 0.0)
+    m.due(0.0)
+    m.answered("w2", b"old", 1, 0.0)
+    m.due(m.interval)  # this probe never answers
+    assert m.tick(m.interval + m.timeout) == [Transition("w2", "suspect")]
+    assert m.tick(m.dead_after) == [Transition("w2", "dead", b"old")]
+    assert m.tick(m.dead_after + 1) == []  # once
+    # it comes back as a new process: alive, and the old incarnation is reported lost
+    assert m.answered("w2", b"new", 1, 20.0) == [Transition("w2", "alive", b"old")]
+    # a restart that was never seen as dead is reported too
+    assert m.answered("w2", b"newer", 1, 21.0) == [Transition("w2", "alive", b"new")]
+
+
+def test_membership_peer_leaving_the_list_is_dead() -> None:
+    m = Membership("w1")
+    m.set_peers({"w2", "w3"}, 0.0)
+    m.due(0.0)
+    m.answered("w2", b"i2", 1, 0.0)
+    assert m.set_peers({"w3"}, 1.0) == [Transition("w2", "dead", b"i2")]
+    assert m.status("w2") is None
+
+
+def test_membership_refuses_timing_beyond_the_bound() -> None:
+    with pytest.raises(ValueError):
+        Membership("w1", dead_after=14.0)
+    with pytest.raises(ValueError):
+        Membership("w1", interval=0)
