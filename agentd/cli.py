@@ -20,7 +20,7 @@ from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
 from agentd.flags import apply_log_level, check_intelligence, config_from_flags
 
 # Help sections, in order; each option names its section via `section=`.
-SECTIONS = ("RUN", "INTELLIGENCE", "TOOLS / MCP", "SERVE", "BUDGETS", "SUBAGENTS",
+SECTIONS = ("RUN", "INTELLIGENCE", "TOOLS / MCP", "SERVE", "POOL", "BUDGETS", "SUBAGENTS",
             "REACTIVE", "OUTPUT")
 
 
@@ -111,6 +111,13 @@ def _secs(text: str) -> str:
 @opt("--serve-a2a", "serve_a2a", section="SERVE", is_flag=True, default=None,
      help="also serve A2A (Agent Card, SendMessage, ...) on the --serve-mcp listener "
           "(--features a2a)")
+@opt("--pool-id", section="POOL", metavar="ID",
+     help="join a worker pool under this id (a DNS label)  [default: the host name's "
+          "first label]")
+@opt("--pool-peer", section="POOL", multiple=True, metavar="ID=URL",
+     help="a pool member's --serve-mcp URL as this worker reaches it (repeatable)")
+@opt("--pool-key", section="POOL", envvar="AGENTD_POOL_KEY", metavar="KEY",
+     help="the pool's shared secret (at least 16 bytes; required in pool mode)")
 @opt("--metrics-listen", section="SERVE", metavar="HOST:PORT",
      help="serve /metrics, /healthz and /readyz on their own listener (any mode; a "
           "non-loopback one needs --metrics-bearer or --serve-bearer)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Literal
@@ -53,6 +54,7 @@ TLS_DIR_ENV = "AGENTD_TLS_DIR"
 BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer",
                    "serve_bearers")
+POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key")  # --config's names for the --pool-* flags
 
 # Documented defaults (docs/cli.md, docs/config.md).
 DEFAULT_MAX_DEPTH = 4
@@ -162,6 +164,21 @@ class ServeSpec(msgspec.Struct, frozen=True):
         return bool(self.bearer) or bool(self.bearers) or bool(self.client_ca)
 
 
+class PoolPeer(msgspec.Struct, frozen=True):
+    """``--pool-peer ID=URL``: a pool member's ``--serve-mcp`` base URL as this worker reaches it."""
+
+    id: str
+    url: str
+
+
+class PoolSpec(msgspec.Struct, frozen=True):
+    """Pool mode (docs/operations.md "Pool"): this worker's id, its peers and the key."""
+
+    id: str
+    peers: tuple[PoolPeer, ...] = ()
+    key: str = msgspec.field(default="")  # the resolved shared secret: never logged
+
+
 class StreamBounds(msgspec.Struct, frozen=True):
     """The bounds of every SSE stream a peer sends agentd (an MCP server's POST
     answers and GET stream, a streamed completion, an A2A stream): one event's
@@ -221,6 +238,7 @@ class Config(RunLimits, frozen=True):
     features: tuple[str, ...] = ()  # opt-in features (--features): "a2a"
     a2a_peers: tuple[ServerSpec, ...] = ()  # --a2a-peer / a2a_peers (with --features a2a)
     serve_a2a: bool = False  # --serve-a2a: A2A beside the self-MCP on its listener
+    pool: PoolSpec | None = None  # --pool-id/--pool-peer/--pool-key: a worker pool
     mode: str = "task"
     subscribe: tuple[str, ...] = ()
     debounce: float = DEFAULT_DEBOUNCE
@@ -372,6 +390,46 @@ def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...
     return tuple(peers)
 
 
+def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
+               serve: ServeSpec | None, secrets_dir: str) -> PoolSpec | None:
+    """The ``--pool-*`` flags (or ``pool_id``/``pool_peers``/``pool_key`` in ``--config``)
+    checked together; None without any of them.  Exit 2: pool flags without
+    ``--serve-mcp`` (peers relay to that listener) or without a key, a key that
+    is too short, an id that is not a DNS label, a malformed or duplicate peer."""
+    from agentd.pool import handles
+
+    if pool_id is None and not peers and not key:
+        return None
+    if serve is None:
+        raise ConfigError("--pool-id/--pool-peer/--pool-key need --serve-mcp (peers relay "
+                          "to its listener)")
+    if not key:
+        raise ConfigError("pool mode needs --pool-key (or env AGENTD_POOL_KEY, or "
+                          "pool_key = \"{{secret:NAME}}\" in --config)")
+    ref = SECRET_RE.fullmatch(key.strip())
+    if ref is not None:
+        key = resolve_secret(ref.group(1), secrets_dir)
+    _log.register_secret(key)
+    if len(key.encode()) < handles.MIN_KEY_BYTES:
+        raise ConfigError(f"--pool-key: at least {handles.MIN_KEY_BYTES} bytes")
+    if pool_id is None:
+        pool_id = socket.gethostname().split(".")[0].lower()
+    if handles.POOL_ID_RE.fullmatch(pool_id) is None:
+        raise ConfigError(f"--pool-id {pool_id[:80]!r}: expected a DNS label (a-z, 0-9, '-', "
+                          f"at most {handles.MAX_POOL_ID} characters)")
+    out: dict[str, PoolPeer] = {}
+    for value in peers:
+        peer_id, eq, url = value.partition("=")
+        if not eq or handles.POOL_ID_RE.fullmatch(peer_id) is None:
+            raise ConfigError(f"--pool-peer {value[:200]!r}: expected ID=<serve-mcp URL> "
+                              "with a DNS-label ID")
+        check_endpoint(url, f"--pool-peer {peer_id}")
+        if peer_id in out:
+            raise ConfigError(f"--pool-peer: duplicate peer id {peer_id!r}")
+        out[peer_id] = PoolPeer(peer_id, url.rstrip("/"))
+    return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key)
+
+
 def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | None,
                 bearer: str | None, bearers: dict[str, str] | None = None) -> ServeSpec:
     parts = urlsplit(url)
@@ -509,7 +567,15 @@ def load_config_file(path: str) -> dict:
     peers = _endpoint_specs(path, data.pop("a2a_peers", []), "a2a_peers", "peer")
     if peers:
         data["a2a_peers"] = peers
-    known = (set(Config.__struct_fields__) - {"mcp", "serve"}) | set(SERVE_FILE_KEYS)
+    key = data.get("pool_key")
+    if key is not None and not (isinstance(key, str) and SECRET_RE.fullmatch(key.strip())):
+        raise ConfigError(f"--config {path}: pool_key must be a {{{{secret:NAME}}}} reference, "
+                          "never the key itself")
+    peers_v = data.get("pool_peers", [])
+    if not (isinstance(peers_v, list) and all(isinstance(v, str) for v in peers_v)):
+        raise ConfigError(f"--config {path}: pool_peers must be an array of \"ID=URL\" strings")
+    known = (set(Config.__struct_fields__) - {"mcp", "serve", "pool"}) | set(SERVE_FILE_KEYS) \
+        | set(POOL_FILE_KEYS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"--config {path}: unknown keys: {', '.join(unknown)}")

@@ -85,6 +85,14 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     elif any(serve[k] for k in serve_keys[1:]) or bearers:
         raise cfg.ConfigError("--serve-cert/--serve-key/--serve-client-ca/--serve-bearer "
                               "need --serve-mcp")
+    pool_id = flags.pop("pool_id", None) or values.pop("pool_id", None)
+    pool_peers = list(values.pop("pool_peers", None) or ()) + list(flags.pop("pool_peer", ()))
+    pool_key = flags.pop("pool_key", None) or values.pop("pool_key", None)
+    pool = cfg.parse_pool(pool_id, pool_peers, pool_key, values.get("serve"),
+                          flags.get("secrets_dir") or values.get("secrets_dir")
+                          or cfg.DEFAULT_SECRETS_DIR)
+    if pool is not None:
+        values["pool"] = pool
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
         raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
     apply_log_level(flags.pop("log_level", None))

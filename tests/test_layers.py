@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.client_2026": 2,  # ttlMs, the run's traceparent (sans-IO)
     "agentd.obs": 2,
     "agentd.pool": 2,  # the pool's sans-IO rules: handles, relay MAC, membership
+    "agentd.pool.relay": 3,  # the worker-to-worker link (aiohttp)
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.auth": 3,
     "agentd.mcp.oauth": 3,

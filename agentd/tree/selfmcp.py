@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -63,6 +64,7 @@ from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, Subscribe
 from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
+from agentd.pool.relay import RelayAnswer, RelayRequest, RelayUnavailable
 from agentd.tree import spawn_tools
 from agentd.tree.api import (
     HandleState,
@@ -71,8 +73,10 @@ from agentd.tree.api import (
     Unavailable,
     UnknownHandle,
 )
+from agentd.tree.pool_served import PoolServed
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
+from agentd.wire.jsonrpc import INTERNAL_ERROR, ProtocolError
 
 __all__ = [
     "DEFAULT_KEEP_TERMINAL",
@@ -128,8 +132,10 @@ class SelfMCP(Handler):
 
     def __init__(self, backend: SubagentBackend | None = None, *, run_id: str = "",
                  mode: str = "task", terminal_ttl: float = DEFAULT_TERMINAL_TTL,
-                 keep_terminal: int = DEFAULT_KEEP_TERMINAL) -> None:
+                 keep_terminal: int = DEFAULT_KEEP_TERMINAL,
+                 pool: PoolServed | None = None) -> None:
         super().__init__("agentd", __version__, subscribe=True)
+        self.pool = pool  # pool mode: pool handles outside, relayed when a peer's
         self.backend: SubagentBackend = backend if backend is not None else Unavailable()
         self.run_id = run_id
         self.mode = mode
@@ -171,6 +177,8 @@ class SelfMCP(Handler):
             self._evicted[handle] = None
             if handle == _top(handle):  # an evicted run's owner is forgotten with it
                 self._owners.pop(handle, None)
+                if self.pool is not None:
+                    self.pool.forget(handle)
             if len(self._evicted) > _EVICTED_MEMORY:
                 self._evicted.popitem(last=False)
 
@@ -182,7 +190,8 @@ class SelfMCP(Handler):
         now = time.monotonic()
         self._terminal[handle] = now
         self._prune(now)
-        n = self.notify_updated(SUBAGENT_PREFIX + handle, consume=True)
+        n = self.notify_updated(SUBAGENT_PREFIX + (self.pool.external(handle) if self.pool
+                                                   else handle), consume=True)
         self._log.info("selfmcp.terminal", handle=handle, status=state.status, notified=n)
 
     def _status_changed(self) -> None:
@@ -240,23 +249,75 @@ class SelfMCP(Handler):
         # nobody (unknown to all) until it returns
         self._owners.setdefault(_top(state.handle), ctx.principal)
         self._status_changed()
+        handle = state.handle if self.pool is None else self.pool.name(state.handle,
+                                                                         ctx.principal)
         if not state.done:
-            return _state_result({"handle": state.handle, "status": state.status,
-                                  "done": False})
-        body = state.body()
+            return _state_result({"handle": handle, "status": state.status, "done": False})
+        body = {**state.body(), "handle": handle}
         return _state_result(body, _text(body.get("result")))
 
     async def _send(self, a: spawn_tools.SendArgs, ctx: CallContext) -> Any:
-        self.lookup(a.handle, ctx.principal)
-        return _state_result((await self.backend.send(SERVED_CALLER, a.handle,
-                                                      a.message)).body())
+        return await self._tool_op("send", a.handle, a.message, ctx)
 
     async def _sub_status(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
-        return _state_result(self.lookup(a.handle, ctx.principal).body())
+        return await self._tool_op("status", a.handle, None, ctx)
 
     async def _cancel(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
-        self.lookup(a.handle, ctx.principal)
-        return _state_result((await self.backend.cancel(a.handle)).body())
+        return await self._tool_op("cancel", a.handle, None, ctx)
+
+    async def _tool_op(self, op: str, handle: str, message: str | None,
+                       ctx: CallContext) -> Any:
+        try:
+            return _state_result(await self._op(op, handle, message, ctx.principal))
+        except RelayUnavailable as exc:  # the owner did not answer: say so, not "unknown"
+            return _refused(str(exc))
+
+    async def _local(self, op: str, handle: str, message: str | None,
+                     principal: str) -> dict[str, Any]:
+        """One operation on this worker's own ``served.N`` for ``principal``."""
+        state = self.lookup(handle, principal)
+        if op == "send":
+            state = await self.backend.send(SERVED_CALLER, handle, message or "")
+        elif op == "cancel":
+            state = await self.backend.cancel(handle)
+        return state.body()
+
+    async def _op(self, op: str, handle: str, message: str | None,
+                  principal: str) -> dict[str, Any]:
+        """The operation wherever the handle lives (pool mode: here, relayed to its
+        owner, or the lost body); raises UnknownHandle, SpawnRefused, RelayUnavailable."""
+        if self.pool is None:
+            return await self._local(op, handle, message, principal)
+        where = self.pool.where(handle, principal)
+        if where.lost is not None:
+            return where.lost
+        if where.owner is not None:
+            answer = await self.pool.call(where.owner, op, handle, message, principal)
+            if answer.kind == "unknown" or (answer.body is None and answer.kind == "body"):
+                raise UnknownHandle(handle)
+            if answer.kind == "refused":
+                raise SpawnRefused(answer.text or "spawn refused")
+            assert answer.body is not None
+            return answer.body
+        assert where.internal is not None
+        return self.pool.body(await self._local(op, where.internal, message, principal))
+
+    async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
+        """A peer's relayed operation (agentd.pool.relay.RelayTarget): only on this
+        worker's own handles (a relayed handle is never relayed on)."""
+        assert self.pool is not None
+        try:
+            where = self.pool.where(request.handle, principal)
+            if where.lost is not None:
+                return RelayAnswer("body", body=where.lost)
+            if where.internal is None:
+                return RelayAnswer("unknown")
+            body = await self._local(request.op, where.internal, request.message, principal)
+            return RelayAnswer("body", body=self.pool.body(body))
+        except UnknownHandle:
+            return RelayAnswer("unknown")
+        except SpawnRefused as exc:
+            return RelayAnswer("refused", text=str(exc))
 
     # -------------------------------------------------------- resources
     async def _read_status(self, uri: str) -> Any:
@@ -267,8 +328,9 @@ class SelfMCP(Handler):
         served runs (with their subtrees) this principal owns; never another's."""
         snapshot = getattr(self.backend, "snapshot", None)
         rows = snapshot() if snapshot is not None else []
-        return [r for r in rows if not r["handle"].startswith(SERVED_CALLER + ".")
+        rows = [r for r in rows if not r["handle"].startswith(SERVED_CALLER + ".")
                 or principal is None or self.owner(r["handle"]) == principal]
+        return self.pool.rows(rows) if self.pool is not None else rows
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
         if uri == STATUS_URI:  # with the tree this reader may see
@@ -279,10 +341,12 @@ class SelfMCP(Handler):
                 mimeType="application/json")])
         if uri.startswith(SUBAGENT_PREFIX):
             try:
-                state = self.lookup(uri[len(SUBAGENT_PREFIX):], ctx.principal)
+                body = await self._op("read", uri[len(SUBAGENT_PREFIX):], None, ctx.principal)
             except UnknownHandle:
                 raise ResourceNotFound(uri) from None
-            text = orjson.dumps(state.body(), default=str).decode()
+            except RelayUnavailable as exc:
+                raise ProtocolError(INTERNAL_ERROR, str(exc), {"uri": uri}) from None
+            text = orjson.dumps(body, default=str).decode()
             return t.ReadResourceResult(contents=[t.TextResourceContents(
                 uri=uri, text=text, mimeType="application/json")])
         return await super().read_resource(uri, ctx)
@@ -290,7 +354,9 @@ class SelfMCP(Handler):
     def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]:
         if method == t.RESOURCES_READ:
             if uri is not None and uri.startswith(SUBAGENT_PREFIX):
-                ended = self._terminal.get(uri[len(SUBAGENT_PREFIX):])
+                handle = uri[len(SUBAGENT_PREFIX):]
+                ended = self._terminal.get(handle if self.pool is None
+                                           else self.pool.internal(handle) or "")
                 if ended is not None:  # final until evicted
                     left = self.terminal_ttl - (time.monotonic() - ended)
                     return max(0, int(left * 1000)), mcp2026.CACHE_PRIVATE
@@ -311,8 +377,17 @@ class SelfMCP(Handler):
             return
         if not uri.startswith(SUBAGENT_PREFIX):
             raise SubscribeRefused(uri)  # agent://status (2025-11-25) or not ours
+        handle = uri[len(SUBAGENT_PREFIX):]
         try:
-            state = self.lookup(uri[len(SUBAGENT_PREFIX):], ctx.principal)
+            if self.pool is not None:  # a peer's handle is not subscribable here (yet)
+                where = self.pool.where(handle, ctx.principal)
+                if where.lost is not None:
+                    ctx.session.notify_updated(uri)
+                    return
+                if where.internal is None:
+                    raise SubscribeRefused(uri)
+                handle = where.internal
+            state = self.lookup(handle, ctx.principal)
         except UnknownHandle:
             raise SubscribeRefused(uri) from None  # unknown, evicted or another's
         if state.done:
@@ -330,22 +405,27 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
                          run_id: str = "", mode: str = "task",
                          limits: Limits | None = None,
                          secrets_dir: str = DEFAULT_SECRETS_DIR,
-                         a2a: bool = False) -> Runner:
+                         a2a: bool = False, pool: PoolServed | None = None) -> Runner:
     """Serve the self-MCP at ``/`` and ``/mcp`` of ``spec`` (``--serve-mcp``; spec §3's
     parent names the worker by host and port alone); returns the runner."""
     if not spec.loopback and not spec.authenticated:  # config validation already exits 2
         raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
     ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
         if spec.scheme == "https" and spec.cert and spec.key else None
-    handler = SelfMCP(backend, run_id=run_id, mode=mode)
-    mount = _mount_obs
+    handler = SelfMCP(backend, run_id=run_id, mode=mode, pool=pool)
+
+    def mount(server: Any) -> None:
+        _mount_obs(server)
+        if pool is not None:  # POST /pool/relay: the pool key is its credential
+            pool.relay.mount(server.app, handler)
     if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
         from agentd.tree.a2a_served import A2AServed
 
         served = A2AServed(handler.backend)
+        base = mount
 
         def mount(server: Any) -> None:
-            _mount_obs(server)
+            base(server)
             served.mount(server)
     return await _serve_http(handler, host=spec.host, port=spec.port, ssl_context=ssl_ctx,
                              bearer=spec.bearer, limits=limits, extra_paths=("/",),
@@ -365,9 +445,26 @@ async def serve(config: Config, *, run_id: str = "",
                 backend: SubagentBackend | None = None) -> AsyncIterator[Runner]:
     """``async with selfmcp.serve(config, run_id=..., backend=...)``: serve for the run."""
     assert config.serve is not None, "serve() needs --serve-mcp"
+    pool = None
+    if config.pool is not None:
+        pool = PoolServed(config.pool, ssl_context=_peer_ssl(config.serve))
     runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
-                                  secrets_dir=config.secrets_dir, a2a=config.serve_a2a)
+                                  secrets_dir=config.secrets_dir, a2a=config.serve_a2a,
+                                  pool=pool)
     try:
         yield runner
     finally:
         await runner.stop()
+        if pool is not None:
+            await pool.relay.close()
+
+
+def _peer_ssl(spec: ServeSpec) -> ssl.SSLContext | None:
+    """The relay's TLS to https peers: their CA is this listener's client CA (the
+    pool shares one PKI), and this worker's certificate is its mTLS identity."""
+    if spec.scheme != "https":
+        return None
+    ctx = ssl.create_default_context(cafile=spec.client_ca)
+    if spec.cert and spec.key:
+        ctx.load_cert_chain(spec.cert, spec.key)
+    return ctx

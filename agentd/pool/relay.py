@@ -1,0 +1,158 @@
+"""The worker-to-worker relay: one authenticated POST per relayed handle operation.
+
+A worker that receives ``subagent.status``/``send``/``cancel`` or a
+``resources/read`` for a handle another pool member owns sends the operation
+to the owner's ``--serve-mcp`` listener at ``POST /pool/relay``, signed by
+:func:`agentd.pool.handles.sign_request` (the pool key over the sender, a
+timestamp, a nonce, the path, the body and the caller's principal).  The owner
+verifies it (:class:`~agentd.pool.handles.RelayVerifier`: bad MAC, stale
+timestamp or replayed nonce -> 401), runs the operation exactly as for a
+local caller of that principal and answers one :class:`RelayAnswer`.  The
+route is outside the bearer/mTLS guard of the MCP endpoint: the pool key is
+its credential; over https the link is the listener's own TLS.
+
+IO only: what an operation means is the :class:`RelayTarget`'s (the self-MCP).
+"""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any, Final, Literal, Protocol
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from agentd.errors import AgentdError
+from agentd.log import log
+from agentd.pool import handles
+
+__all__ = [
+    "MAX_RELAY_BYTES",
+    "RELAY_PATH",
+    "RELAY_TIMEOUT",
+    "Relay",
+    "RelayAnswer",
+    "RelayRequest",
+    "RelayTarget",
+    "RelayUnavailable",
+]
+
+RELAY_PATH: Final = "/pool/relay"
+MAX_RELAY_BYTES: Final = 4 * 1024 * 1024  # one relayed request or answer; past it: 413 / failed
+RELAY_TIMEOUT: Final = 30.0  # seconds one relayed operation may take end to end
+
+Op = Literal["status", "send", "cancel", "read"]
+
+
+class RelayRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    op: Op
+    handle: str
+    message: str | None = None
+
+
+class RelayAnswer(msgspec.Struct, frozen=True):
+    """``body``: the run's §2.3 body; ``unknown``: the one unknown-handle answer;
+    ``refused``: a refusal in the tree's words (``text``)."""
+
+    kind: Literal["body", "unknown", "refused"]
+    body: dict[str, Any] | None = None
+    text: str | None = None
+
+
+class RelayUnavailable(AgentdError):
+    """The owner did not answer a relayed operation (down, unreachable, bad answer)."""
+
+    event = "pool.relay_unavailable"
+
+
+class RelayTarget(Protocol):
+    async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
+        """Run one operation for ``principal`` on this worker's own handles."""
+        ...
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_request = msgspec.json.Decoder(RelayRequest).decode
+_decode_answer = msgspec.json.Decoder(RelayAnswer).decode
+
+
+class Relay:
+    """Both ends of the link for one worker: the client to its peers, the route for them."""
+
+    def __init__(self, key: handles.PoolKey, me: str, peers: dict[str, str], *,
+                 ssl_context: ssl.SSLContext | None = None,
+                 clock: Callable[[], float] = time.time,
+                 timeout: float = RELAY_TIMEOUT) -> None:
+        self.key = key
+        self.me = me
+        self.peers = dict(peers)  # id -> base URL
+        self.ssl_context = ssl_context
+        self.clock = clock
+        self.timeout = timeout
+        self.verifier = handles.RelayVerifier(key)
+        self._session: aiohttp.ClientSession | None = None
+        self._log = log.bind(component="pool")
+
+    # ------------------------------------------------------------ client
+    async def call(self, peer: str, request: RelayRequest, principal: str) -> RelayAnswer:
+        """The owner's answer; raises :class:`RelayUnavailable` when there is none."""
+        base = self.peers.get(peer)
+        if base is None:
+            raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout))
+        body = _encode(request)
+        headers = handles.sign_request(self.key, self.me, self.clock(), secrets.token_hex(12),
+                                       "POST", RELAY_PATH, body, principal)
+        headers["Content-Type"] = "application/json"
+        try:
+            async with self._session.post(base + RELAY_PATH, data=body, headers=headers,
+                                          ssl=self.ssl_context
+                                          if self.ssl_context is not None else True) as resp:
+                raw = await resp.content.read(MAX_RELAY_BYTES + 1)
+                if resp.status != 200 or len(raw) > MAX_RELAY_BYTES:
+                    raise RelayUnavailable(f"pool: worker {peer} answered the relay with "
+                                           f"HTTP {resp.status}")
+                return _decode_answer(raw)
+        except (TimeoutError, aiohttp.ClientError, OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            self._log.warning("pool.relay_failed", peer=peer, op=request.op,
+                              error=type(exc).__name__)
+            raise RelayUnavailable(f"pool: worker {peer} is unreachable") from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------ server
+    def mount(self, app: web.Application, target: RelayTarget) -> None:
+        """``POST /pool/relay`` on the listener's app, answering for ``target``."""
+        async def relay(request: web.Request) -> web.Response:
+            if (request.content_length or 0) > MAX_RELAY_BYTES:
+                return web.Response(status=413, text="relay request too large")
+            raw = await request.content.read(MAX_RELAY_BYTES + 1)
+            if len(raw) > MAX_RELAY_BYTES:
+                return web.Response(status=413, text="relay request too large")
+            principal = request.headers.get(handles.RELAY_PRINCIPAL_HEADER)
+            try:
+                sender = self.verifier.verify(request.headers.get(handles.RELAY_HEADER),
+                                              principal, self.clock(), request.method,
+                                              request.path, raw)
+            except handles.PoolAuthError as exc:
+                self._log.warning("pool.relay_refused", reason=str(exc))
+                return web.Response(status=401, text="relay authentication failed")
+            try:
+                op = _decode_request(raw)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                return web.Response(status=400, text=f"bad relay request: {exc}"[:300])
+            assert principal is not None  # verify() refuses a request without one
+            answer = await target.relayed(op, principal)
+            self._log.info("pool.relayed", sender=sender, op=op.op, kind=answer.kind)
+            return web.Response(body=_encode(answer), content_type="application/json")
+
+        app.router.add_post(RELAY_PATH, relay)

@@ -1,0 +1,113 @@
+"""The self-MCP in pool mode: owner-naming handles outside, ``served.N`` inside.
+
+The backend keeps minting ``served.{n}``; this object gives each served run a
+pool handle (:func:`agentd.pool.handles.mint_handle`, bound to the spawning
+principal) and decides, for a handle a caller names, whether it is this
+worker's (-> its ``served.N``), another member's (-> relayed to that owner),
+a former incarnation's of this worker (-> the terminal "worker lost" body) or
+nothing (-> the one unknown-handle answer, with no relay: a forged, altered or
+another principal's handle fails the MAC on every worker).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from typing import Any, NamedTuple
+
+from agentd.config import PoolSpec
+from agentd.log import log
+from agentd.pool import handles
+from agentd.pool.relay import Relay, RelayAnswer, RelayRequest
+from agentd.tree.api import UnknownHandle
+
+__all__ = ["PoolServed", "Where", "lost_body"]
+
+
+def _top(handle: str) -> str:
+    return ".".join(handle.split(".")[:2])
+
+
+def lost_body(handle: str, owner: str) -> dict[str, Any]:
+    """The terminal body of a run whose worker is gone (docs/operations.md "Pool")."""
+    return {"handle": handle, "status": "failed", "done": True, "partial": False,
+            "result": f"worker lost: pool member {owner} that ran this subagent is gone"}
+
+
+class Where(NamedTuple):
+    """Where a handle's operation runs: ``internal`` here, or ``owner``'s relay, or lost."""
+
+    internal: str | None = None
+    owner: str | None = None
+    lost: dict[str, Any] | None = None
+
+
+class PoolServed:
+    """Pool handles for one worker's served runs, and the relay to the others."""
+
+    def __init__(self, spec: PoolSpec, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.key = handles.PoolKey(spec.key.encode())
+        self.me = spec.id
+        self.incarnation = os.urandom(handles.INCARNATION_BYTES)
+        self.relay = Relay(self.key, self.me, {p.id: p.url for p in spec.peers},
+                           ssl_context=ssl_context)
+        self._to_internal: dict[str, str] = {}  # pool top handle -> served.N
+        self._to_pool: dict[str, str] = {}  # served.N -> pool top handle
+        self._log = log.bind(component="pool")
+
+    def name(self, internal: str, principal: str) -> str:
+        """The pool handle of the served run ``internal`` (``served.N``), minted once."""
+        top = _top(internal)
+        pool = self._to_pool.get(top)
+        if pool is None:
+            pool = handles.mint_handle(self.key, self.me, self.incarnation,
+                                       os.urandom(handles.RANDOM_BYTES), principal)
+            self._to_pool[top] = pool
+            self._to_internal[pool] = top
+        return pool + internal[len(top):]
+
+    def external(self, internal: str) -> str:
+        """``internal`` as callers see it (a handle of no served run is unchanged)."""
+        top = _top(internal)
+        pool = self._to_pool.get(top)
+        return pool + internal[len(top):] if pool is not None else internal
+
+    def internal(self, handle: str) -> str | None:
+        """The ``served.N`` of a pool handle of this worker (no principal check:
+        for cache hints and bookkeeping only)."""
+        parts = handle.split(".")
+        top = self._to_internal.get(".".join(parts[:3]))
+        return top + "".join("." + p for p in parts[3:]) if top is not None else None
+
+    def forget(self, internal_top: str) -> None:
+        """An evicted run's pool name goes with it (it then reads unknown)."""
+        pool = self._to_pool.pop(internal_top, None)
+        if pool is not None:
+            self._to_internal.pop(pool, None)
+
+    def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "handle": self.external(body["handle"])}
+
+    def where(self, handle: str, principal: str) -> Where:
+        """Where ``handle`` lives for ``principal``; raises UnknownHandle."""
+        ref = handles.parse_handle(self.key, handle, principal)
+        if ref is None:
+            raise UnknownHandle(handle)
+        if ref.owner != self.me:
+            return Where(owner=ref.owner)
+        if ref.incarnation != self.incarnation:  # this worker restarted since
+            return Where(lost=lost_body(handle, self.me))
+        internal = self.internal(handle)
+        if internal is None:  # evicted
+            raise UnknownHandle(handle)
+        return Where(internal=internal)
+
+    async def call(self, owner: str, op: str, handle: str, message: str | None,
+                   principal: str) -> RelayAnswer:
+        """One operation relayed to ``owner`` (raises RelayUnavailable)."""
+        request = RelayRequest(op=op, handle=handle, message=message)  # type: ignore[arg-type]
+        return await self.relay.call(owner, request, principal)
+
+    def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`agentd top`'s rows with pool handles for served runs."""
+        return [{**r, "handle": self.external(r["handle"])} for r in rows]

@@ -1,0 +1,223 @@
+"""A pool of three real workers on loopback: any worker answers any handle.
+
+Three console-script workers (`--pool-id`, `--pool-peer`, `AGENTD_POOL_KEY`)
+each serving their self-MCP with two named bearers (two principals); the
+official MCP Python SDK talks to each worker directly.  A run spawned on one
+worker is read, polled, sent to and cancelled through every other worker (the
+relay), never reachable by the other principal, and a forged handle is
+unknown everywhere.  An owner SIGKILLed and restarted answers its former
+incarnation's handle as a terminal "worker lost" run through its peers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+
+import peers
+import pytest
+from agentd_proc import run_agentd
+from test_reactive_cli import Agentd
+
+mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
+httpx2 = pytest.importorskip("httpx2")
+from mcp import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
+
+TOKENS = {"alice": "tok-alice-5b02c7", "bob": "tok-bob-91e4d0"}
+POOL_KEY = "pool-key-for-tests-3f9a1c77e2"
+IDS = ("w1", "w2", "w3")
+
+
+def _book(tmp):
+    path = tmp / "pool.playback.json"
+    path.write_text(json.dumps({"playback": 1, "scripts": [
+        {"name": "slow", "match": "[slow]", "turns": [{"delay": 120, "content": "late"}]},
+        {"name": "session", "match": "[session]",
+         "turns": [{"content": "first answer"}, {"content": "second answer"}]},
+        {"name": "worker", "match": "pool worker", "turns": [{"content": "idle"}]},
+    ]}))
+    return path
+
+
+class Pool:
+    def __init__(self, tmp) -> None:
+        self.tmp = tmp
+        self.ports = {i: peers.free_port() for i in IDS}
+        self.workers: dict[str, Agentd] = {}
+        cfg = tmp / "worker.toml"
+        cfg.write_text('[serve_bearers]\nalice = "{{secret:ALICE_TOKEN}}"\n'
+                       'bob = "{{secret:BOB_TOKEN}}"\n')
+        self.cfg = cfg
+
+    def url(self, wid: str) -> str:
+        return f"http://127.0.0.1:{self.ports[wid]}/mcp"
+
+    def start(self, agentd_bin: str, wid: str, run: int = 0) -> Agentd:
+        peer_flags = [f for p in IDS for f in ("--pool-peer",
+                                               f"{p}=http://127.0.0.1:{self.ports[p]}")]
+        env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
+               "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
+        worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
+                         "--intelligence", f"playback:{_book(self.tmp)}", "--mode", "reactive",
+                         "--subscribe", "file:///nowhere",
+                         "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
+                         "--config", str(self.cfg), "--pool-id", wid, *peer_flags],
+                        self.tmp, f"{wid}-{run}", env=env)
+        self.workers[wid] = worker
+        worker.wait_event("mcp.serve.listening")
+        return worker
+
+    def stop(self) -> None:
+        for w in self.workers.values():
+            if w.proc.poll() is None:
+                w.stop()
+        for w in self.workers.values():
+            text = w.err.read_text()
+            assert POOL_KEY not in text and all(t not in text for t in TOKENS.values())
+
+
+@contextlib.asynccontextmanager
+async def client(url: str, who: str):
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[who]}"},
+                                  timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as streams, \
+            ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def pool_of_three(agentd_bin, tmp):
+    pool = Pool(tmp)
+    try:
+        for wid in IDS:
+            pool.start(agentd_bin, wid)
+        yield pool
+    finally:
+        pool.stop()
+
+
+async def _answers(session, handle: str) -> dict:
+    """Everything a caller learns of `handle`, with the handle's text masked."""
+    out = {}
+    for tool, args in (("subagent.status", {}), ("subagent.send", {"message": "hi"}),
+                       ("subagent.cancel", {})):
+        r = await session.call_tool(tool, {"handle": handle, **args})
+        out[tool] = (r.is_error, r.content[0].text.replace(handle, "<h>"))
+    uri = f"agent://subagent/{handle}"
+    with pytest.raises(MCPError) as e:
+        await session.read_resource(uri)
+    out["read"] = e.value.error.code
+    with pytest.raises(MCPError) as e:
+        await session.subscribe_resource(uri)
+    out["subscribe"] = e.value.error.code
+    return out
+
+
+def _forge(handle: str) -> str:
+    token = handle.split(".")[2]
+    flipped = ("b" if token[5] == "a" else "a")
+    return f"served.w1.{token[:5]}{flipped}{token[6:]}"
+
+
+async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
+    async with pool_of_three(agentd_bin, tmp_path) as pool:
+        async with client(pool.url("w1"), "alice") as a1:
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] x", "async": True})
+            handle = r.structured_content["handle"]
+            assert handle.startswith("served.w1.") and len(handle.split(".")) == 3
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[session] s",
+                                                      "warm": True})
+            warm = r.structured_content["handle"]
+        for wid in IDS:  # every worker answers w1's handles, for their principal
+            async with client(pool.url(wid), "alice") as a:
+                r = await a.call_tool("subagent.status", {"handle": handle})
+                assert not r.is_error, r.content[0].text
+                assert r.structured_content["handle"] == handle
+                assert r.structured_content["status"] == "running"
+                body = json.loads((await a.read_resource(
+                    f"agent://subagent/{handle}")).contents[0].text)
+                assert body["handle"] == handle and body["done"] is False
+        async with client(pool.url("w3"), "alice") as a3:  # send to a warm session via w3
+            r = await a3.call_tool("subagent.send", {"handle": warm, "message": "again"})
+            assert not r.is_error, r.content[0].text
+            assert r.structured_content["handle"] == warm
+            assert r.structured_content["result"] == "second answer"
+        # the other principal, anywhere, learns exactly what a forged handle tells it
+        forged = _forge(handle)
+        for wid in IDS:
+            async with client(pool.url(wid), "bob") as b:
+                theirs = await _answers(b, handle)
+                assert theirs == await _answers(b, forged)
+                assert theirs["subagent.status"] == (True, "unknown handle: <h>")
+                assert theirs["read"] == -32002 and theirs["subscribe"] == -32602
+            async with client(pool.url(wid), "alice") as a:
+                r = await a.call_tool("subagent.status", {"handle": forged})
+                assert r.is_error and r.content[0].text == f"unknown handle: {forged}"
+        # a forged handle is refused before any relay: w1 never saw one for it
+        relayed = pool.workers["w1"].events("pool.relayed")
+        assert relayed and all(e["kind"] == "body" for e in relayed)
+        # alice cancels through w2; w3 then reads it cancelled
+        async with client(pool.url("w2"), "alice") as a2:
+            r = await a2.call_tool("subagent.cancel", {"handle": handle})
+            assert not r.is_error and r.structured_content["status"] == "cancelled"
+        async with client(pool.url("w3"), "alice") as a3:
+            r = await a3.call_tool("subagent.status", {"handle": handle})
+            assert r.structured_content["status"] == "cancelled"
+            assert r.structured_content["done"] is True
+
+
+async def test_a_killed_owner_is_said_unreachable_then_its_old_handles_read_lost(
+        agentd_bin, tmp_path) -> None:
+    async with pool_of_three(agentd_bin, tmp_path) as pool:
+        async with client(pool.url("w1"), "alice") as a1:
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] x", "async": True})
+            handle = r.structured_content["handle"]
+        w1 = pool.workers["w1"]
+        w1.proc.send_signal(signal.SIGKILL)
+        w1.proc.wait()
+        async with client(pool.url("w2"), "alice") as a2:
+            r = await a2.call_tool("subagent.status", {"handle": handle})
+            assert r.is_error and r.content[0].text == "pool: worker w1 is unreachable"
+            with pytest.raises(MCPError) as e:
+                await a2.read_resource(f"agent://subagent/{handle}")
+            assert e.value.error.code == -32603
+        pool.start(agentd_bin, "w1", run=1)  # the pod comes back under the same id
+        lost = {"handle": handle, "status": "failed", "done": True, "partial": False,
+                "result": "worker lost: pool member w1 that ran this subagent is gone"}
+        for wid in IDS:
+            async with client(pool.url(wid), "alice") as a:
+                r = await a.call_tool("subagent.status", {"handle": handle})
+                assert not r.is_error and r.structured_content == lost
+            async with client(pool.url(wid), "bob") as b:  # still not bob's
+                r = await b.call_tool("subagent.status", {"handle": handle})
+                assert r.is_error and r.content[0].text == f"unknown handle: {handle}"
+
+
+@pytest.mark.parametrize(("args", "env", "words"), [
+    (["--pool-id", "w1"], {}, "pool mode needs --pool-key"),
+    (["--pool-peer", "w2=http://127.0.0.1:9"], {}, "pool mode needs --pool-key"),
+    (["--pool-id", "w1"], {"AGENTD_POOL_KEY": "short"}, "--pool-key: at least 16 bytes"),
+    (["--pool-id", "W_1"], {"AGENTD_POOL_KEY": POOL_KEY}, "expected a DNS label"),
+    (["--pool-peer", "nourl"], {"AGENTD_POOL_KEY": POOL_KEY}, "expected ID=<serve-mcp URL>"),
+    (["--pool-peer", "w2=http://10.0.0.9:1"], {"AGENTD_POOL_KEY": POOL_KEY},
+     "must be https:// or a loopback http://"),
+], ids=["id-no-key", "peer-no-key", "short-key", "bad-id", "bad-peer", "plain-http-peer"])
+async def test_pool_usage_errors_exit_2(agentd_bin, tmp_path, args, env, words) -> None:
+    done = await run_agentd(agentd_bin, ["--instruction", "x", "--intelligence", "playback:none",
+                                         "--serve-mcp", "http://127.0.0.1:1", *args],
+                            env={**os.environ, **env})
+    assert done.rc == 2, done.stderr
+    assert words in done.stderr
+    assert POOL_KEY not in done.stderr
+
+
+async def test_pool_flags_need_serve_mcp(agentd_bin) -> None:
+    done = await run_agentd(agentd_bin, ["--instruction", "x", "--pool-id", "w1"])
+    assert done.rc == 2 and "need --serve-mcp" in done.stderr
