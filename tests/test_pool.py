@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 
 import peers
 import pytest
@@ -163,6 +164,17 @@ async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
         # a forged handle is refused before any relay: w1 never saw one for it
         relayed = pool.workers["w1"].events("pool.relayed")
         assert relayed and all(e["kind"] == "body" for e in relayed)
+        # the link itself: unsigned, or signed with another key -> 401, nothing run
+        from agentd.pool import handles as ph
+
+        async with httpx2.AsyncClient(timeout=30) as http:
+            relay = f"http://127.0.0.1:{pool.ports['w1']}/pool/relay"
+            body = json.dumps({"op": "cancel", "handle": handle}).encode()
+            assert (await http.post(relay, content=body)).status_code == 401
+            forged_sig = ph.sign_request(ph.PoolKey(b"not-the-pool-key-0000"), "w2",
+                                         time.time(), "nonce-forged-1",
+                                         "POST", "/pool/relay", body, "alice")
+            assert (await http.post(relay, content=body, headers=forged_sig)).status_code == 401
         # alice cancels through w2; w3 then reads it cancelled
         async with client(pool.url("w2"), "alice") as a2:
             r = await a2.call_tool("subagent.cancel", {"handle": handle})
@@ -173,31 +185,41 @@ async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
             assert r.structured_content["done"] is True
 
 
-async def test_a_killed_owner_is_said_unreachable_then_its_old_handles_read_lost(
-        agentd_bin, tmp_path) -> None:
+async def test_a_killed_owners_handles_read_lost_on_every_worker(agentd_bin, tmp_path) -> None:
     async with pool_of_three(agentd_bin, tmp_path) as pool:
+        for wid in ("w2", "w3"):  # both peers have seen w1 alive
+            pool.workers[wid].wait_event("pool.peer", lambda r: r.get("peer") == "w1"
+                                         and r.get("status") == "alive")
         async with client(pool.url("w1"), "alice") as a1:
             r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] x", "async": True})
             handle = r.structured_content["handle"]
         w1 = pool.workers["w1"]
         w1.proc.send_signal(signal.SIGKILL)
         w1.proc.wait()
-        async with client(pool.url("w2"), "alice") as a2:
-            r = await a2.call_tool("subagent.status", {"handle": handle})
-            assert r.is_error and r.content[0].text == "pool: worker w1 is unreachable"
-            with pytest.raises(MCPError) as e:
-                await a2.read_resource(f"agent://subagent/{handle}")
-            assert e.value.error.code == -32603
-        pool.start(agentd_bin, "w1", run=1)  # the pod comes back under the same id
         lost = {"handle": handle, "status": "failed", "done": True, "partial": False,
                 "result": "worker lost: pool member w1 that ran this subagent is gone"}
-        for wid in IDS:
+        async with client(pool.url("w2"), "alice") as a2:
+            r = await a2.call_tool("subagent.status", {"handle": handle})
+            # before w2 calls w1 dead: said unreachable, never "unknown"
+            assert (r.is_error and r.content[0].text == "pool: worker w1 is unreachable") \
+                or r.structured_content == lost
+        for wid in ("w2", "w3"):
+            pool.workers[wid].wait_event("pool.peer", lambda r: r.get("peer") == "w1"
+                                         and r.get("status") == "dead")
             async with client(pool.url(wid), "alice") as a:
                 r = await a.call_tool("subagent.status", {"handle": handle})
                 assert not r.is_error and r.structured_content == lost
+                body = json.loads((await a.read_resource(
+                    f"agent://subagent/{handle}")).contents[0].text)
+                assert body == lost
             async with client(pool.url(wid), "bob") as b:  # still not bob's
                 r = await b.call_tool("subagent.status", {"handle": handle})
                 assert r.is_error and r.content[0].text == f"unknown handle: {handle}"
+        pool.start(agentd_bin, "w1", run=1)  # the pod comes back under the same id
+        for wid in IDS:  # its former incarnation's handle stays lost, on w1 itself too
+            async with client(pool.url(wid), "alice") as a:
+                r = await a.call_tool("subagent.status", {"handle": handle})
+                assert not r.is_error and r.structured_content == lost
 
 
 @pytest.mark.parametrize(("args", "env", "words"), [

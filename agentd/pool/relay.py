@@ -32,8 +32,10 @@ from agentd.pool import handles
 
 __all__ = [
     "MAX_RELAY_BYTES",
+    "PROBE_PATH",
     "RELAY_PATH",
     "RELAY_TIMEOUT",
+    "ProbeAnswer",
     "Relay",
     "RelayAnswer",
     "RelayRequest",
@@ -42,8 +44,9 @@ __all__ = [
 ]
 
 RELAY_PATH: Final = "/pool/relay"
+PROBE_PATH: Final = "/pool/probe"
 MAX_RELAY_BYTES: Final = 4 * 1024 * 1024  # one relayed request or answer; past it: 413 / failed
-RELAY_TIMEOUT: Final = 30.0  # seconds one relayed operation may take end to end
+RELAY_TIMEOUT: Final = 3600.0  # one relayed operation, end to end (a send waits for a turn)
 
 Op = Literal["status", "send", "cancel", "read"]
 
@@ -63,6 +66,13 @@ class RelayAnswer(msgspec.Struct, frozen=True):
     text: str | None = None
 
 
+class ProbeAnswer(msgspec.Struct, frozen=True):
+    """A liveness probe's answer: the process's incarnation (hex) and free spawn slots."""
+
+    incarnation: str
+    free: int
+
+
 class RelayUnavailable(AgentdError):
     """The owner did not answer a relayed operation (down, unreachable, bad answer)."""
 
@@ -74,10 +84,15 @@ class RelayTarget(Protocol):
         """Run one operation for ``principal`` on this worker's own handles."""
         ...
 
+    def probe_answer(self) -> ProbeAnswer:
+        """This worker's incarnation and free spawn slots, for a peer's probe."""
+        ...
+
 
 _encode = msgspec.json.Encoder().encode
 _decode_request = msgspec.json.Decoder(RelayRequest).decode
 _decode_answer = msgspec.json.Decoder(RelayAnswer).decode
+_decode_probe = msgspec.json.Decoder(ProbeAnswer).decode
 
 
 class Relay:
@@ -100,29 +115,45 @@ class Relay:
     # ------------------------------------------------------------ client
     async def call(self, peer: str, request: RelayRequest, principal: str) -> RelayAnswer:
         """The owner's answer; raises :class:`RelayUnavailable` when there is none."""
+        try:
+            raw = await self._post(peer, RELAY_PATH, _encode(request), principal, self.timeout)
+            return _decode_answer(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            self._log.warning("pool.relay_failed", peer=peer, op=request.op,
+                              error=type(exc).__name__)
+            raise RelayUnavailable(f"pool: worker {peer} is unreachable") from None
+
+    async def probe(self, peer: str, limit: float) -> ProbeAnswer:
+        """One liveness probe of ``peer``; raises :class:`RelayUnavailable`."""
+        try:
+            return _decode_probe(await self._post(peer, PROBE_PATH, b"{}", "", limit))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise RelayUnavailable(f"pool: worker {peer} answered a bad probe") from None
+
+    async def _post(self, peer: str, path: str, body: bytes, principal: str,
+                    limit: float) -> bytes:
         base = self.peers.get(peer)
         if base is None:
             raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout))
-        body = _encode(request)
+            self._session = aiohttp.ClientSession()
         headers = handles.sign_request(self.key, self.me, self.clock(), secrets.token_hex(12),
-                                       "POST", RELAY_PATH, body, principal)
+                                       "POST", path, body, principal)
         headers["Content-Type"] = "application/json"
+        ssl_arg: ssl.SSLContext | bool = self.ssl_context if self.ssl_context is not None else True
         try:
-            async with self._session.post(base + RELAY_PATH, data=body, headers=headers,
-                                          ssl=self.ssl_context
-                                          if self.ssl_context is not None else True) as resp:
+            async with self._session.post(base + path, data=body, headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=limit),
+                                          ssl=ssl_arg) as resp:
                 raw = await resp.content.read(MAX_RELAY_BYTES + 1)
-                if resp.status != 200 or len(raw) > MAX_RELAY_BYTES:
-                    raise RelayUnavailable(f"pool: worker {peer} answered the relay with "
-                                           f"HTTP {resp.status}")
-                return _decode_answer(raw)
-        except (TimeoutError, aiohttp.ClientError, OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self._log.warning("pool.relay_failed", peer=peer, op=request.op,
-                              error=type(exc).__name__)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if path == RELAY_PATH:  # a probe's failure is the membership's to log
+                self._log.warning("pool.relay_failed", peer=peer, error=type(exc).__name__)
             raise RelayUnavailable(f"pool: worker {peer} is unreachable") from None
+        if resp.status != 200 or len(raw) > MAX_RELAY_BYTES:
+            self._log.warning("pool.relay_failed", peer=peer, status=resp.status)
+            raise RelayUnavailable(f"pool: worker {peer} answered HTTP {resp.status}")
+        return raw
 
     async def close(self) -> None:
         if self._session is not None:
@@ -138,21 +169,37 @@ class Relay:
             raw = await request.content.read(MAX_RELAY_BYTES + 1)
             if len(raw) > MAX_RELAY_BYTES:
                 return web.Response(status=413, text="relay request too large")
-            principal = request.headers.get(handles.RELAY_PRINCIPAL_HEADER)
-            try:
-                sender = self.verifier.verify(request.headers.get(handles.RELAY_HEADER),
-                                              principal, self.clock(), request.method,
-                                              request.path, raw)
-            except handles.PoolAuthError as exc:
-                self._log.warning("pool.relay_refused", reason=str(exc))
+            principal = self._verify(request, raw)
+            if principal is None:
                 return web.Response(status=401, text="relay authentication failed")
             try:
                 op = _decode_request(raw)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 return web.Response(status=400, text=f"bad relay request: {exc}"[:300])
-            assert principal is not None  # verify() refuses a request without one
             answer = await target.relayed(op, principal)
-            self._log.info("pool.relayed", sender=sender, op=op.op, kind=answer.kind)
+            self._log.info("pool.relayed", op=op.op, kind=answer.kind)
             return web.Response(body=_encode(answer), content_type="application/json")
 
+        async def probe(request: web.Request) -> web.Response:
+            raw = await request.content.read(256)
+            if self._verify(request, raw) is None:
+                return web.Response(status=401, text="relay authentication failed")
+            return web.Response(body=_encode(target.probe_answer()),
+                                content_type="application/json")
+
         app.router.add_post(RELAY_PATH, relay)
+        app.router.add_post(PROBE_PATH, probe)
+
+    def _verify(self, request: web.Request, raw: bytes) -> str | None:
+        """The caller's principal of an authenticated request, else None (logged)."""
+        principal = request.headers.get(handles.RELAY_PRINCIPAL_HEADER)
+        try:
+            sender = self.verifier.verify(request.headers.get(handles.RELAY_HEADER), principal,
+                                          self.clock(), request.method, request.path, raw)
+        except handles.PoolAuthError as exc:
+            self._log.warning("pool.relay_refused", reason=str(exc))
+            return None
+        if sender not in self.peers and sender != self.me:
+            self._log.warning("pool.relay_refused", reason="sender is not a pool member")
+            return None
+        return principal

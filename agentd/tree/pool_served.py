@@ -18,7 +18,9 @@ from typing import Any, NamedTuple
 from agentd.config import PoolSpec
 from agentd.log import log
 from agentd.pool import handles
-from agentd.pool.relay import Relay, RelayAnswer, RelayRequest
+from agentd.pool.membership import Membership
+from agentd.pool.prober import Prober
+from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
 from agentd.tree.api import UnknownHandle
 
 __all__ = ["PoolServed", "Where", "lost_body"]
@@ -45,12 +47,16 @@ class Where(NamedTuple):
 class PoolServed:
     """Pool handles for one worker's served runs, and the relay to the others."""
 
-    def __init__(self, spec: PoolSpec, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, spec: PoolSpec, *, capacity: int,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.key = handles.PoolKey(spec.key.encode())
         self.me = spec.id
+        self.capacity = capacity  # this worker's --max-subagents: its free slots' ceiling
         self.incarnation = os.urandom(handles.INCARNATION_BYTES)
         self.relay = Relay(self.key, self.me, {p.id: p.url for p in spec.peers},
                            ssl_context=ssl_context)
+        self.membership = Membership(self.me)
+        self.prober = Prober(self.relay, self.membership)
         self._to_internal: dict[str, str] = {}  # pool top handle -> served.N
         self._to_pool: dict[str, str] = {}  # served.N -> pool top handle
         self._log = log.bind(component="pool")
@@ -94,6 +100,10 @@ class PoolServed:
         if ref is None:
             raise UnknownHandle(handle)
         if ref.owner != self.me:
+            peer = self.membership.peers.get(ref.owner)
+            if peer is not None and (peer.status == "dead" or peer.incarnation
+                                     not in (None, ref.incarnation)):
+                return Where(lost=lost_body(handle, ref.owner))  # dead, or restarted since
             return Where(owner=ref.owner)
         if ref.incarnation != self.incarnation:  # this worker restarted since
             return Where(lost=lost_body(handle, self.me))
@@ -107,6 +117,11 @@ class PoolServed:
         """One operation relayed to ``owner`` (raises RelayUnavailable)."""
         request = RelayRequest(op=op, handle=handle, message=message)  # type: ignore[arg-type]
         return await self.relay.call(owner, request, principal)
+
+    def probe_answer(self, counts: dict[str, int]) -> ProbeAnswer:
+        """This worker's incarnation and free slots (``counts``: the backend's)."""
+        return ProbeAnswer(self.incarnation.hex(),
+                           max(0, self.capacity - counts.get("running", 0)))
 
     def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`agentd top`'s rows with pool handles for served runs."""

@@ -46,6 +46,7 @@ defaults as the Supervisor's own eviction; after that the URI reads -32002.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import ssl
@@ -64,7 +65,7 @@ from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, Subscribe
 from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
-from agentd.pool.relay import RelayAnswer, RelayRequest, RelayUnavailable
+from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest, RelayUnavailable
 from agentd.tree import spawn_tools
 from agentd.tree.api import (
     HandleState,
@@ -302,6 +303,11 @@ class SelfMCP(Handler):
         assert where.internal is not None
         return self.pool.body(await self._local(op, where.internal, message, principal))
 
+    def probe_answer(self) -> ProbeAnswer:
+        """A peer's liveness probe (agentd.pool.relay.RelayTarget)."""
+        assert self.pool is not None
+        return self.pool.probe_answer(self.backend.counts())
+
     async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
         """A peer's relayed operation (agentd.pool.relay.RelayTarget): only on this
         worker's own handles (a relayed handle is never relayed on)."""
@@ -447,12 +453,20 @@ async def serve(config: Config, *, run_id: str = "",
     assert config.serve is not None, "serve() needs --serve-mcp"
     pool = None
     if config.pool is not None:
-        pool = PoolServed(config.pool, ssl_context=_peer_ssl(config.serve))
+        pool = PoolServed(config.pool, capacity=config.max_subagents,
+                          ssl_context=_peer_ssl(config.serve))
     runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
                                   secrets_dir=config.secrets_dir, a2a=config.serve_a2a,
                                   pool=pool)
+    stop = asyncio.Event()
     try:
-        yield runner
+        async with asyncio.TaskGroup() as tg:
+            if pool is not None:  # the liveness probes of the pool's peers
+                tg.create_task(pool.prober.run(stop))
+            try:
+                yield runner
+            finally:
+                stop.set()
     finally:
         await runner.stop()
         if pool is not None:
