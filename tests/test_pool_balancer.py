@@ -1,0 +1,131 @@
+"""Three pool workers behind HAProxy (Debian's package) in round-robin HTTP mode,
+no stickiness: the official MCP Python SDK 2.3 ``Client`` in auto mode (MCP
+2026-07-28, stateless) spawns, polls, reads, sends to a warm session, listens
+and cancels through the one balancer URL; its requests land on every worker,
+so most of them reach handles another worker owns (the relay).
+
+HAProxy is installed by the fixture when missing (``apt-get install -y
+haproxy``); when it cannot be had the test skips locally and fails under
+CI=true (tests/peers.py ``unavailable``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+
+import peers
+import pytest
+from test_pool import TOKENS, Pool
+
+mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
+httpx2 = pytest.importorskip("httpx2")
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(600)]
+
+
+def haproxy_bin() -> str:
+    found = shutil.which("haproxy") or (shutil.which("haproxy", path="/usr/sbin:/sbin"))
+    if found is None and shutil.which("apt-get"):
+        for cmd in (["apt-get", "install", "-y", "haproxy"], ["apt-get", "update"],
+                    ["apt-get", "install", "-y", "haproxy"]):
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=False, timeout=600)
+            found = shutil.which("haproxy", path="/usr/sbin:/sbin:/usr/bin")
+            if found:
+                break
+    if found is None:
+        peers.unavailable("haproxy is not installed and apt-get could not install it")
+    assert found is not None
+    return found
+
+
+@contextlib.contextmanager
+def balancer(tmp, backends: dict[str, int]):
+    """HAProxy on a free loopback port: round robin per request, no stickiness."""
+    port = peers.free_port()
+    cfg = tmp / "haproxy.cfg"
+    servers = "\n".join(f"  server {name} 127.0.0.1:{p}" for name, p in backends.items())
+    cfg.write_text(f"""global
+  maxconn 512
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+frontend pool
+  bind 127.0.0.1:{port}
+  default_backend workers
+backend workers
+  balance roundrobin
+  option http-server-close
+{servers}
+""")
+    proc = peers.PeerProcess([haproxy_bin(), "-db", "-f", str(cfg)], port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.stop()
+
+
+@contextlib.asynccontextmanager
+async def sdk(url: str, who: str, mode: str = "auto"):
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[who]}"},
+                                  timeout=120) as http, \
+            Client(streamable_http_client(url, http_client=http), mode=mode,
+                   cache=None) as c:
+        yield c
+
+
+async def test_sdk_auto_mode_through_a_round_robin_balancer(agentd_bin, tmp_path) -> None:
+    pool = Pool(tmp_path)
+    try:
+        for wid in pool.ports:
+            pool.start(agentd_bin, wid)
+        with balancer(tmp_path, pool.ports) as url:
+            async with sdk(url, "alice") as c:
+                assert c.protocol_version == "2026-07-28"
+                spawned: dict[str, str] = {}  # owner -> a handle it minted
+                for _ in range(9):  # round robin: runs land on every worker
+                    r = await c.call_tool("subagent.spawn", {"instruction": "[slow] x",
+                                                             "async": True})
+                    assert not r.is_error, r.content[0].text
+                    handle = r.structured_content["handle"]
+                    spawned.setdefault(handle.split(".")[1], handle)
+                    if len(spawned) == len(pool.ports):
+                        break
+                assert set(spawned) == set(pool.ports), spawned
+                handles = list(spawned.values())
+                for _ in range(2):  # every handle, through whichever worker answers
+                    for h in handles:
+                        r = await c.call_tool("subagent.status", {"handle": h})
+                        assert not r.is_error, r.content[0].text
+                        assert r.structured_content["status"] == "running"
+                        body = json.loads((await c.read_resource(
+                            f"agent://subagent/{h}")).contents[0].text)
+                        assert body["handle"] == h and body["done"] is False
+                r = await c.call_tool("subagent.spawn", {"instruction": "[session] s",
+                                                         "warm": True})
+                warm = r.structured_content["handle"]
+                r = await c.call_tool("subagent.send", {"handle": warm, "message": "again"})
+                assert not r.is_error and r.structured_content["result"] == "second answer"
+                for h in handles:
+                    r = await c.call_tool("subagent.cancel", {"handle": h})
+                    assert not r.is_error and r.structured_content["status"] == "cancelled"
+                for h in handles:
+                    r = await c.call_tool("subagent.status", {"handle": h})
+                    assert r.structured_content["status"] == "cancelled"
+            async with sdk(url, "bob") as b:  # the other principal, through any worker
+                for h in handles * 2:
+                    r = await b.call_tool("subagent.status", {"handle": h})
+                    assert r.is_error and r.content[0].text == f"unknown handle: {h}"
+        # the balancer spread the calls, and handles were relayed to their owners
+        for wid, worker in pool.workers.items():
+            assert worker.events("mcp.serve.call"), wid
+            assert worker.events("pool.relayed"), wid
+    finally:
+        pool.stop()
