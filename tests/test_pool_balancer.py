@@ -44,12 +44,32 @@ def haproxy_bin() -> str:
     return found
 
 
+def owner_routes(backends: dict[str, int]) -> str:
+    """The header routing of docs/operations.md "Pool": a request naming a handle
+    (``Mcp-Param-Handle`` of subagent.status/send/cancel, ``Mcp-Name`` of a read)
+    goes to the worker the handle names; anything else is round robin."""
+    lines = []
+    for name in backends:
+        lines.append(f"  acl to_{name} req.hdr(Mcp-Param-Handle) -m reg ^served\\.{name}\\.")
+        lines.append(f"  acl to_{name} req.hdr(Mcp-Name) -m reg "
+                     f"^agent://subagent/served\\.{name}\\.")
+        lines.append(f"  use_backend {name} if to_{name}")
+    for name, p in backends.items():
+        lines.append(f"backend {name}\n  server {name} 127.0.0.1:{p}")
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
-def balancer(tmp, backends: dict[str, int]):
-    """HAProxy on a free loopback port: round robin per request, no stickiness."""
+def balancer(tmp, backends: dict[str, int], *, route: bool = False):
+    """HAProxy on a free loopback port: round robin per request, no stickiness
+    (``route``: plus the owner routing on the handle headers)."""
     port = peers.free_port()
     cfg = tmp / "haproxy.cfg"
     servers = "\n".join(f"  server {name} 127.0.0.1:{p}" for name, p in backends.items())
+    routes, extra = "", ""
+    if route:
+        text = owner_routes(backends).split("\nbackend ", 1)
+        routes, extra = text[0] + "\n", "backend " + text[1] + "\n"
     cfg.write_text(f"""global
   maxconn 512
 defaults
@@ -59,12 +79,12 @@ defaults
   timeout server 600s
 frontend pool
   bind 127.0.0.1:{port}
-  default_backend workers
+{routes}  default_backend workers
 backend workers
   balance roundrobin
   option http-server-close
 {servers}
-""")
+{extra}""")
     proc = peers.PeerProcess([haproxy_bin(), "-db", "-f", str(cfg)], port).start()
     try:
         yield f"http://127.0.0.1:{port}/mcp"
@@ -127,5 +147,38 @@ async def test_sdk_auto_mode_through_a_round_robin_balancer(agentd_bin, tmp_path
         for wid, worker in pool.workers.items():
             assert worker.events("mcp.serve.call"), wid
             assert worker.events("pool.relayed"), wid
+    finally:
+        pool.stop()
+
+
+async def test_handle_header_routing_sends_each_call_to_its_owner(agentd_bin, tmp_path) -> None:
+    """With x-mcp-header "Handle" declared in pool mode, the SDK sends
+    Mcp-Param-Handle; a balancer routing on it (and on Mcp-Name for reads)
+    reaches the owner directly, so nothing is relayed."""
+    pool = Pool(tmp_path)
+    try:
+        for wid in pool.ports:
+            pool.start(agentd_bin, wid)
+        with balancer(tmp_path, pool.ports, route=True) as url:
+            async with sdk(url, "alice") as c:
+                tools = {t.name: t for t in (await c.list_tools()).tools}
+                for name in ("subagent.status", "subagent.send", "subagent.cancel"):
+                    prop = tools[name].input_schema["properties"]["handle"]
+                    assert prop["x-mcp-header"] == "Handle"
+                handles = set()
+                for _ in range(6):
+                    r = await c.call_tool("subagent.spawn", {"instruction": "[slow] x",
+                                                             "async": True})
+                    handles.add(r.structured_content["handle"])
+                assert len({h.split(".")[1] for h in handles}) > 1
+                for h in sorted(handles):
+                    r = await c.call_tool("subagent.status", {"handle": h})
+                    assert r.structured_content["status"] == "running"
+                    body = json.loads((await c.read_resource(
+                        f"agent://subagent/{h}")).contents[0].text)
+                    assert body["handle"] == h
+                    r = await c.call_tool("subagent.cancel", {"handle": h})
+                    assert r.structured_content["status"] == "cancelled"
+        assert all(not w.events("pool.relayed") for w in pool.workers.values())
     finally:
         pool.stop()

@@ -23,11 +23,25 @@ from agentd.pool.prober import Prober
 from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
 from agentd.tree.api import UnknownHandle
 
-__all__ = ["PoolServed", "Where", "lost_body"]
+__all__ = ["HANDLE_HEADER", "HANDLE_TOOLS", "PoolServed", "Where", "lost_body",
+           "with_handle_header"]
+
+HANDLE_HEADER = "Handle"  # SEP-2243: 2026-07-28 clients send it as Mcp-Param-Handle
+HANDLE_TOOLS = frozenset({"subagent.status", "subagent.send", "subagent.cancel"})
 
 
 def _top(handle: str) -> str:
     return ".".join(handle.split(".")[:2])
+
+
+def with_handle_header(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with ``x-mcp-header: "Handle"`` on its ``handle`` property: the
+    routing hint that lets a balancer send the call straight to the owner
+    (docs/operations.md "Pool"); offered in pool mode only, so a single worker's
+    tools are unchanged."""
+    props = dict(schema["properties"])
+    props["handle"] = {**props["handle"], "x-mcp-header": HANDLE_HEADER}
+    return {**schema, "properties": props}
 
 
 def lost_body(handle: str, owner: str) -> dict[str, Any]:

@@ -74,7 +74,7 @@ from agentd.tree.api import (
     Unavailable,
     UnknownHandle,
 )
-from agentd.tree.pool_served import PoolServed
+from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import INTERNAL_ERROR, ProtocolError
@@ -154,8 +154,9 @@ class SelfMCP(Handler):
                          ("subagent.status", self._sub_status),
                          ("subagent.cancel", self._cancel)):
             tool = _SPAWN_TOOLS[name]
-            self.add_tool(name, self._refusing(tool, fn), tool.input_schema,
-                          description=tool.description)
+            schema = tool.input_schema if pool is None or name not in HANDLE_TOOLS \
+                else with_handle_header(tool.input_schema)
+            self.add_tool(name, self._refusing(tool, fn), schema, description=tool.description)
         self.add_resource(STATUS_URI, self._read_status, name="status",
                           description="This agent's run id, mode, version, pid, uptime and "
                                       "spawn counts.", mime_type="application/json")
