@@ -243,3 +243,29 @@ async def test_pool_usage_errors_exit_2(agentd_bin, tmp_path, args, env, words) 
 async def test_pool_flags_need_serve_mcp(agentd_bin) -> None:
     done = await run_agentd(agentd_bin, ["--instruction", "x", "--pool-id", "w1"])
     assert done.rc == 2 and "need --serve-mcp" in done.stderr
+
+
+def test_pool_from_the_config_file(tmp_path, monkeypatch) -> None:
+    """The Kubernetes manifest's shape: pool_key as a secret reference, pool_peers
+    listing every member (this worker too, which is left out of its own peers)."""
+    from agentd import config as cfg
+    from agentd.flags import config_from_flags
+
+    monkeypatch.setenv("AGENTD_SECRET_POOL_KEY", POOL_KEY)
+    path = tmp_path / "pool.toml"
+    path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_peers = '
+                    '["w1=http://127.0.0.1:7001", "w2=http://127.0.0.1:7002"]\n')
+    flags = {"config_file": str(path), "instruction": "x", "pool_id": "w1",
+             "serve_mcp": "http://127.0.0.1:7001"}
+    pool = config_from_flags(flags).pool
+    assert pool is not None and pool.id == "w1" and pool.key == POOL_KEY
+    assert [(p.id, p.url) for p in pool.peers] == [("w2", "http://127.0.0.1:7002")]
+    assert POOL_KEY not in repr(pool.peers)
+    path.write_text(f'pool_key = "{POOL_KEY}"\n')  # the key itself: refused
+    with pytest.raises(cfg.ConfigError, match="pool_key must be a"):
+        config_from_flags(flags)
+    path.write_text('pool_peers = "w2=http://127.0.0.1:7002"\n')
+    with pytest.raises(cfg.ConfigError, match="pool_peers must be an array"):
+        config_from_flags(flags)
+    # without any pool setting nothing changes: no pool
+    assert config_from_flags({"instruction": "x"}).pool is None
