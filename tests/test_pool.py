@@ -39,6 +39,7 @@ def _book(tmp):
     path = tmp / "pool.playback.json"
     path.write_text(json.dumps({"playback": 1, "scripts": [
         {"name": "slow", "match": "[slow]", "turns": [{"delay": 120, "content": "late"}]},
+        {"name": "quick", "match": "[quick]", "turns": [{"content": "done"}]},
         {"name": "session", "match": "[session]",
          "turns": [{"content": "first answer"}, {"content": "second answer"}]},
         {"name": "worker", "match": "pool worker", "turns": [{"content": "idle"}]},
