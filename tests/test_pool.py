@@ -60,7 +60,8 @@ class Pool:
     def url(self, wid: str) -> str:
         return f"http://127.0.0.1:{self.ports[wid]}/mcp"
 
-    def start(self, agentd_bin: str, wid: str, run: int = 0) -> Agentd:
+    def start(self, agentd_bin: str, wid: str, run: int = 0, extra: tuple[str, ...] = ()
+              ) -> Agentd:
         peer_flags = [f for p in IDS for f in ("--pool-peer",
                                                f"{p}=http://127.0.0.1:{self.ports[p]}")]
         env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
@@ -69,7 +70,7 @@ class Pool:
                          "--intelligence", f"playback:{_book(self.tmp)}", "--mode", "reactive",
                          "--subscribe", "file:///nowhere",
                          "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
-                         "--config", str(self.cfg), "--pool-id", wid, *peer_flags],
+                         "--config", str(self.cfg), "--pool-id", wid, *peer_flags, *extra],
                         self.tmp, f"{wid}-{run}", env=env)
         self.workers[wid] = worker
         worker.wait_event("mcp.serve.listening")
@@ -270,3 +271,38 @@ def test_pool_from_the_config_file(tmp_path, monkeypatch) -> None:
         config_from_flags(flags)
     # without any pool setting nothing changes: no pool
     assert config_from_flags({"instruction": "x"}).pool is None
+
+
+async def test_a_worker_at_its_caps_places_the_spawn_on_a_peer(agentd_bin, tmp_path) -> None:
+    pool = Pool(tmp_path)
+    try:
+        pool.start(agentd_bin, "w1", extra=("--max-subagents", "1"))
+        for wid in ("w2", "w3"):
+            pool.start(agentd_bin, wid)
+        for wid in ("w2", "w3"):  # w1 knows both peers have room
+            pool.workers["w1"].wait_event("pool.peer", lambda r, w=wid: r.get("peer") == w
+                                          and r.get("status") == "alive")
+        async with client(pool.url("w1"), "alice") as a1:
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] x", "async": True})
+            first = r.structured_content["handle"]
+            assert first.startswith("served.w1.")
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] y", "async": True})
+            assert not r.is_error, r.content[0].text
+            placed = r.structured_content["handle"]
+            owner = placed.split(".")[1]
+            assert owner in ("w2", "w3") and r.structured_content["status"] == "running"
+            # a sync spawn placed on a peer returns its terminal body
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[quick] z"})
+            assert not r.is_error and r.structured_content["result"] == "done"
+            assert r.structured_content["handle"].split(".")[1] in ("w2", "w3")
+            r = await a1.call_tool("subagent.status", {"handle": placed})
+            assert r.structured_content["status"] == "running"
+        async with client(pool.url(owner), "alice") as a:  # it is the principal's there
+            r = await a.call_tool("subagent.cancel", {"handle": placed})
+            assert r.structured_content["status"] == "cancelled"
+        async with client(pool.url(owner), "bob") as b:
+            r = await b.call_tool("subagent.status", {"handle": placed})
+            assert r.is_error
+        assert pool.workers["w1"].events("pool.placed")
+    finally:
+        pool.stop()

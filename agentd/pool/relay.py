@@ -48,13 +48,17 @@ PROBE_PATH: Final = "/pool/probe"
 MAX_RELAY_BYTES: Final = 4 * 1024 * 1024  # one relayed request or answer; past it: 413 / failed
 RELAY_TIMEOUT: Final = 3600.0  # one relayed operation, end to end (a send waits for a turn)
 
-Op = Literal["status", "send", "cancel", "read"]
+Op = Literal["status", "send", "cancel", "read", "spawn"]
 
 
 class RelayRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One relayed operation; ``spawn`` (placement) carries the spawn's
+    ``arguments`` and no handle."""
+
     op: Op
     handle: str
     message: str | None = None
+    arguments: dict[str, Any] | None = None
 
 
 class RelayAnswer(msgspec.Struct, frozen=True):

@@ -127,9 +127,10 @@ class PoolServed:
         return Where(internal=internal)
 
     async def call(self, owner: str, op: str, handle: str, message: str | None,
-                   principal: str) -> RelayAnswer:
+                   principal: str, *, arguments: dict[str, Any] | None = None) -> RelayAnswer:
         """One operation relayed to ``owner`` (raises RelayUnavailable)."""
-        request = RelayRequest(op=op, handle=handle, message=message)  # type: ignore[arg-type]
+        request = RelayRequest(op=op, handle=handle, message=message,  # type: ignore[arg-type]
+                               arguments=arguments)
         return await self.relay.call(owner, request, principal)
 
     def probe_answer(self, counts: dict[str, int]) -> ProbeAnswer:

@@ -55,6 +55,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from agentd import __version__
@@ -70,6 +71,7 @@ from agentd.tree import spawn_tools
 from agentd.tree.api import (
     HandleState,
     SpawnRefused,
+    SpawnRequest,
     SubagentBackend,
     Unavailable,
     UnknownHandle,
@@ -240,7 +242,37 @@ class SelfMCP(Handler):
 
         return call
 
-    async def _spawn(self, request: Any, ctx: CallContext) -> Any:
+    async def _spawn(self, request: SpawnRequest, ctx: CallContext) -> Any:
+        try:
+            body = await self._spawn_here(request, ctx.principal)
+        except SpawnRefused as refused:
+            peer = self._placement()
+            if peer is None:
+                raise
+            # this worker is at its caps: the spawn runs on the peer with the most room
+            self._log.info("pool.placed", peer=peer)
+            assert self.pool is not None
+            try:
+                answer = await self.pool.call(peer, "spawn", "", None, ctx.principal,
+                                              arguments=msgspec.to_builtins(request))
+            except RelayUnavailable:  # the peer went away: this worker's refusal stands
+                raise refused from None
+            if answer.kind != "body" or answer.body is None:
+                raise SpawnRefused(answer.text or "spawn refused") from None
+            body = answer.body
+        if not body["done"]:
+            return _state_result(body)
+        return _state_result(body, _text(body.get("result")))
+
+    def _placement(self) -> str | None:
+        """The peer a refused spawn goes to: only in pool mode, only when this
+        worker has no free slot left (a scope refusal stays a refusal)."""
+        if self.pool is None or self.pool.probe_answer(self.backend.counts()).free > 0:
+            return None
+        return self.pool.membership.place()
+
+    async def _spawn_here(self, request: SpawnRequest, principal: str) -> dict[str, Any]:
+        """A spawn on this worker: the ack (async) or the terminal body (sync)."""
         try:
             state = await self.backend.spawn(SERVED_CALLER, request)
         except SpawnRefused:
@@ -249,14 +281,12 @@ class SelfMCP(Handler):
         # an async spawn returns with no await after minting the handle, so it is
         # claimed before any other request runs; a sync spawn's handle belongs to
         # nobody (unknown to all) until it returns
-        self._owners.setdefault(_top(state.handle), ctx.principal)
+        self._owners.setdefault(_top(state.handle), principal)
         self._status_changed()
-        handle = state.handle if self.pool is None else self.pool.name(state.handle,
-                                                                         ctx.principal)
+        handle = state.handle if self.pool is None else self.pool.name(state.handle, principal)
         if not state.done:
-            return _state_result({"handle": handle, "status": state.status, "done": False})
-        body = {**state.body(), "handle": handle}
-        return _state_result(body, _text(body.get("result")))
+            return {"handle": handle, "status": state.status, "done": False}
+        return {**state.body(), "handle": handle}
 
     async def _send(self, a: spawn_tools.SendArgs, ctx: CallContext) -> Any:
         return await self._tool_op("send", a.handle, a.message, ctx)
@@ -314,6 +344,9 @@ class SelfMCP(Handler):
         worker's own handles (a relayed handle is never relayed on)."""
         assert self.pool is not None
         try:
+            if request.op == "spawn":  # placed here by a peer at its caps: never placed on
+                spawn = msgspec.convert(request.arguments or {}, SpawnRequest)
+                return RelayAnswer("body", body=await self._spawn_here(spawn, principal))
             where = self.pool.where(request.handle, principal)
             if where.lost is not None:
                 return RelayAnswer("body", body=where.lost)
@@ -325,6 +358,8 @@ class SelfMCP(Handler):
             return RelayAnswer("unknown")
         except SpawnRefused as exc:
             return RelayAnswer("refused", text=str(exc))
+        except msgspec.ValidationError as exc:
+            return RelayAnswer("refused", text=f"spawn refused: bad relayed request: {exc}")
 
     # -------------------------------------------------------- resources
     async def _read_status(self, uri: str) -> Any:
