@@ -177,6 +177,18 @@ async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
                                          time.time(), "nonce-forged-1",
                                          "POST", "/pool/relay", body, "alice")
             assert (await http.post(relay, content=body, headers=forged_sig)).status_code == 401
+        # each worker shows its share: agent://status and /metrics
+        async with client(pool.url("w2"), "alice") as a2:
+            status = json.loads((await a2.read_resource("agent://status")).contents[0].text)
+        assert status["pool"]["id"] == "w2" and status["pool"]["served_runs"] == 0
+        assert set(status["pool"]["peers"]) == {"w1", "w3"}
+        async with httpx2.AsyncClient(timeout=30, headers={
+                "Authorization": f"Bearer {TOKENS['alice']}"}) as http:
+            text = (await http.get(f"http://127.0.0.1:{pool.ports['w1']}/metrics")).text
+            assert 'agentd_pool_relayed_total{direction="in",op="status"}' in text
+            assert 'agentd_pool_peers{status="alive"}' in text
+            text = (await http.get(f"http://127.0.0.1:{pool.ports['w2']}/metrics")).text
+            assert 'agentd_pool_relayed_total{direction="out",op="status"}' in text
         # alice cancels through w2; w3 then reads it cancelled
         async with client(pool.url("w2"), "alice") as a2:
             r = await a2.call_tool("subagent.cancel", {"handle": handle})

@@ -243,6 +243,11 @@ SPANS_DROPPED = _c("agentd_trace_spans_dropped_total",
                    "was unreachable).", "reason")
 for _reason in ("queue_full", "export_failed"):  # the exporter adds to these
     SPANS_DROPPED.values[(_reason,)] = 0
+POOL_PEERS = _g("agentd_pool_peers", "Pool peers as this worker sees them, by status "
+                "(alive|suspect|dead); absent without --pool-* flags.", "status")
+POOL_RELAYED = _c("agentd_pool_relayed_total", "Handle operations relayed between pool "
+                  "workers, by direction (out: to the owner; in: from a peer) and op "
+                  "(status|send|cancel|read|spawn).", "direction", "op")
 READY = _g("agentd_ready", "1 when /readyz answers ready.")
 INFO = _g("agentd_build_info", "Always 1; the labels tell the version.", "version")
 

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from agentd.errors import AgentdError
 from agentd.log import log
+from agentd.obs import metrics
 from agentd.pool import handles
 
 __all__ = [
@@ -119,6 +120,7 @@ class Relay:
     # ------------------------------------------------------------ client
     async def call(self, peer: str, request: RelayRequest, principal: str) -> RelayAnswer:
         """The owner's answer; raises :class:`RelayUnavailable` when there is none."""
+        metrics.POOL_RELAYED.inc("out", request.op)
         try:
             raw = await self._post(peer, RELAY_PATH, _encode(request), principal, self.timeout)
             return _decode_answer(raw)
@@ -180,6 +182,7 @@ class Relay:
                 op = _decode_request(raw)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 return web.Response(status=400, text=f"bad relay request: {exc}"[:300])
+            metrics.POOL_RELAYED.inc("in", op.op)
             answer = await target.relayed(op, principal)
             self._log.info("pool.relayed", op=op.op, kind=answer.kind)
             return web.Response(body=_encode(answer), content_type="application/json")

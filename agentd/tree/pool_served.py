@@ -16,7 +16,7 @@ import ssl
 from typing import Any, NamedTuple
 
 from agentd.config import PoolSpec
-from agentd.log import log
+from agentd.obs import metrics
 from agentd.pool import handles
 from agentd.pool.membership import Membership
 from agentd.pool.prober import Prober
@@ -73,7 +73,18 @@ class PoolServed:
         self.prober = Prober(self.relay, self.membership)
         self._to_internal: dict[str, str] = {}  # pool top handle -> served.N
         self._to_pool: dict[str, str] = {}  # served.N -> pool top handle
-        self._log = log.bind(component="pool")
+        self._unobserve = metrics.POOL_PEERS.source(self._peer_counts)
+
+    def _peer_counts(self) -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {(s,): 0 for s in ("alive", "suspect", "dead")}
+        for state in self.membership.peers.values():
+            out[(state.status,)] += 1
+        return out
+
+    async def close(self) -> None:
+        """The relay's connections, and this pool's gauge, go."""
+        self._unobserve()
+        await self.relay.close()
 
     def name(self, internal: str, principal: str) -> str:
         """The pool handle of the served run ``internal`` (``served.N``), minted once."""
@@ -137,6 +148,13 @@ class PoolServed:
         """This worker's incarnation and free slots (``counts``: the backend's)."""
         return ProbeAnswer(self.incarnation.hex(),
                            max(0, self.capacity - counts.get("running", 0)))
+
+    def share(self, counts: dict[str, int]) -> dict[str, Any]:
+        """``agent://status``'s ``pool``: this worker's id, its free slots, its view of
+        every peer and how many served runs it holds (spawned here or placed here by peers)."""
+        return {"id": self.me, "free": self.probe_answer(counts).free,
+                "served_runs": len(self._to_pool),
+                "peers": {p: s.status for p, s in sorted(self.membership.peers.items())}}
 
     def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`agentd top`'s rows with pool handles for served runs."""

@@ -378,6 +378,8 @@ class SelfMCP(Handler):
         if uri == STATUS_URI:  # with the tree this reader may see
             body = {**self.status_body(), "spawns": self.backend.counts(),
                     "tree": self.tree(ctx.principal)}
+            if self.pool is not None:  # this worker's share of the pool
+                body["pool"] = self.pool.share(self.backend.counts())
             return t.ReadResourceResult(contents=[t.TextResourceContents(
                 uri=uri, text=orjson.dumps(body, default=str).decode(),
                 mimeType="application/json")])
@@ -506,7 +508,7 @@ async def serve(config: Config, *, run_id: str = "",
     finally:
         await runner.stop()
         if pool is not None:
-            await pool.relay.close()
+            await pool.close()
 
 
 def _peer_ssl(spec: ServeSpec) -> ssl.SSLContext | None:
