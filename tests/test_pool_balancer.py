@@ -11,6 +11,7 @@ CI=true (tests/peers.py ``unavailable``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
@@ -180,5 +181,65 @@ async def test_handle_header_routing_sends_each_call_to_its_owner(agentd_bin, tm
                     r = await c.call_tool("subagent.cancel", {"handle": h})
                     assert r.structured_content["status"] == "cancelled"
         assert all(not w.events("pool.relayed") for w in pool.workers.values())
+    finally:
+        pool.stop()
+
+
+async def test_sdk_legacy_sessions_through_a_round_robin_balancer(agentd_bin, tmp_path) -> None:
+    """2025-11-25 sessions without stickiness: every request of a session (POSTs,
+    the GET stream) reaches the worker holding it, whichever worker HAProxy
+    picked; the subscribed run's `updated` arrives over the relayed stream."""
+    from mcp import ClientSession, types
+
+    pool = Pool(tmp_path)
+    try:
+        for wid in pool.ports:
+            pool.start(agentd_bin, wid)
+        with balancer(tmp_path, pool.ports) as url:
+            updates: asyncio.Queue[str] = asyncio.Queue()
+
+            async def on_message(message) -> None:
+                if isinstance(message, types.ResourceUpdatedNotification):
+                    updates.put_nowait(str(message.params.uri))
+
+            async with httpx2.AsyncClient(headers={
+                    "Authorization": f"Bearer {TOKENS['alice']}"}, timeout=120) as http, \
+                    streamable_http_client(url, http_client=http) as streams, \
+                    ClientSession(streams[0], streams[1], message_handler=on_message) as s:
+                await s.initialize()
+                r = await s.call_tool("subagent.spawn", {"instruction": "[slow] x",
+                                                         "async": True})
+                handle = r.structured_content["handle"]
+                uri = f"agent://subagent/{handle}"
+                await s.subscribe_resource(uri)
+                for _ in range(4):
+                    r = await s.call_tool("subagent.status", {"handle": handle})
+                    assert r.structured_content["status"] == "running"
+                r = await s.call_tool("subagent.spawn", {"instruction": "[session] s",
+                                                         "warm": True})
+                warm = r.structured_content["handle"]
+                r = await s.call_tool("subagent.send", {"handle": warm, "message": "again"})
+                assert r.structured_content["result"] == "second answer"
+                r = await s.call_tool("subagent.cancel", {"handle": handle})
+                assert r.structured_content["status"] == "cancelled"
+                async with asyncio.timeout(60):
+                    assert await updates.get() == uri
+                body = json.loads((await s.read_resource(uri)).contents[0].text)
+                assert body["status"] == "cancelled"
+        assert all(not w.events("pool.relay_failed") for w in pool.workers.values())
+        # the session lived on the worker its handles name; the others proxied to it
+        owner = handle.split(".")[1]
+        proxied = 0
+        async with httpx2.AsyncClient(headers={
+                "Authorization": f"Bearer {TOKENS['alice']}"}, timeout=30) as http:
+            for wid, port in pool.ports.items():
+                text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+                line = [ln for ln in text.splitlines() if ln.startswith(
+                    'agentd_pool_relayed_total{direction="out",op="session"}')]
+                if wid == owner:
+                    assert not line
+                elif line:
+                    proxied += int(float(line[0].split()[-1]))
+        assert proxied > 0
     finally:
         pool.stop()

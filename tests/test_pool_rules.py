@@ -62,12 +62,14 @@ def test_arbitrary_text_is_never_a_handle(text: str) -> None:
 
 
 def test_session_ids_name_their_owner_and_are_visible_ascii() -> None:
-    sid = h.mint_session(KEY, "w3", INC, os.urandom(10))
+    local = "AbC-_09" * 6
+    sid = h.mint_session(KEY, "w3", local)
     assert all(0x21 <= ord(c) <= 0x7E for c in sid)
-    ref = h.verify_session(KEY, sid)
-    assert ref is not None and ref.owner == "w3"
+    assert h.verify_session(KEY, sid) == ("w3", local)
     assert h.verify_session(OTHER, sid) is None
     assert h.verify_session(KEY, sid.replace("w3.", "w4.", 1)) is None
+    assert h.verify_session(KEY, sid[:-1] + ("x" if sid[-1] != "x" else "y")) is None
+    assert h.verify_session(KEY, local) is None  # a plain server id is not a pool id
     # a handle's token is not a session's: the MAC domains differ
     handle = h.mint_handle(KEY, "w3", INC, os.urandom(10), "")
     assert h.verify_session(KEY, handle.removeprefix("served.")) is None

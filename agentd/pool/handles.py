@@ -20,9 +20,9 @@ that spawned it, truncated.  Why each part:
 * the MAC makes a forged or altered handle unknown everywhere (checked in
   constant time), before anything is relayed.
 
-A 2025-11-25 session id is ``<owner>.<token>`` with the same token shape
-(the MAC's domain differs, and no principal is bound: the session's own
-bearer check applies on the owner).  Both stay within the visible-ASCII
+A 2025-11-25 session id is ``<owner>.<mac>.<server's id>`` (the MAC's domain
+differs, and no principal is bound: the session's own bearer check applies
+on the owner).  Both stay within the visible-ASCII
 characters the MCP specification allows in ``Mcp-Session-Id``.
 
 The relay's request MAC (:func:`sign_request` / :class:`RelayVerifier`) binds
@@ -161,19 +161,31 @@ def parse_handle(key: PoolKey, handle: str, principal: str) -> HandleRef | None:
     return HandleRef(owner, inc, f"{SERVED}.{owner}.{token}")
 
 
-def mint_session(key: PoolKey, owner: str, incarnation: bytes, rand: bytes) -> str:
-    """A 2025-11-25 ``Mcp-Session-Id`` that names the worker holding the session."""
-    assert len(incarnation) == INCARNATION_BYTES and len(rand) == RANDOM_BYTES
-    return f"{owner}.{_token(key, b'session', owner, incarnation, rand, '')}"
+_LOCAL_SID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")  # what the server mints
 
 
-def verify_session(key: PoolKey, session_id: str) -> HandleRef | None:
-    """The owner of a pool session id; None for a forged or malformed one."""
+def _session_mac(key: PoolKey, owner: str, local: str) -> str:
+    return _b32(key.mac(b"session", owner.encode(), local.encode())[:MAC_BYTES])
+
+
+def mint_session(key: PoolKey, owner: str, local: str) -> str:
+    """The pool's ``Mcp-Session-Id`` for the session ``local`` held by ``owner``:
+    ``<owner>.<mac>.<local>`` (the server's own id stays inside, so the mapping
+    needs no table)."""
+    return f"{owner}.{_session_mac(key, owner, local)}.{local}"
+
+
+def verify_session(key: PoolKey, session_id: str) -> tuple[str, str] | None:
+    """``(owner, local id)`` of a pool session id; None for a forged or malformed one."""
     if len(session_id) > MAX_HANDLE:
         return None
-    owner, dot, token = session_id.partition(".")
-    inc = _check(key, b"session", owner, token, "") if dot else None
-    return HandleRef(owner, inc, session_id) if inc is not None else None
+    parts = session_id.split(".")
+    if len(parts) != 3 or POOL_ID_RE.fullmatch(parts[0]) is None \
+            or _LOCAL_SID_RE.fullmatch(parts[2]) is None:
+        return None
+    owner, mac, local = parts
+    want = _session_mac(key, owner, local)
+    return (owner, local) if hmac.compare_digest(want.encode(), mac.encode()) else None
 
 
 def _request_mac(key: PoolKey, sender: str, ts: int, nonce: str, method: str, path: str,

@@ -47,6 +47,7 @@ __all__ = [
 RELAY_PATH: Final = "/pool/relay"
 PROBE_PATH: Final = "/pool/probe"
 MAX_RELAY_BYTES: Final = 4 * 1024 * 1024  # one relayed request or answer; past it: 413 / failed
+CONNECT_TIMEOUT: Final = 5.0  # seconds to connect to a peer for a proxied session request
 RELAY_TIMEOUT: Final = 3600.0  # one relayed operation, end to end (a send waits for a turn)
 
 Op = Literal["status", "send", "cancel", "read", "spawn"]
@@ -113,6 +114,7 @@ class Relay:
         self.ssl_context = ssl_context
         self.clock = clock
         self.timeout = timeout
+        self.connect_timeout = CONNECT_TIMEOUT
         self.verifier = handles.RelayVerifier(key)
         self._session: aiohttp.ClientSession | None = None
         self._log = log.bind(component="pool")
@@ -141,16 +143,14 @@ class Relay:
         base = self.peers.get(peer)
         if base is None:
             raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
+        session = self.client()
         headers = handles.sign_request(self.key, self.me, self.clock(), secrets.token_hex(12),
                                        "POST", path, body, principal)
         headers["Content-Type"] = "application/json"
-        ssl_arg: ssl.SSLContext | bool = self.ssl_context if self.ssl_context is not None else True
         try:
-            async with self._session.post(base + path, data=body, headers=headers,
-                                          timeout=aiohttp.ClientTimeout(total=limit),
-                                          ssl=ssl_arg) as resp:
+            async with session.post(base + path, data=body, headers=headers,
+                                    timeout=aiohttp.ClientTimeout(total=limit),
+                                    ssl=self.ssl_arg()) as resp:
                 raw = await resp.content.read(MAX_RELAY_BYTES + 1)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             if path == RELAY_PATH:  # a probe's failure is the membership's to log
@@ -160,6 +160,15 @@ class Relay:
             self._log.warning("pool.relay_failed", peer=peer, status=resp.status)
             raise RelayUnavailable(f"pool: worker {peer} answered HTTP {resp.status}")
         return raw
+
+    def client(self) -> aiohttp.ClientSession:
+        """The link's one connection pool (opened on first use, on the running loop)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def ssl_arg(self) -> ssl.SSLContext | bool:
+        return self.ssl_context if self.ssl_context is not None else True
 
     async def close(self) -> None:
         if self._session is not None:

@@ -67,6 +67,7 @@ from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest, RelayUnavailable
+from agentd.pool.session_relay import session_middleware
 from agentd.tree import spawn_tools
 from agentd.tree.api import (
     HandleState,
@@ -462,6 +463,8 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
         _mount_obs(server)
         if pool is not None:  # POST /pool/relay: the pool key is its credential
             pool.relay.mount(server.app, handler)
+            # 2025-11-25 sessions: ids name their owner; a peer's are proxied to it
+            server.app.middlewares.append(session_middleware(pool.relay, ("/mcp", "/")))
     if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
         from agentd.tree.a2a_served import A2AServed
 
