@@ -48,8 +48,9 @@ def _book(tmp):
 
 
 class Pool:
-    def __init__(self, tmp) -> None:
+    def __init__(self, tmp, *, bearers: bool = True) -> None:
         self.tmp = tmp
+        self.bearers = bearers
         self.ports = {i: peers.free_port() for i in IDS}
         self.workers: dict[str, Agentd] = {}
         cfg = tmp / "worker.toml"
@@ -70,7 +71,8 @@ class Pool:
                          "--intelligence", f"playback:{_book(self.tmp)}", "--mode", "reactive",
                          "--subscribe", "file:///nowhere",
                          "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
-                         "--config", str(self.cfg), "--pool-id", wid, *peer_flags, *extra],
+                         *(("--config", str(self.cfg)) if self.bearers else ()),
+                         "--pool-id", wid, *peer_flags, *extra],
                         self.tmp, f"{wid}-{run}", env=env)
         self.workers[wid] = worker
         worker.wait_event("mcp.serve.listening")

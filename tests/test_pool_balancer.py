@@ -20,6 +20,7 @@ import subprocess
 import peers
 import pytest
 from test_pool import TOKENS, Pool
+from test_server_conformance import SCENARIOS, run_scenario
 
 mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
 httpx2 = pytest.importorskip("httpx2")
@@ -243,3 +244,24 @@ async def test_sdk_legacy_sessions_through_a_round_robin_balancer(agentd_bin, tm
         assert proxied > 0
     finally:
         pool.stop()
+
+
+@pytest.fixture(scope="module")
+def open_pool_url(agentd_bin, tmp_path_factory):
+    """Three workers without bearers (the suite sends none) behind the balancer."""
+    peers.ensure_npm_peers("conformance", "node")
+    tmp = tmp_path_factory.mktemp("pool-conformance")
+    pool = Pool(tmp, bearers=False)
+    try:
+        for wid in pool.ports:
+            pool.start(agentd_bin, wid)
+        with balancer(tmp, pool.ports) as url:
+            yield url
+    finally:
+        pool.stop()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_conformance_server_scenarios_through_the_balancer(open_pool_url, scenario,
+                                                           tmp_path) -> None:
+    run_scenario(open_pool_url, scenario, tmp_path)
