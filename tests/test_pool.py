@@ -11,6 +11,7 @@ incarnation's handle as a terminal "worker lost" run through its peers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -210,10 +211,29 @@ async def test_a_killed_owners_handles_read_lost_on_every_worker(agentd_bin, tmp
             r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] x", "async": True})
             handle = r.structured_content["handle"]
         w1 = pool.workers["w1"]
-        w1.proc.send_signal(signal.SIGKILL)
-        w1.proc.wait()
         lost = {"handle": handle, "status": "failed", "done": True, "partial": False,
                 "result": "worker lost: pool member w1 that ran this subagent is gone"}
+        updates: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_message(message) -> None:
+            if isinstance(message, mcp.types.ResourceUpdatedNotification):
+                updates.put_nowait(str(message.params.uri))
+
+        async with httpx2.AsyncClient(headers={
+                "Authorization": f"Bearer {TOKENS['alice']}"}, timeout=60) as http, \
+                streamable_http_client(pool.url("w3"), http_client=http) as streams, \
+                ClientSession(streams[0], streams[1], message_handler=on_message) as s3:
+            await s3.initialize()
+            await s3.subscribe_resource(f"agent://subagent/{handle}")  # w1's, through w3
+            w1.proc.send_signal(signal.SIGKILL)
+            w1.proc.wait()
+            pool.workers["w3"].wait_event("pool.peer", lambda r: r.get("peer") == "w1"
+                                          and r.get("status") == "dead")
+            async with asyncio.timeout(60):  # the subscriber hears of the loss
+                assert await updates.get() == f"agent://subagent/{handle}"
+            body = json.loads((await s3.read_resource(
+                f"agent://subagent/{handle}")).contents[0].text)
+            assert body == lost
         async with client(pool.url("w2"), "alice") as a2:
             r = await a2.call_tool("subagent.status", {"handle": handle})
             # before w2 calls w1 dead: said unreachable, never "unknown"
@@ -320,3 +340,46 @@ async def test_a_worker_at_its_caps_places_the_spawn_on_a_peer(agentd_bin, tmp_p
         assert pool.workers["w1"].events("pool.placed")
     finally:
         pool.stop()
+
+
+async def test_subscribe_and_listen_on_a_peers_handle(agentd_bin, tmp_path) -> None:
+    """A 2025-11-25 session on w3 subscribes, and a 2026-07-28 listen on w2 names,
+    a run w1 owns; cancelling it through w1 reaches both as their `updated`."""
+    import asyncio
+
+    from mcp import Client, types
+    from mcp.client.subscriptions import ResourceUpdated
+
+    async with pool_of_three(agentd_bin, tmp_path) as pool:
+        async with client(pool.url("w1"), "alice") as a1:
+            r = await a1.call_tool("subagent.spawn", {"instruction": "[slow] x", "async": True})
+            handle = r.structured_content["handle"]
+            uri = f"agent://subagent/{handle}"
+            updates: asyncio.Queue[str] = asyncio.Queue()
+
+            async def on_message(message) -> None:
+                if isinstance(message, types.ResourceUpdatedNotification):
+                    updates.put_nowait(str(message.params.uri))
+
+            async with httpx2.AsyncClient(headers={
+                    "Authorization": f"Bearer {TOKENS['alice']}"}, timeout=60) as http, \
+                    streamable_http_client(pool.url("w3"), http_client=http) as streams, \
+                    ClientSession(streams[0], streams[1], message_handler=on_message) as s3, \
+                    httpx2.AsyncClient(headers={
+                        "Authorization": f"Bearer {TOKENS['alice']}"}, timeout=60) as http2, \
+                    Client(streamable_http_client(pool.url("w2"), http_client=http2),
+                           mode="auto", cache=None) as c2:
+                await s3.initialize()
+                await s3.subscribe_resource(uri)
+                async with c2.listen(resource_subscriptions=[uri]) as sub:
+                    assert sub.honored.resource_subscriptions == [uri]
+                    r = await a1.call_tool("subagent.cancel", {"handle": handle})
+                    assert r.structured_content["status"] == "cancelled"
+                    async with asyncio.timeout(60):
+                        assert await anext(aiter(sub)) == ResourceUpdated(uri=uri)
+                async with asyncio.timeout(60):
+                    assert await updates.get() == uri
+        async with client(pool.url("w2"), "bob") as b:  # not bob's: refused everywhere
+            with pytest.raises(MCPError) as e:
+                await b.subscribe_resource(uri)
+            assert e.value.error.code == -32602

@@ -247,7 +247,7 @@ POOL_PEERS = _g("agentd_pool_peers", "Pool peers as this worker sees them, by st
                 "(alive|suspect|dead); absent without --pool-* flags.", "status")
 POOL_RELAYED = _c("agentd_pool_relayed_total", "Handle operations relayed between pool "
                   "workers, by direction (out: to the owner; in: from a peer) and op "
-                  "(status|send|cancel|read|spawn; session: a 2025-11-25 "
+                  "(status|send|cancel|read|spawn|wait; session: a 2025-11-25 "
                   "session request proxied out).", "direction", "op")
 READY = _g("agentd_ready", "1 when /readyz answers ready.")
 INFO = _g("agentd_build_info", "Always 1; the labels tell the version.", "version")

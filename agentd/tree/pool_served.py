@@ -11,8 +11,10 @@ another principal's handle fails the MAC on every worker).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from agentd.config import PoolSpec
@@ -20,7 +22,7 @@ from agentd.obs import metrics
 from agentd.pool import handles
 from agentd.pool.membership import Membership
 from agentd.pool.prober import Prober
-from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
+from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest, RelayUnavailable
 from agentd.tree.api import UnknownHandle
 
 __all__ = ["HANDLE_HEADER", "HANDLE_TOOLS", "PoolServed", "Where", "lost_body",
@@ -74,6 +76,44 @@ class PoolServed:
         self._to_internal: dict[str, str] = {}  # pool top handle -> served.N
         self._to_pool: dict[str, str] = {}  # served.N -> pool top handle
         self._unobserve = metrics.POOL_PEERS.source(self._peer_counts)
+        self._tg: asyncio.TaskGroup | None = None
+        self._watches: dict[str, asyncio.Task[None]] = {}  # uri -> its watcher
+
+    def watches_in(self, tg: asyncio.TaskGroup) -> None:
+        """Watchers of peers' runs run in the serving context's TaskGroup."""
+        self._tg = tg
+
+    def stop_watches(self) -> None:
+        for task in list(self._watches.values()):
+            task.cancel()
+        self._tg = None
+
+    def watch(self, uri: str, handle: str, owner: str, principal: str,
+              ended: Callable[[str], None]) -> bool:
+        """Watch a peer's run for this worker's subscribers of ``uri``: ``ended(uri)``
+        once the owner answers it terminal, unknown (evicted) or it is lost.  False
+        when this worker is not serving (no TaskGroup to run the watch in)."""
+        if self._tg is None:
+            return False
+        if uri not in self._watches:
+            self._watches[uri] = self._tg.create_task(
+                self._watch(uri, handle, owner, principal, ended))
+        return True
+
+    async def _watch(self, uri: str, handle: str, owner: str, principal: str,
+                     ended: Callable[[str], None]) -> None:
+        try:
+            while self.where(handle, principal).lost is None:
+                try:
+                    answer = await self.call(owner, "wait", handle, None, principal)
+                except RelayUnavailable:  # until the owner answers or is called dead
+                    await asyncio.sleep(self.membership.interval)
+                    continue
+                if answer.kind != "body" or answer.body is None or answer.body.get("done"):
+                    break
+        finally:
+            self._watches.pop(uri, None)
+        ended(uri)
 
     def _peer_counts(self) -> dict[tuple[str, ...], float]:
         out: dict[tuple[str, ...], float] = {(s,): 0 for s in ("alive", "suspect", "dead")}

@@ -100,6 +100,7 @@ SUBAGENT_PREFIX: Final = "agent://subagent/"
 DEFAULT_TERMINAL_TTL: Final = 600.0
 DEFAULT_KEEP_TERMINAL: Final = 1024
 _EVICTED_MEMORY: Final = 65536
+WAIT_POLL: Final = 20.0  # a peer's relayed wait for a run's end answers at least this often
 STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed per process
 
 # the subagent tools come from the one table (agentd.tree.spawn_tools), without
@@ -140,6 +141,7 @@ class SelfMCP(Handler):
                  pool: PoolServed | None = None) -> None:
         super().__init__("agentd", __version__, subscribe=True)
         self.pool = pool  # pool mode: pool handles outside, relayed when a peer's
+        self._waiters: dict[str, asyncio.Event] = {}  # served.N -> a peer waits on its end
         self.backend: SubagentBackend = backend if backend is not None else Unavailable()
         self.run_id = run_id
         self.mode = mode
@@ -195,6 +197,9 @@ class SelfMCP(Handler):
         now = time.monotonic()
         self._terminal[handle] = now
         self._prune(now)
+        waiting = self._waiters.pop(handle, None)
+        if waiting is not None:  # peers' subscribers, over the relay
+            waiting.set()
         n = self.notify_updated(SUBAGENT_PREFIX + (self.pool.external(handle) if self.pool
                                                    else handle), consume=True)
         self._log.info("selfmcp.terminal", handle=handle, status=state.status, notified=n)
@@ -340,6 +345,21 @@ class SelfMCP(Handler):
         assert self.pool is not None
         return self.pool.probe_answer(self.backend.counts())
 
+    def _remote_ended(self, uri: str) -> None:
+        """A peer's run this worker's sessions subscribed to ended (or was lost)."""
+        n = self.notify_updated(uri, consume=True)
+        self._log.info("selfmcp.terminal", uri=uri, relayed=True, notified=n)
+
+    async def _wait_terminal(self, internal: str, principal: str) -> dict[str, Any]:
+        """The run's body once it is terminal, or as it is after ``WAIT_POLL`` s."""
+        state = self.lookup(internal, principal)
+        if not state.done:
+            event = self._waiters.setdefault(internal, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), WAIT_POLL)
+            state = self.lookup(internal, principal)
+        return state.body()
+
     async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
         """A peer's relayed operation (agentd.pool.relay.RelayTarget): only on this
         worker's own handles (a relayed handle is never relayed on)."""
@@ -353,7 +373,11 @@ class SelfMCP(Handler):
                 return RelayAnswer("body", body=where.lost)
             if where.internal is None:
                 return RelayAnswer("unknown")
-            body = await self._local(request.op, where.internal, request.message, principal)
+            if request.op == "wait":  # a peer's subscriber: answered at the terminal state
+                body = await self._wait_terminal(where.internal, principal)
+            else:
+                body = await self._local(request.op, where.internal, request.message,
+                                         principal)
             return RelayAnswer("body", body=self.pool.body(body))
         except UnknownHandle:
             return RelayAnswer("unknown")
@@ -424,13 +448,18 @@ class SelfMCP(Handler):
             raise SubscribeRefused(uri)  # agent://status (2025-11-25) or not ours
         handle = uri[len(SUBAGENT_PREFIX):]
         try:
-            if self.pool is not None:  # a peer's handle is not subscribable here (yet)
+            if self.pool is not None:
                 where = self.pool.where(handle, ctx.principal)
                 if where.lost is not None:
                     ctx.session.notify_updated(uri)
                     return
-                if where.internal is None:
-                    raise SubscribeRefused(uri)
+                if where.owner is not None:  # the MAC proved it is this principal's
+                    if not self.pool.watch(uri, handle, where.owner, ctx.principal,
+                                           self._remote_ended):
+                        raise SubscribeRefused(uri)
+                    ctx.session.subscribe(uri)
+                    return
+                assert where.internal is not None
                 handle = where.internal
             state = self.lookup(handle, ctx.principal)
         except UnknownHandle:
@@ -504,10 +533,13 @@ async def serve(config: Config, *, run_id: str = "",
         async with asyncio.TaskGroup() as tg:
             if pool is not None:  # the liveness probes of the pool's peers
                 tg.create_task(pool.prober.run(stop))
+                pool.watches_in(tg)
             try:
                 yield runner
             finally:
                 stop.set()
+                if pool is not None:
+                    pool.stop_watches()
     finally:
         await runner.stop()
         if pool is not None:
