@@ -39,6 +39,12 @@ process lives (one hour, public); ``agent://status`` is stale at once (its
 uptime moves every millisecond; private); a run's body is stale at once while
 it runs and, once terminal, fresh until it is evicted (private).
 
+In pool mode (``--pool-*``, docs/operations.md "Pool") the handles callers
+see are :mod:`agentd.tree.pool_served`'s ``served.<owner>.<token>``; a peer's
+handle is relayed to its owner (status, send, cancel, read, a subscription's
+wait), a spawn at this worker's caps is placed on a peer, and 2025-11-25
+sessions are proxied to the worker holding them (:mod:`agentd.pool.session_relay`).
+
 Terminal runs stay readable for ``terminal_ttl`` seconds (default 600) and at
 most ``keep_terminal`` of them (default 1024, oldest first) -- the same
 defaults as the Supervisor's own eviction; after that the URI reads -32002.
