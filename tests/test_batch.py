@@ -10,6 +10,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import aiohttp
 import pytest
 from agentd_proc import agentd_env, run_agentd, start_agentd
 from batch_helpers import Samples, read_results, write_tasks
@@ -271,7 +272,7 @@ async def test_record_then_replay_with_gateway_and_server_down(tmp_path, agentd_
         text = path.read_text()
         assert secret not in text
         lines = [json.loads(ln) for ln in text.splitlines()]
-        assert lines[0]["cassette"] == 1 and lines[0]["scope"] == ["sdk"]
+        assert lines[0]["cassette"] == 2 and lines[0]["scope"] == ["sdk"]
         assert [(e["handle"], e["step"], e["request"]["kind"]) for e in lines[1:]] == [
             ("", 1, "complete"), ("", 2, "call"), ("", 3, "complete")]
         assert lines[2]["request"]["name"] == "sdk__echo"
@@ -329,6 +330,15 @@ async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, age
     (r,) = read_results(replayed)
     assert r["result"] == "parent done" and r["steps"] == 2
     assert r["usage"]["total_tokens"] == 0
+    # a version-1 cassette (no update lines: the same lines otherwise) still replays
+    head, *rest = cassette.read_text().splitlines(keepends=True)
+    assert json.loads(head)["cassette"] == 2
+    cassette.write_text(head.replace('"cassette":2', '"cassette":1', 1) + "".join(rest))
+    v1 = tmp_path / "v1.jsonl"
+    done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(v1),
+                                         "--replay", str(rec)], env=env())
+    assert done.rc == 0, done.stderr[-2000:]
+    assert strip_run(read_results(v1)) == strip_run(read_results(replayed))
     # a task the recording never saw: no cassette, that sample fails and only it
     with tasks.open("a") as f:
         f.write(json.dumps({"id": "new", "instruction": "parent new"}) + "\n")
@@ -340,6 +350,15 @@ async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, age
     assert by_id["a"]["status"] == "completed"
     assert by_id["new"]["status"] == "failed"
     assert by_id["new"]["error"].startswith("no cassette for sample 'new': ")
+
+
+def log_line(line: str) -> dict:
+    """One JSON log line a child wrote (forwarded as `subagent.stderr`), or {}."""
+    try:
+        out = json.loads(line)
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
 
 
 def cassette_of(rec: Path, sample_id: str) -> Path:
@@ -366,3 +385,71 @@ async def test_a_cassette_that_cannot_be_written_fails_its_sample_only(tmp_path,
     assert by_id["x"]["error"].startswith("--record: the cassette of sample 'x' could not be")
     assert done.events("batch.record.failed")
     assert cassette_of(rec, "y").is_file()
+
+
+async def test_a_resource_update_is_recorded_and_replayed_at_its_point(tmp_path, agentd_bin):
+    """A sample awaits `mem://watched` on the official SDK server (agentd__await_resource);
+    the update arrives live, is in the cassette after the subscribe, and replay with the
+    server down delivers it there: the same wake, the same result, no timeout."""
+    require_modules("mcp", "uvicorn", "starlette")
+    script = {"playback": 1, "turns": [
+        {"tool_calls": [{"name": "agentd__await_resource",
+                         "arguments": {"uri": "mem://watched", "timeout": 600}}]},
+        {"expect": ["updated; current state", "v-new"], "content": "saw v-new"}]}
+    pb = tmp_path / "pb.json"
+    pb.write_text(json.dumps(script))
+    tasks, out, rec = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl", tmp_path / "rec"
+    tasks.write_text(json.dumps({"id": "w", "instruction": "wait for the change"}) + "\n")
+    server = python_peer("sdk_servers.py").start()
+    common = ["batch", "--tasks", str(tasks), "--intelligence", f"playback:{pb}",
+              "--mcp", f"sdk={server.url}", "--deadline", "60"]
+    try:
+        proc = await start_agentd(agentd_bin, [*common, "--out", str(out), "--record",
+                                               str(rec)], env=env())
+        await proc.wait_for_event("batch.subscribed", uri="mem://watched", limit=120)
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{server.port}/update?value=v-new") as r:
+                assert r.status == 200
+        live = await proc.done(limit=150)
+    finally:
+        server.stop()  # replay below has no MCP server (and playback: no gateway)
+    assert live.rc == 0, live.stderr[-3000:]
+    (live_result,) = read_results(out)
+    assert live_result["status"] == "completed" and live_result["result"] == "saw v-new"
+    (cassette,) = rec.iterdir()
+    lines = [json.loads(ln) for ln in cassette.read_text().splitlines()]
+    assert lines[0]["cassette"] == 2
+    (at,) = [i for i, ln in enumerate(lines) if "update" in ln]
+    update = lines[at]
+    assert update["update"] == {"server": "sdk", "uri": "mem://watched"}
+    assert update["handle"] == "" and update["after"] >= 1
+    before = lines[at - 1]  # the answer it arrived after: the sample's subscribe
+    assert (before["handle"], before["step"]) == ("", update["after"])
+    assert before["request"]["kind"] == "subscribe"
+    later = [ln for ln in lines[at + 1:] if ln.get("request", {}).get("kind") == "read"]
+    assert later and "v-new" in later[0]["response"]["text"]  # the read after the wake
+
+    replayed = tmp_path / "replayed.jsonl"
+    done = await run_agentd(agentd_bin, [*common, "--out", str(replayed), "--replay",
+                                         str(rec)], env=env(), limit=150)
+    assert done.rc == 0, done.stderr[-3000:]
+    assert strip_run(read_results(replayed)) == strip_run([live_result])
+    (woke,) = done.events("batch.replay.update")
+    assert woke["uri"] == "mem://watched" and woke["after"] == update["after"]
+    # the replay's last model request matched the recorded one, which shows the wake
+    last = [ln for ln in lines[1:] if ln.get("request", {}).get("kind") == "complete"][-1]
+    assert "updated; current state of mem://watched" in json.dumps(last["request"])
+    child = [log_line(e["line"]) for e in done.events("subagent.stderr")]
+    assert [(c["uri"], c["updated"]) for c in child if c.get("event") == "reactive.await"] \
+        == [("mem://watched", True)]  # the sample itself was woken, not timed out
+    (end,) = done.events("batch.sample.end")
+    assert end["status"] == "completed" and not done.events("batch.replay.diverged")
+
+    # an update line is a version-2 line: a "version-1" cassette holding one is refused
+    cassette.write_text(cassette.read_text().replace('"cassette":2', '"cassette":1', 1))
+    again = tmp_path / "again.jsonl"
+    done = await run_agentd(agentd_bin, [*common, "--out", str(again), "--replay", str(rec)],
+                            env=env(), limit=150)
+    assert done.rc == 1
+    (bad,) = read_results(again)
+    assert bad["status"] == "failed" and "an update line in a version-1 cassette" in bad["error"]

@@ -1,11 +1,15 @@
-"""The sans-IO parts of `agentd batch`: task lines, the results file, the cassette's diff."""
+"""The sans-IO parts of `agentd batch`: task lines, the results file, the cassette's diff,
+which cassette versions replay and how its update lines are handed out."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from agentd.app.batch_files import finished_ids, load_tasks
-from agentd.app.cassette import cassette_path, first_difference
+from agentd.app.cassette import CassetteError, Replay, cassette_path, first_difference
 from agentd.config import ConfigError
 
 
@@ -48,3 +52,51 @@ def test_a_results_file_that_is_not_results_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"--out .*:1: not a result line"):
         finished_ids(str(out))
     assert finished_ids(str(tmp_path / "absent.jsonl")) == set()
+
+
+def write(directory: Path, version: int, *lines: dict) -> None:
+    head = {"cassette": version, "sample": "s", "scope": []}
+    Path(cassette_path(str(directory), "s")).write_text(
+        "".join(json.dumps(x) + "\n" for x in (head, *lines)))
+
+
+SUB = {"handle": "", "step": 1, "request": {"kind": "subscribe", "uri": "u://a", "server": "x"},
+       "response": {"kind": "done", "ok": True}}
+
+
+def upd(after: int, uri: str, handle: str = "") -> dict:
+    return {"handle": handle, "after": after, "update": {"server": "x", "uri": uri}}
+
+
+def test_updates_are_handed_out_once_at_their_step_in_order(tmp_path):
+    write(tmp_path, 2, SUB, upd(1, "u://a"), upd(1, "u://b"), upd(1, "u://c", ".1"))
+    replay = Replay(str(tmp_path), "s")
+    assert [u.uri for u in replay.updates_after("", 1)] == ["u://a", "u://b"]
+    assert replay.updates_after("", 1) == []  # once
+    assert [u.uri for u in replay.updates_after(".1", 1)] == ["u://c"]
+    assert replay.updates_after("", 2) == []
+
+
+def test_a_version_1_cassette_replays_and_may_not_hold_updates(tmp_path):
+    write(tmp_path, 1, SUB)
+    assert Replay(str(tmp_path), "s").updates_after("", 1) == []
+    write(tmp_path, 1, SUB, upd(1, "u://a"))
+    with pytest.raises(CassetteError, match="an update line in a version-1 cassette"):
+        Replay(str(tmp_path), "s")
+
+
+@pytest.mark.parametrize("line", [
+    upd(0, "u://a"),  # before any answer: no handle gets an update unsubscribed
+    {"handle": "", "after": 1, "update": {"uri": "u://a"}},  # no server
+    {**upd(1, "u://a"), "extra": 1},  # an unknown member
+])
+def test_a_malformed_update_line_is_refused(tmp_path, line):
+    write(tmp_path, 2, SUB, line)
+    with pytest.raises(CassetteError, match="not a version-2 cassette"):
+        Replay(str(tmp_path), "s")
+
+
+def test_version_3_is_refused(tmp_path):
+    write(tmp_path, 3, SUB)
+    with pytest.raises(CassetteError, match="version 3 of sample 's'"):
+        Replay(str(tmp_path), "s")

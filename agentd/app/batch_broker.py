@@ -8,11 +8,15 @@ model answers (its own handle's: the result line's `steps`) and the tokens of
 its subtree (`usage`), and is the one place a cassette is recorded from
 (`--record`: after the real broker answered) or replayed into (`--replay`:
 instead of it, with no provider and no MCP connection at all), see
-agentd.app.cassette.
+agentd.app.cassette. A resource update routed to a handle of a sample is
+recorded with the number of that handle's requests answered by then, and a
+replay sends it to the handle once it answered that many: on the next turn
+of the loop, so after the response the Supervisor sends at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -23,11 +27,21 @@ from agentd.app.cassette import (
     Recorder,
     Replay,
     ReplayDiverged,
+    UpdateBody,
 )
 from agentd.log import log
 from agentd.output import Usage
 from agentd.tree.broker import Broker, BrokerError
-from agentd.tree.control import IO_FAULT, Catalogue, IoCompletion, IoRequest, IoResult
+from agentd.tree.control import (
+    IO_FAULT,
+    Catalogue,
+    IoCompletion,
+    IoDone,
+    IoRequest,
+    IoResult,
+    IoSubscribe,
+    IoUpdated,
+)
 
 
 def sample_of(handle: str) -> str:
@@ -39,10 +53,12 @@ def sample_of(handle: str) -> str:
 class Tally:
     """One sample's counts and cassette, kept while it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, sample_id: str = "") -> None:
+        self.sample_id = sample_id
         self.steps = 0
         self.usage = Usage()
         self.requests: dict[str, int] = {}  # relative handle -> requests so far
+        self.answered: dict[str, int] = {}  # relative handle -> its last step answered
         self.recorder: Recorder | None = None
         self.replay: Replay | None = None
         self.failure: str | None = None  # a divergence or a bad cassette: the sample fails
@@ -78,7 +94,7 @@ class SampleBroker(Broker):
 
     def begin(self, sample: str, sample_id: str, scope: frozenset[str]) -> None:
         """Before the sample's child starts (its catalogue is not asked for yet)."""
-        tally = self.tallies[sample] = Tally()
+        tally = self.tallies[sample] = Tally(sample_id)
         if self.record_dir is not None:
             try:
                 tally.recorder = Recorder(self.record_dir, sample_id, sorted(scope),
@@ -119,20 +135,52 @@ class SampleBroker(Broker):
         rel = handle[len(sample):]
         step = tally.next_step(rel)
         if self.replay_dir is not None:
-            result = self._replay(tally, rel, step, req)
+            result = self._replay(tally, handle, rel, step, req)
         else:
             try:
                 result = await super().serve(handle, scope, req)
             except BrokerError as exc:
+                self._answered(tally, rel, step)
                 self._record(tally, rel, step, req, error=ErrorBody(exc.code, exc.message))
                 raise
+            self._answered(tally, rel, step)
             self._record(tally, rel, step, req, result)
+        if isinstance(req, IoSubscribe) and isinstance(result, IoDone) and result.ok:
+            # from here on an update of this URI reaches the handle (and its cassette)
+            log.info("batch.subscribed", sample=tally.sample_id, handle=rel, step=step,
+                     server=req.server, uri=req.uri)
         if isinstance(result, IoCompletion):
             if not rel:
                 tally.steps += 1
             u = result.completion.usage
             tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
         return result
+
+    @staticmethod
+    def _answered(tally: Tally, rel: str, step: int) -> None:
+        tally.answered[rel] = max(step, tally.answered.get(rel, 0))
+
+    def route_update(self, server: str, uri: str) -> bool:
+        """Record the update for each subscribed handle of a recorded sample (before
+        it is routed: the count of answered requests is the one it arrives after)."""
+        if self.record_dir is not None and self.notify is not None:
+            for handle in self.subscribers(server, uri):
+                tally = self.tallies.get(sample := sample_of(handle))
+                recorder = tally.recorder if tally is not None else None
+                if tally is None or recorder is None:
+                    continue
+                rel = handle[len(sample):]
+                after = tally.answered.get(rel, 0)
+                try:
+                    recorder.update(rel, after, server, uri)
+                except OSError as exc:
+                    tally.recorder = None
+                    recorder.close()
+                    self._unrecorded(tally, recorder.sample, exc)
+                    continue
+                log.info("batch.record.update", sample=recorder.sample, handle=rel,
+                         after=after, server=server, uri=uri)
+        return super().route_update(server, uri)
 
     def _record(self, tally: Tally, rel: str, step: int, req: IoRequest,
                 result: IoResult | None = None, error: ErrorBody | None = None) -> None:
@@ -152,7 +200,16 @@ class SampleBroker(Broker):
                         f"written: {exc.strerror or exc}"
         log.error("batch.record.failed", sample=sample_id, error=tally.failure)
 
-    def _replay(self, tally: Tally, rel: str, step: int, req: IoRequest) -> IoResult:
+    def _deliver(self, handle: str, rel: str, step: int, sample_id: str,
+                 updates: list[UpdateBody]) -> None:
+        for u in updates:
+            if self.notify is not None:
+                self.notify(handle, IoUpdated(u.server, u.uri))
+                log.info("batch.replay.update", sample=sample_id, handle=rel, after=step,
+                         server=u.server, uri=u.uri)
+
+    def _replay(self, tally: Tally, handle: str, rel: str, step: int,
+                req: IoRequest) -> IoResult:
         if tally.failure is not None or tally.replay is None:
             raise BrokerError(IO_FAULT, tally.failure or "replay: no cassette")
         try:
@@ -162,6 +219,10 @@ class SampleBroker(Broker):
             log.warning("batch.replay.diverged", sample=tally.replay.sample, handle=rel,
                         step=step, error=tally.failure)
             raise BrokerError(IO_FAULT, tally.failure) from None
+        updates = tally.replay.updates_after(rel, step)
+        if updates:  # after this answer: the Supervisor sends it before the loop turns
+            asyncio.get_running_loop().call_soon(self._deliver, handle, rel, step,
+                                                 tally.replay.sample, updates)
         if isinstance(answer, ErrorBody):
             raise BrokerError(answer.code, answer.message)
         return answer

@@ -14,7 +14,14 @@ A cassette is one JSON Lines file per sample (format version
   subagent, `".1.2"` …), `step` the K-th request of that handle;
   `request` and `response` are the control wire's `io/request` and its
   answer (`kind`: complete/call/read/subscribe/unsubscribe/a2a; completion/
-  observation/done) without the trace context, which differs per run.
+  observation/done) without the trace context, which differs per run;
+* and, since version 2, one line per resource update delivered to a handle
+  of the subtree: `{"handle": H, "after": K, "update": {"server", "uri"}}`,
+  routed to H once the response of H's K-th request had been sent (K >= 1:
+  only a handle that subscribed gets one, and subscribing is a request).
+  Replay sends it to H right after it answered H's K-th request, so it
+  reaches H at the same point of H's sequence as in the recording.
+  Version-1 cassettes (no update lines) still replay.
 
 Every line goes through the log's redaction (registered secrets: resolved
 `{{secret:…}}` values, gateway keys, OAuth tokens, bearers) before it is
@@ -22,7 +29,8 @@ written. Replay looks a request up by `(handle, step)`: every handle's
 requests are sequential, so the lookup does not depend on how the subtree's
 handles interleaved. A request that differs from the recorded one, a request
 the recording does not have, or a recording with requests the run never made
-is a divergence: `ReplayDiverged` names the sample, the handle's step and the
+is a divergence (an update recorded after a step the run never reached is
+reported as that step): `ReplayDiverged` names the sample, the handle's step and the
 first difference (a JSON path and both values).
 """
 
@@ -42,7 +50,8 @@ from agentd.log import redact
 from agentd.output import Usage
 from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
 
-CASSETTE_VERSION = 1
+CASSETTE_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # a version-1 cassette is a version 2 without updates
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -72,6 +81,29 @@ class Entry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     request: dict[str, Any]
     response: dict[str, Any] | None = None
     error: ErrorBody | None = None
+
+
+class UpdateBody(msgspec.Struct, forbid_unknown_fields=True):
+    server: str
+    uri: str
+
+
+class UpdateLine(msgspec.Struct, forbid_unknown_fields=True):
+    """A `notifications/resources/updated` routed to `handle` after its step `after`."""
+
+    handle: str
+    after: int
+    update: UpdateBody
+
+
+def _decode_line(line: bytes) -> Entry | UpdateLine:
+    obj = orjson.loads(line)
+    if isinstance(obj, dict) and "update" in obj:
+        upd = msgspec.convert(obj, UpdateLine)
+        if upd.after < 1:
+            raise msgspec.ValidationError("an update line's `after` is at least 1")
+        return upd
+    return msgspec.convert(obj, Entry)
 
 
 def cassette_path(directory: str, sample_id: str) -> str:
@@ -135,6 +167,9 @@ class Recorder:
         response = msgspec.to_builtins(result) if result is not None else None
         self._line(Entry(handle, step, request_json(req), response, error))
 
+    def update(self, handle: str, after: int, server: str, uri: str) -> None:
+        self._line(UpdateLine(handle, after, UpdateBody(server, uri)))
+
     def close(self) -> None:
         if not self._f.closed:
             self._f.close()
@@ -160,16 +195,32 @@ class Replay:
                                 f"{exc.strerror or exc}") from None
         try:
             self.header = msgspec.json.decode(lines[0] if lines else b"", type=Header)
-            entries = [msgspec.json.decode(ln, type=Entry) for ln in lines[1:] if ln.strip()]
-        except msgspec.DecodeError as exc:
+            body = [_decode_line(ln) for ln in lines[1:] if ln.strip()]
+        except (msgspec.DecodeError, orjson.JSONDecodeError) as exc:
             raise CassetteError(f"cassette {path}: not a version-{CASSETTE_VERSION} "
                                 f"cassette: {exc}") from None
-        if self.header.cassette != CASSETTE_VERSION or self.header.sample != sample_id:
+        if self.header.cassette not in READABLE_VERSIONS or self.header.sample != sample_id:
             raise CassetteError(f"cassette {path}: version {self.header.cassette} of sample "
                                 f"{self.header.sample!r}, expected version "
-                                f"{CASSETTE_VERSION} of {sample_id!r}")
-        self._entries = {(e.handle, e.step): e for e in entries}
+                                f"{CASSETTE_VERSION} (or 1) of {sample_id!r}")
+        updates = [u for u in body if isinstance(u, UpdateLine)]
+        if updates and self.header.cassette < 2:
+            raise CassetteError(f"cassette {path}: an update line in a version-1 cassette")
+        self._entries = {(e.handle, e.step): e for e in body if isinstance(e, Entry)}
         self._used: set[tuple[str, int]] = set()
+        self._updates: dict[tuple[str, int], list[UpdateBody]] = {}
+        for u in updates:
+            self._updates.setdefault((u.handle, u.after), []).append(u.update)
+        self._delivered: set[tuple[str, int]] = set()
+
+    def updates_after(self, handle: str, step: int) -> list[UpdateBody]:
+        """The updates recorded for `handle` right after its `step`-th response
+        (in the order routed); each is handed out once."""
+        key = (handle, step)
+        if key in self._delivered:
+            return []
+        self._delivered.add(key)
+        return self._updates.get(key, [])
 
     def _diverged(self, handle: str, step: int, what: str) -> ReplayDiverged:
         who = "the sample" if not handle else f"subagent {handle}"
@@ -197,7 +248,7 @@ class Replay:
     def unplayed(self) -> ReplayDiverged | None:
         """After the sample ended: the first recorded request it never made."""
         rest = sorted(k for k in self._entries if k not in self._used)
-        if not rest:
+        if not rest:  # (an update is delivered with its step: none can be left)
             return None
         handle, step = rest[0]
         kind = self._entries[rest[0]].request.get("kind")

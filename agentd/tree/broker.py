@@ -278,6 +278,10 @@ class Broker:
     def holds(self, handle: str) -> bool:
         return any(handle in hs for hs in self._subs.values())
 
+    def subscribers(self, server: str, uri: str) -> frozenset[str]:
+        """The handles an update of `uri` on `server` is routed to."""
+        return frozenset(self._subs.get((server, uri), ()))
+
     def route_update(self, server: str, uri: str) -> bool:
         """Deliver an update to its subscribing children; True if the root wants it too."""
         key = (server, uri)
