@@ -387,26 +387,44 @@ async def test_a_cassette_that_cannot_be_written_fails_its_sample_only(tmp_path,
     assert cassette_of(rec, "y").is_file()
 
 
-async def test_a_resource_update_is_recorded_and_replayed_at_its_point(tmp_path, agentd_bin):
-    """A sample awaits `mem://watched` on the official SDK server (agentd__await_resource);
-    the update arrives live, is in the cassette after the subscribe, and replay with the
-    server down delivers it there: the same wake, the same result, no timeout."""
+AWAIT_TURNS = [
+    {"tool_calls": [{"name": "agentd__await_resource",
+                     "arguments": {"uri": "mem://watched", "timeout": 600}}]},
+    {"expect": ["updated; current state", "v-new"], "content": "saw v-new"}]
+# the waiting handle: the sample itself, or its subagent (the cassette's `.1`)
+AWAITERS = {
+    "": {"playback": 1, "turns": AWAIT_TURNS},
+    ".1": {"playback": 1, "scripts": [
+        {"match": "child", "turns": AWAIT_TURNS},
+        {"match": "wait for", "turns": [
+            {"tool_calls": [{"name": "agentd__subagent_spawn",
+                             "arguments": {"instruction": "child: wait for it"}}]},
+            {"content": "saw v-new", "expect": "saw v-new"}]}]},
+}
+
+
+@pytest.mark.parametrize("waiter", sorted(AWAITERS))
+async def test_a_resource_update_is_recorded_and_replayed_at_its_point(
+        tmp_path, agentd_bin, waiter):
+    """A handle of a sample (the sample, or its subagent) awaits `mem://watched` on the
+    official SDK server (agentd__await_resource); the update arrives live, is in the
+    cassette after that handle's subscribe, and replay with the server down delivers it
+    there: the same wake, the same result, no timeout. Without its update line the
+    replay is starved and diverges; a v1 header with one is refused."""
     require_modules("mcp", "uvicorn", "starlette")
-    script = {"playback": 1, "turns": [
-        {"tool_calls": [{"name": "agentd__await_resource",
-                         "arguments": {"uri": "mem://watched", "timeout": 600}}]},
-        {"expect": ["updated; current state", "v-new"], "content": "saw v-new"}]}
+    script = AWAITERS[waiter]
     pb = tmp_path / "pb.json"
     pb.write_text(json.dumps(script))
     tasks, out, rec = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl", tmp_path / "rec"
     tasks.write_text(json.dumps({"id": "w", "instruction": "wait for the change"}) + "\n")
     server = python_peer("sdk_servers.py").start()
     common = ["batch", "--tasks", str(tasks), "--intelligence", f"playback:{pb}",
-              "--mcp", f"sdk={server.url}", "--deadline", "60"]
+              "--mcp", f"sdk={server.url}"]
     try:
-        proc = await start_agentd(agentd_bin, [*common, "--out", str(out), "--record",
-                                               str(rec)], env=env())
-        await proc.wait_for_event("batch.subscribed", uri="mem://watched", limit=120)
+        proc = await start_agentd(agentd_bin, [*common, "--deadline", "60", "--out", str(out),
+                                               "--record", str(rec)], env=env())
+        await proc.wait_for_event("batch.subscribed", uri="mem://watched", handle=waiter,
+                                  limit=120)
         async with aiohttp.ClientSession() as http:
             async with http.post(f"http://127.0.0.1:{server.port}/update?value=v-new") as r:
                 assert r.status == 200
@@ -422,31 +440,47 @@ async def test_a_resource_update_is_recorded_and_replayed_at_its_point(tmp_path,
     (at,) = [i for i, ln in enumerate(lines) if "update" in ln]
     update = lines[at]
     assert update["update"] == {"server": "sdk", "uri": "mem://watched"}
-    assert update["handle"] == "" and update["after"] >= 1
-    before = lines[at - 1]  # the answer it arrived after: the sample's subscribe
-    assert (before["handle"], before["step"]) == ("", update["after"])
+    assert update["handle"] == waiter and update["after"] >= 1
+    (before,) = [ln for ln in lines[1:at] if (ln["handle"], ln.get("step")) == (
+        waiter, update["after"])]  # the answer it arrived after: that handle's subscribe
     assert before["request"]["kind"] == "subscribe"
-    later = [ln for ln in lines[at + 1:] if ln.get("request", {}).get("kind") == "read"]
+    later = [ln for ln in lines[at + 1:] if ln.get("request", {}).get("kind") == "read"
+             and ln["handle"] == waiter]
     assert later and "v-new" in later[0]["response"]["text"]  # the read after the wake
 
     replayed = tmp_path / "replayed.jsonl"
-    done = await run_agentd(agentd_bin, [*common, "--out", str(replayed), "--replay",
-                                         str(rec)], env=env(), limit=150)
+    done = await run_agentd(agentd_bin, [*common, "--deadline", "60", "--out", str(replayed),
+                                         "--replay", str(rec)], env=env(), limit=150)
     assert done.rc == 0, done.stderr[-3000:]
     assert strip_run(read_results(replayed)) == strip_run([live_result])
     (woke,) = done.events("batch.replay.update")
     assert woke["uri"] == "mem://watched" and woke["after"] == update["after"]
-    # the replay's last model request matched the recorded one, which shows the wake
-    last = [ln for ln in lines[1:] if ln.get("request", {}).get("kind") == "complete"][-1]
+    assert woke["handle"] == waiter
+    # the replay's last model request of that handle matched the recording: the wake
+    last = [ln for ln in lines[1:] if ln.get("request", {}).get("kind") == "complete"
+            and ln["handle"] == waiter][-1]
     assert "updated; current state of mem://watched" in json.dumps(last["request"])
     child = [log_line(e["line"]) for e in done.events("subagent.stderr")]
     assert [(c["uri"], c["updated"]) for c in child if c.get("event") == "reactive.await"] \
-        == [("mem://watched", True)]  # the sample itself was woken, not timed out
+        == [("mem://watched", True)]  # the handle itself was woken, not timed out
     (end,) = done.events("batch.sample.end")
     assert end["status"] == "completed" and not done.events("batch.replay.diverged")
 
+    # a run that waits for an update its cassette does not hold: no wake, and once its
+    # --deadline ends the wait, the recording's next request is one it never made
+    whole = cassette.read_text()
+    cassette.write_text("".join(ln + "\n" for ln in whole.splitlines() if '"update":' not in ln))
+    starved = tmp_path / "starved.jsonl"
+    done = await run_agentd(agentd_bin, [*common, "--deadline", "10", "--out", str(starved),
+                                         "--replay", str(rec)], env=env(), limit=150)
+    assert done.rc == 1 and not done.events("batch.replay.update")
+    (bad,) = read_results(starved)
+    assert bad["status"] == "failed"
+    assert bad["error"].startswith("replay diverged at sample 'w' step "), bad["error"]
+    assert "the run ended; the recording goes on with a read request" in bad["error"]
+
     # an update line is a version-2 line: a "version-1" cassette holding one is refused
-    cassette.write_text(cassette.read_text().replace('"cassette":2', '"cassette":1', 1))
+    cassette.write_text(whole.replace('"cassette":2', '"cassette":1', 1))
     again = tmp_path / "again.jsonl"
     done = await run_agentd(agentd_bin, [*common, "--out", str(again), "--replay", str(rec)],
                             env=env(), limit=150)

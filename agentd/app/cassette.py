@@ -246,8 +246,9 @@ class Replay:
         return result
 
     def unplayed(self) -> ReplayDiverged | None:
-        """After the sample ended: the first recorded request it never made."""
-        rest = sorted(k for k in self._entries if k not in self._used)
+        """After the sample ended: the first recorded request it never made (first
+        in the recording's order: where the run fell behind it earliest)."""
+        rest = [k for k in self._entries if k not in self._used]
         if not rest:  # (an update is delivered with its step: none can be left)
             return None
         handle, step = rest[0]
