@@ -100,3 +100,36 @@ def test_version_3_is_refused(tmp_path):
     write(tmp_path, 3, SUB)
     with pytest.raises(CassetteError, match="version 3 of sample 's'"):
         Replay(str(tmp_path), "s")
+
+
+def test_a_recording_stops_at_the_cassette_bound(tmp_path):
+    """A subtree that floods updates cannot fill the disk: the line that would
+    cross --cassette-bytes is not written and is an OSError(EFBIG), which the
+    broker reports as an unrecorded sample (the full-disk path)."""
+    import errno
+    import os
+
+    from agentd.app.cassette import Recorder, cassette_path
+
+    rec = Recorder(str(tmp_path), "s", [], None, max_bytes=400)
+    written = 0
+    with pytest.raises(OSError) as info:
+        for _ in range(100):
+            rec.update("", 1, "x", "u://a")
+            written += 1
+    rec.close()
+    assert info.value.errno == errno.EFBIG and "--cassette-bytes=400" in str(info.value)
+    assert 0 < written < 100
+    assert os.path.getsize(cassette_path(str(tmp_path), "s")) <= 400
+    assert Replay(str(tmp_path), "s").updates_after("", 1)  # what was written still reads
+
+
+def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path):
+    deep = {"handle": "", "step": 1, "request": {"kind": "read", "uri": "u://a", "server": "x"},
+            "response": {"kind": "done", "ok": True, "x": "["}}
+    write(tmp_path, 2, deep)
+    path = next(tmp_path.glob("*.jsonl"))
+    text = path.read_text().replace('"["', "[" * 100_000 + "]" * 100_000)
+    path.write_text(text)
+    with pytest.raises(CassetteError, match="not a version-2 cassette"):
+        Replay(str(tmp_path), "s")

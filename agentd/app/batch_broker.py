@@ -29,6 +29,7 @@ from agentd.app.cassette import (
     ReplayDiverged,
     UpdateBody,
 )
+from agentd.config import DEFAULT_CASSETTE_BYTES
 from agentd.log import log
 from agentd.output import Usage
 from agentd.tree.broker import Broker, BrokerError
@@ -98,7 +99,9 @@ class SampleBroker(Broker):
         if self.record_dir is not None:
             try:
                 tally.recorder = Recorder(self.record_dir, sample_id, sorted(scope),
-                                          super().catalogue(scope))
+                                          super().catalogue(scope),
+                                          max_bytes=self.cassette_bytes
+                                          or DEFAULT_CASSETTE_BYTES)
             except OSError as exc:  # the sample runs; its line says it was not recorded
                 self._unrecorded(tally, sample_id, exc)
         elif self.replay_dir is not None:

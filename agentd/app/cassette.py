@@ -36,6 +36,7 @@ first difference (a JSON path and both values).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -49,6 +50,7 @@ from agentd.errors import TreeError
 from agentd.log import redact
 from agentd.output import Usage
 from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
+from agentd.wire.guard import PEER_FAULTS
 
 CASSETTE_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # a version-1 cassette is a version 2 without updates
@@ -149,18 +151,30 @@ def first_difference(recorded: Any, now: Any, path: str = "") -> str | None:
 
 
 class Recorder:
-    """Writes one sample's cassette as its requests are answered."""
+    """Writes one sample's cassette as its requests are answered.
+
+    The cassette is bounded by ``max_bytes`` (``--cassette-bytes``, the bound
+    replay reads it with): a line that would cross it is not written and
+    raises ``OSError(EFBIG)``, which fails the sample as unrecorded, the
+    same as a full disk, so a peer flooding updates cannot fill the disk."""
 
     def __init__(self, directory: str, sample_id: str, scope: list[str],
-                 catalogue: Catalogue | None) -> None:
+                 catalogue: Catalogue | None, *,
+                 max_bytes: int = DEFAULT_CASSETTE_BYTES) -> None:
         self.sample = sample_id
         self.path = cassette_path(directory, sample_id)
+        self.max_bytes = max_bytes
+        self._written = 0
         self._f = open(self.path, "wb")
         self._line(Header(CASSETTE_VERSION, sample_id, scope, catalogue))
 
     def _line(self, obj: Any) -> None:
-        self._f.write(redact(msgspec.json.encode(obj).decode()).encode() + b"\n")
+        line = redact(msgspec.json.encode(obj).decode()).encode() + b"\n"
+        if self._written + len(line) > self.max_bytes:
+            raise OSError(errno.EFBIG, f"past --cassette-bytes={self.max_bytes}")
+        self._f.write(line)
         self._f.flush()
+        self._written += len(line)
 
     def add(self, handle: str, step: int, req: IoRequest, result: IoResult | None = None,
             error: ErrorBody | None = None) -> None:
@@ -196,7 +210,7 @@ class Replay:
         try:
             self.header = msgspec.json.decode(lines[0] if lines else b"", type=Header)
             body = [_decode_line(ln) for ln in lines[1:] if ln.strip()]
-        except (msgspec.DecodeError, orjson.JSONDecodeError) as exc:
+        except PEER_FAULTS as exc:  # an edited file is input like any other
             raise CassetteError(f"cassette {path}: not a version-{CASSETTE_VERSION} "
                                 f"cassette: {exc}") from None
         if self.header.cassette not in READABLE_VERSIONS or self.header.sample != sample_id:
