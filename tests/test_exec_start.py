@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import venv
@@ -117,11 +118,18 @@ def test_a_venv_parents_child_keeps_the_venv(tmp_path):
     explicit path carries them.  (`sys.prefix` is the base's without `site` on
     3.11, where `site` sets a venv's prefix: nothing in agentd reads it.)"""
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=True).create(env_dir)
     python = str(env_dir / "bin" / "python")
     # the venv's own site-packages, with a module only it has
     (site_dir,) = (env_dir / "lib").glob("python3*/site-packages")
     (site_dir / "extra_mod.py").write_text("")
+    # ... and the packages of the interpreter running the suite (agentd
+    # included), as `site` adds them: when that interpreter is itself a venv
+    # (the README's command in a newcomer's venv), a nested venv's
+    # system_site_packages would reach the base interpreter's, not these
+    outer = [d for d in site.getsitepackages() if os.path.isdir(d)]
+    (site_dir / "outer.pth").write_text(
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in outer))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     got = probe(python, tmp_path, env=env)
     assert got["no_site"] == 1
