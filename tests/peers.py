@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,21 @@ def unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"peer unavailable under CI: {reason}")
     pytest.skip(reason)  # only outside CI: under CI=true the line above failed the test
+
+
+def import_peer(name: str, reason: str = "") -> Any:
+    """``pytest.importorskip`` under the one rule of :func:`unavailable`: a
+    Python peer that cannot be imported skips its tests (a whole module when
+    called at import time) locally, and fails them under ``CI=true``."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        why = f"{reason or name} cannot be imported: {exc}"
+        if IN_CI:
+            pytest.fail(f"peer unavailable under CI: {why}", pytrace=False)
+        pytest.skip(why, allow_module_level=True)  # outside CI only (failed above)
 
 
 def require_modules(*names: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+import peers
 import pytest
 from aiohttp import web
 from peers import free_port
@@ -451,7 +452,7 @@ async def test_tools_audit_logged_once_per_listing(fault):
 
 
 async def test_tls_verified_with_custom_ca(fault, tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = peers.import_peer("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("localhost")
     import ssl
@@ -529,7 +530,7 @@ async def test_calls_in_flight_when_the_session_is_replaced_fail_instead_of_hang
 
 
 async def test_mutual_tls_presents_the_client_certificate(fault, tmp_path):
-    trustme = pytest.importorskip("trustme")
+    trustme = peers.import_peer("trustme")
     import ssl
 
     ca = trustme.CA()

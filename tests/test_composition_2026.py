@@ -203,7 +203,7 @@ def test_new_parent_drives_and_subscribes_a_2025_worker(agentd_bin, tmp_path) ->
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # resources/subscribe: it is 2025
 async def test_a_2025_parent_drives_and_subscribes_new_worker(agentd_bin, tmp_path) -> None:
-    pytest.importorskip("mcp")
+    peers.import_peer("mcp")
     from mcp import Client
 
     worker, port = await asyncio.to_thread(start_worker, agentd_bin, tmp_path)

@@ -74,7 +74,7 @@ class Certs:
     """A test CA (trustme), a server cert for the worker's address, a client cert."""
 
     def __init__(self, tmp: Path, host: str = "127.0.0.1") -> None:
-        trustme = pytest.importorskip("trustme")
+        trustme = peers.import_peer("trustme")
         ca = trustme.CA()
         server = ca.issue_cert(host)
         client = ca.issue_cert("parent.agentd.test")

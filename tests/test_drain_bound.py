@@ -17,10 +17,9 @@ import signal
 import time
 
 import peers
-import pytest
 from test_reactive_cli import Agentd
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 

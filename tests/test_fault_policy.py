@@ -22,7 +22,6 @@ import urllib.request
 from pathlib import Path
 
 import peers
-import pytest
 from test_reactive_cli import Agentd
 
 TOKEN = "srv-tok-51d0c7e2a9"
@@ -218,7 +217,7 @@ def test_429_with_retry_after_and_5xx_are_retried(agentd_bin, tmp_path) -> None:
 def test_tls_verification_failure_after_connect_fails_the_run(agentd_bin, tmp_path) -> None:
     """The server comes back (same port) with a certificate agentd does not trust:
     the reconnect fails TLS verification, an abort fault on a required server."""
-    trustme = pytest.importorskip("trustme")
+    trustme = peers.import_peer("trustme")
     files = {}
     for name in ("trusted", "rogue"):
         ca = trustme.CA()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-import pytest
+import peers
 from agentd_proc import Agentd, agentd_env, start_agentd
 from peers import free_port
 
@@ -204,7 +204,7 @@ async def test_idle_connections_are_capped_and_closed(agentd_bin, tmp_path):
 
 class Certs:
     def __init__(self, tmp: Path) -> None:
-        trustme = pytest.importorskip("trustme")
+        trustme = peers.import_peer("trustme")
         ca = trustme.CA()
         server = ca.issue_cert("127.0.0.1")
         self.ca, self.cert, self.key = tmp / "ca.pem", tmp / "srv.pem", tmp / "srv.key"

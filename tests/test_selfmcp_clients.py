@@ -26,7 +26,7 @@ import peers
 import pytest
 from test_reactive_cli import Agentd
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 from mcp import Client  # noqa: E402
 from mcp.client.subscriptions import ResourceUpdated  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
@@ -155,7 +155,7 @@ async def test_official_sdk_auto_late_listen(worker):
 
 @pytest.mark.parametrize("late", [False, True], ids=["live", "late"])
 async def test_fastmcp_legacy(worker, late):
-    fastmcp = pytest.importorskip("fastmcp")
+    fastmcp = peers.import_peer("fastmcp")
     updates = Updates()
     async with fastmcp.Client(worker, mode="legacy", message_handler=updates) as c:
         assert c.protocol_version == "2025-11-25"
@@ -177,7 +177,7 @@ async def test_fastmcp_legacy(worker, late):
 async def test_fastmcp_auto_speaks_2026(worker):
     """FastMCP's default mode negotiates 2026-07-28 (server/discover); spawn, status
     and read work there (FastMCP 4 has no subscriptions/listen surface of its own)."""
-    fastmcp = pytest.importorskip("fastmcp")
+    fastmcp = peers.import_peer("fastmcp")
     async with fastmcp.Client(worker) as c:
         assert c.protocol_version == "2026-07-28"
         r = await c.call_tool("subagent.spawn", {"instruction": "quick job", "async": True})

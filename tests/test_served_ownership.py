@@ -21,8 +21,8 @@ import peers
 import pytest
 from test_reactive_cli import Agentd
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
-httpx2 = pytest.importorskip("httpx2")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
+httpx2 = peers.import_peer("httpx2")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
@@ -34,7 +34,7 @@ TOKENS = {"alice": "tok-alice-8c1f3e", "bob": "tok-bob-27d9a4"}
 
 class Pki:
     def __init__(self, tmp) -> None:
-        trustme = pytest.importorskip("trustme")
+        trustme = peers.import_peer("trustme")
         ca = trustme.CA()
         self.ca = tmp / "ca.pem"
         ca.cert_pem.write_to_path(str(self.ca))

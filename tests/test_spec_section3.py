@@ -80,7 +80,7 @@ def netns():
 
 
 def test_section3_lines_as_printed(agentd_bin, tmp_path, netns):
-    trustme = pytest.importorskip("trustme")
+    trustme = peers.import_peer("trustme")
     name, etc = netns
     ca = trustme.CA()
     cert = ca.issue_cert("reviewer.internal", "gw.example", "127.0.0.1")

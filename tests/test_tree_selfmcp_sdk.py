@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import json
 
+import peers
 import pytest
 from peers import free_port
 from tree_helpers import exists, make_config, precompile, until
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 
 from mcp import ClientSession, types  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402

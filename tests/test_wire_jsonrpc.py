@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+import peers
 import pytest
 from msgspec import UNSET, Raw
 
@@ -479,7 +480,7 @@ def test_decode_response_unknown_content_block_survives():
 # robustness: decode never fails with anything but ProtocolError
 # --------------------------------------------------------------------------
 
-hypothesis = pytest.importorskip("hypothesis")
+hypothesis = peers.import_peer("hypothesis")
 st = hypothesis.strategies
 
 _json = st.recursive(
