@@ -4,7 +4,8 @@ Three console-script workers serve `--serve-mcp https://127.0.0.1:PORT` with
 their own server certificate (trustme, one CA for the pool) and
 `--serve-client-ca` that CA; each presents its own certificate to its peers
 when it relays.  A run spawned on one worker is read, polled and cancelled
-through another (relayed over https+mTLS).  The link refuses, in the TLS
+through another (relayed over https+mTLS), and a 2025-11-25 session opened on
+one worker answers through another (the session proxy over the same link).  The link refuses, in the TLS
 handshake, a client without a certificate or with one from another CA, and
 answers 401 to a correct certificate without the pool MAC.
 """
@@ -127,6 +128,38 @@ def _post(tls: ssl.SSLSocket, body: bytes, headers: dict[str, str]) -> bytes:
         return out
 
 
+def _rpc_result(resp) -> dict:
+    """The JSON-RPC result of a POST answer, JSON or one SSE event."""
+    text = resp.text
+    if resp.headers["content-type"].startswith("text/event-stream"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    return json.loads(text)["result"]
+
+
+async def _session_through(pool: TlsPool, owner: str, via: str) -> list[str]:
+    """Open a 2025-11-25 session on ``owner``, then list tools in it via ``via``."""
+    head = {"Authorization": f"Bearer {TOKENS['alice']}",
+            "Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(verify=pool.context(pool.caller), timeout=60,
+                                  headers=head) as http:
+        init = await http.post(pool.url(owner), json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "pool-tls-test", "version": "1"}}})
+        assert init.status_code == 200, init.text
+        sid = init.headers["mcp-session-id"]
+        assert sid.startswith(f"{owner}.")
+        session = {"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
+        done = await http.post(pool.url(via), headers=session, json={
+            "jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert done.status_code == 202, done.text
+        listed = await http.post(pool.url(via), headers=session, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert listed.status_code == 200, listed.text
+        names = [t["name"] for t in _rpc_result(listed)["tools"]]
+        return sorted(n for n in names if n in ("status", "subagent.spawn"))
+
+
 async def test_relay_over_https_with_mtls(agentd_bin, tmp_path) -> None:
     pool = TlsPool(tmp_path)
     try:
@@ -176,5 +209,7 @@ async def test_relay_over_https_with_mtls(agentd_bin, tmp_path) -> None:
             assert r.structured_content["status"] == "cancelled"
             assert r.structured_content["done"] is True
         assert any(e["op"] == "cancel" for e in pool.workers["w1"].events("pool.relayed"))
+        # a 2025-11-25 session opened on w1 answers through w3 (proxied over mTLS)
+        assert await _session_through(pool, "w1", "w3") == ["status", "subagent.spawn"]
     finally:
         pool.stop()
