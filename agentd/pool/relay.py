@@ -8,8 +8,10 @@ timestamp, a nonce, the path, the body and the caller's principal).  The owner
 verifies it (:class:`~agentd.pool.handles.RelayVerifier`: bad MAC, stale
 timestamp or replayed nonce -> 401), runs the operation exactly as for a
 local caller of that principal and answers one :class:`RelayAnswer`.  The
-route is outside the bearer/mTLS guard of the MCP endpoint: the pool key is
-its credential; over https the link is the listener's own TLS.
+route is outside the bearer guard of the MCP endpoint: the pool key is its
+credential; over https the link is the listener's own TLS, so with
+``--serve-client-ca`` the handshake asks for a certificate of the pool's CA
+before the MAC is looked at (docs/operations.md, "The link over https").
 
 IO only: what an operation means is the :class:`RelayTarget`'s (the self-MCP).
 """
