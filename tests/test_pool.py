@@ -23,8 +23,8 @@ import pytest
 from agentd_proc import run_agentd
 from test_reactive_cli import Agentd
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
-httpx2 = pytest.importorskip("httpx2")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
+httpx2 = peers.import_peer("httpx2")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402

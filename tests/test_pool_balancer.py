@@ -22,8 +22,8 @@ import pytest
 from test_pool import TOKENS, Pool
 from test_server_conformance import SCENARIOS, run_scenario
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
-httpx2 = pytest.importorskip("httpx2")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
+httpx2 = peers.import_peer("httpx2")
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 

@@ -23,9 +23,9 @@ import pytest
 from test_pool import IDS, POOL_KEY, TOKENS, _book
 from test_reactive_cli import Agentd
 
-mcp = pytest.importorskip("mcp", reason="the official MCP Python SDK (pip install mcp)")
-httpx2 = pytest.importorskip("httpx2")
-trustme = pytest.importorskip("trustme")
+mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
+httpx2 = peers.import_peer("httpx2")
+trustme = peers.import_peer("trustme")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
