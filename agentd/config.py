@@ -55,7 +55,7 @@ BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer",
                    "serve_bearers")
 # --config's names for the --pool-* flags
-POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key", "pool_dns")
+POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key", "pool_dns", "pool_dns_interval")
 
 # Documented defaults (docs/cli.md, docs/config.md).
 DEFAULT_MAX_DEPTH = 4
@@ -178,6 +178,7 @@ class PoolDns(msgspec.Struct, frozen=True):
     name: str
     port: int
     scheme: Literal["http", "https"]
+    interval: float = 5.0  # --pool-dns-interval: seconds between resolutions
 
 
 class PoolSpec(msgspec.Struct, frozen=True):
@@ -402,7 +403,7 @@ def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...
 
 def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
                serve: ServeSpec | None, secrets_dir: str,
-               dns: str | None = None) -> PoolSpec | None:
+               dns: str | None = None, dns_interval: float | None = None) -> PoolSpec | None:
     """The ``--pool-*`` flags (or ``pool_id``/``pool_peers``/``pool_key``/``pool_dns`` in
     ``--config``) checked together; None without any of them.  Exit 2: pool flags
     without ``--serve-mcp`` (peers relay to that listener) or without a key, a key
@@ -440,7 +441,8 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
             raise ConfigError(f"--pool-peer: duplicate peer id {peer_id!r}")
         out[peer_id] = PoolPeer(peer_id, url.rstrip("/"))
     try:
-        pool_dns = PoolDns(*discovery.parse_name(dns, serve.port), serve.scheme) if dns else None
+        pool_dns = PoolDns(*discovery.parse_name(dns, serve.port), serve.scheme,
+                           discovery.check_interval(dns_interval)) if dns else None
     except ValueError as exc:
         raise ConfigError(f"--pool-dns {str(dns)[:200]!r}: {exc}") from None
     return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns)

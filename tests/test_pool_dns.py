@@ -128,6 +128,20 @@ def test_pool_dns_flag_and_config_key(tmp_path, monkeypatch) -> None:
     for bad in ("x:0", "x:99999", "x:y", "bad name", "-x"):
         with pytest.raises(cfg.ConfigError, match="--pool-dns"):
             config_from_flags({**flags, "pool_dns": bad})
+    assert pool.dns.interval == 5.0
+    path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_dns = "n"\npool_dns_interval = 0.5\n')
+    pool = config_from_flags(flags).pool
+    assert pool is not None and pool.dns is not None and pool.dns.interval == 0.5
+    for bad in ("0", "301", '"5"'):
+        path.write_text(f'pool_key = "{{{{secret:POOL_KEY}}}}"\npool_dns = "n"\n'
+                        f'pool_dns_interval = {bad}\n')
+        with pytest.raises(cfg.ConfigError, match="--pool-dns-interval must be"):
+            config_from_flags(flags)
+    with pytest.raises(cfg.ConfigError, match="--pool-dns-interval must be"):
+        config_from_flags({**flags, "pool_dns_interval": 0.0})  # the flag's 0 is refused
+    path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_dns_interval = 5\n')
+    with pytest.raises(cfg.ConfigError, match="--pool-dns-interval needs --pool-dns"):
+        config_from_flags(flags)
     path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_dns = 5\n')
     with pytest.raises(cfg.ConfigError, match="pool_dns must be"):
         config_from_flags(flags)

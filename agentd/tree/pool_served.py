@@ -76,8 +76,9 @@ class PoolServed:
         self.membership = Membership(self.me)
         dns = None
         if spec.dns is not None:  # peers learned from the name's addresses (agentd.pool.dns)
-            dns = DnsRefresher(self.relay, Discovery(self.me, spec.dns.scheme, spec.dns.port),
-                               spec.dns.name, probe_timeout=self.membership.timeout)
+            found = Discovery(self.me, spec.dns.scheme, spec.dns.port, spec.dns.interval)
+            dns = DnsRefresher(self.relay, found, spec.dns.name,
+                               probe_timeout=self.membership.timeout)
         self.prober = Prober(self.relay, self.membership, dns=dns)
         self._to_internal: dict[str, str] = {}  # pool top handle -> served.N
         self._to_pool: dict[str, str] = {}  # served.N -> pool top handle
