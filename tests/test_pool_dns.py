@@ -7,6 +7,10 @@ system resolver: this machine has no name resolving to several loopback
 addresses (``localhost`` answers 127.0.0.1 only, and a test may not edit
 /etc/hosts), so each worker's ``--pool-dns localhost:PORT`` names another
 worker's port on 127.0.0.1 -- the real getaddrinfo path, one address each.
+The multi-address shape over real sockets: three workers share one port on
+127.0.0.2-4 (all of 127/8 is loopback on Linux) and the refresher, given
+the resolver seam's answer of those three addresses, identifies each by its
+signed probe answer.
 """
 
 from __future__ import annotations
@@ -14,15 +18,18 @@ from __future__ import annotations
 import json
 import signal
 
+import peers
 import pytest
-from test_pool import POOL_KEY, Pool, client
+from test_pool import POOL_KEY, Pool, _book, client
+from test_reactive_cli import Agentd
 
 from agentd import config as cfg
 from agentd.flags import config_from_flags
 from agentd.pool import handles
 from agentd.pool.discovery import MAX_ADDRESSES, Discovery, address_url
-from agentd.pool.dns import SystemResolver
+from agentd.pool.dns import DnsRefresher, SystemResolver
 from agentd.pool.membership import Membership
+from agentd.pool.relay import Relay, RelayUnavailable
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
 
@@ -188,3 +195,61 @@ async def test_workers_found_by_dns_answer_each_others_handles(agentd_bin, tmp_p
                 "result": "worker lost: pool member w1 that ran this subagent is gone"}
     finally:
         pool.stop()
+
+
+class FixedResolver:
+    """The Resolver seam answering one fixed address list: the three workers share a
+    port on 127.0.0.2-4, the shape a headless Service's answer has, which no name
+    on this machine resolves to."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = addresses
+
+    async def resolve(self, name: str, port: int) -> list[str]:
+        assert name == "agentd-pool.test"
+        return list(self.addresses)
+
+
+async def test_three_workers_on_one_port_are_identified_by_their_signed_probes(
+        agentd_bin, tmp_path) -> None:
+    port = peers.free_port()
+    env = {"AGENTD_POOL_KEY": POOL_KEY}
+    workers = {}
+    try:
+        for n, wid in ((2, "w1"), (3, "w2"), (4, "w3")):
+            workers[wid] = Agentd(
+                [agentd_bin, "--instruction", "Be a pool worker", "--intelligence",
+                 f"playback:{_book(tmp_path)}", "--mode", "reactive", "--subscribe",
+                 "file:///nowhere", "--serve-mcp", f"http://127.0.0.{n}:{port}",
+                 "--pool-id", wid, "--pool-dns", f"localhost:{port}"], tmp_path, wid, env=env)
+        for w in workers.values():
+            w.wait_event("mcp.serve.listening")
+        resolver = FixedResolver(ADDRS)
+        relay = Relay(handles.PoolKey(POOL_KEY.encode()), "w2", {})
+        found = Discovery("w2", "http", port)  # as w2 sees the pool: itself is skipped
+        dns = DnsRefresher(relay, found, "agentd-pool.test", resolver=resolver)
+        try:
+            await dns.refresh()
+            assert found.peers() == {"w1": f"http://127.0.0.2:{port}",
+                                     "w3": f"http://127.0.0.4:{port}"}
+            assert found.ids[f"http://127.0.0.3:{port}"] == "w2"
+            workers["w3"].proc.send_signal(signal.SIGKILL)
+            workers["w3"].proc.wait()
+            resolver.addresses = ADDRS[:2]  # its pod left the answer: the peer stays
+            await dns.refresh()
+            assert found.peers()["w3"] == f"http://127.0.0.4:{port}"
+            with pytest.raises(RelayUnavailable, match="unreachable"):  # and its probes fail
+                await relay.probe_url(found.peers()["w3"], 1.0)
+            # a prober without the pool key learns nothing: the answer is refused
+            other = Relay(handles.PoolKey(b"another-pool-key-0123456789"), "w9", {})
+            stranger = Discovery("w9", "http", port)
+            await DnsRefresher(other, stranger, "agentd-pool.test",
+                               resolver=FixedResolver(ADDRS[:1])).refresh()
+            assert stranger.peers() == {}
+            await other.close()
+        finally:
+            await relay.close()
+    finally:
+        for w in workers.values():
+            if w.proc.poll() is None:
+                w.stop()
