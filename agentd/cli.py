@@ -116,6 +116,12 @@ def _secs(text: str) -> str:
           "first label]")
 @opt("--pool-peer", section="POOL", multiple=True, metavar="ID=URL",
      help="a pool member's --serve-mcp URL as this worker reaches it (repeatable)")
+@opt("--pool-dns", section="POOL", metavar="NAME[:PORT]",
+     help="discover pool members as the addresses NAME resolves to, every 5 s (a "
+          "Kubernetes headless Service; with --pool-peer: the union)  [default PORT: "
+          "--serve-mcp's]")
+@opt("--pool-dns-interval", section="POOL", type=float, metavar="S",
+     help="seconds between resolutions of the --pool-dns name  [default: 5; at most 300]")
 @opt("--pool-key", section="POOL", envvar="AGENTD_POOL_KEY", metavar="KEY",
      help="the pool's shared secret (at least 16 bytes; required in pool mode)")
 @opt("--metrics-listen", section="SERVE", metavar="HOST:PORT",

@@ -54,7 +54,8 @@ TLS_DIR_ENV = "AGENTD_TLS_DIR"
 BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer",
                    "serve_bearers")
-POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key")  # --config's names for the --pool-* flags
+# --config's names for the --pool-* flags
+POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key", "pool_dns", "pool_dns_interval")
 
 # Documented defaults (docs/cli.md, docs/config.md).
 DEFAULT_MAX_DEPTH = 4
@@ -171,12 +172,22 @@ class PoolPeer(msgspec.Struct, frozen=True):
     url: str
 
 
+class PoolDns(msgspec.Struct, frozen=True):
+    """``--pool-dns NAME[:PORT]``: peers at ``scheme://A:PORT`` for each address A of NAME."""
+
+    name: str
+    port: int
+    scheme: Literal["http", "https"]
+    interval: float = 5.0  # --pool-dns-interval: seconds between resolutions
+
+
 class PoolSpec(msgspec.Struct, frozen=True):
     """Pool mode (docs/operations.md "Pool"): this worker's id, its peers and the key."""
 
     id: str
     peers: tuple[PoolPeer, ...] = ()
     key: str = msgspec.field(default="")  # the resolved shared secret: never logged
+    dns: PoolDns | None = None  # --pool-dns: discovered peers, with the static ones
 
 
 class StreamBounds(msgspec.Struct, frozen=True):
@@ -391,18 +402,20 @@ def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...
 
 
 def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
-               serve: ServeSpec | None, secrets_dir: str) -> PoolSpec | None:
-    """The ``--pool-*`` flags (or ``pool_id``/``pool_peers``/``pool_key`` in ``--config``)
-    checked together; None without any of them.  Exit 2: pool flags without
-    ``--serve-mcp`` (peers relay to that listener) or without a key, a key that
-    is too short, an id that is not a DNS label, a malformed or duplicate peer."""
-    from agentd.pool import handles
+               serve: ServeSpec | None, secrets_dir: str,
+               dns: str | None = None, dns_interval: float | None = None) -> PoolSpec | None:
+    """The ``--pool-*`` flags (or ``pool_id``/``pool_peers``/``pool_key``/``pool_dns`` in
+    ``--config``) checked together; None without any of them.  Exit 2: pool flags
+    without ``--serve-mcp`` (peers relay to that listener) or without a key, a key
+    that is too short, an id that is not a DNS label, a malformed or duplicate
+    peer, a malformed ``--pool-dns``."""
+    from agentd.pool import discovery, handles
 
-    if pool_id is None and not peers and not key:
+    if pool_id is None and not peers and not key and not dns:
         return None
     if serve is None:
-        raise ConfigError("--pool-id/--pool-peer/--pool-key need --serve-mcp (peers relay "
-                          "to its listener)")
+        raise ConfigError("--pool-id/--pool-peer/--pool-dns/--pool-key need --serve-mcp "
+                          "(peers relay to its listener)")
     if not key:
         raise ConfigError("pool mode needs --pool-key (or env AGENTD_POOL_KEY, or "
                           "pool_key = \"{{secret:NAME}}\" in --config)")
@@ -427,7 +440,12 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
         if peer_id in out:
             raise ConfigError(f"--pool-peer: duplicate peer id {peer_id!r}")
         out[peer_id] = PoolPeer(peer_id, url.rstrip("/"))
-    return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key)
+    try:
+        pool_dns = PoolDns(*discovery.parse_name(dns, serve.port), serve.scheme,
+                           discovery.check_interval(dns_interval)) if dns else None
+    except ValueError as exc:
+        raise ConfigError(f"--pool-dns {str(dns)[:200]!r}: {exc}") from None
+    return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns)
 
 
 def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | None,
@@ -574,6 +592,8 @@ def load_config_file(path: str) -> dict:
     peers_v = data.get("pool_peers", [])
     if not (isinstance(peers_v, list) and all(isinstance(v, str) for v in peers_v)):
         raise ConfigError(f"--config {path}: pool_peers must be an array of \"ID=URL\" strings")
+    if not isinstance(data.get("pool_dns", ""), str):
+        raise ConfigError(f"--config {path}: pool_dns must be a \"NAME[:PORT]\" string")
     known = (set(Config.__struct_fields__) - {"mcp", "serve", "pool"}) | set(SERVE_FILE_KEYS) \
         | set(POOL_FILE_KEYS)
     unknown = sorted(set(data) - known)

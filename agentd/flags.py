@@ -88,9 +88,14 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     pool_id = flags.pop("pool_id", None) or values.pop("pool_id", None)
     pool_peers = list(values.pop("pool_peers", None) or ()) + list(flags.pop("pool_peer", ()))
     pool_key = flags.pop("pool_key", None) or values.pop("pool_key", None)
+    pool_dns = flags.pop("pool_dns", None) or values.pop("pool_dns", None)
+    dns_interval = flags.pop("pool_dns_interval", None)  # 0 is a value, refused: no `or`
+    dns_interval = values.pop("pool_dns_interval", None) if dns_interval is None else dns_interval
+    if dns_interval is not None and not pool_dns:
+        raise cfg.ConfigError("--pool-dns-interval needs --pool-dns")
     pool = cfg.parse_pool(pool_id, pool_peers, pool_key, values.get("serve"),
                           flags.get("secrets_dir") or values.get("secrets_dir")
-                          or cfg.DEFAULT_SECRETS_DIR)
+                          or cfg.DEFAULT_SECRETS_DIR, pool_dns, dns_interval)
     if pool is not None:
         values["pool"] = pool
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):

@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "agentd.pool": 2,  # the pool's sans-IO rules: handles, relay MAC, membership
     "agentd.pool.relay": 3,  # the worker-to-worker link (aiohttp)
     "agentd.pool.prober": 3,
+    "agentd.pool.dns": 3,  # --pool-dns: resolves the name, probes new addresses
     "agentd.pool.session_relay": 3,  # 2025-11-25 sessions proxied to their owner  # probes the peers, feeds the membership
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.auth": 3,

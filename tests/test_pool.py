@@ -62,10 +62,12 @@ class Pool:
     def url(self, wid: str) -> str:
         return f"http://127.0.0.1:{self.ports[wid]}/mcp"
 
-    def start(self, agentd_bin: str, wid: str, run: int = 0, extra: tuple[str, ...] = ()
-              ) -> Agentd:
-        peer_flags = [f for p in IDS for f in ("--pool-peer",
-                                               f"{p}=http://127.0.0.1:{self.ports[p]}")]
+    def start(self, agentd_bin: str, wid: str, run: int = 0, extra: tuple[str, ...] = (),
+              *, peer_flags: bool = True) -> Agentd:
+        """``peer_flags``: list every member with --pool-peer (off: --pool-dns in ``extra``)."""
+        flags = [f for p in IDS for f in ("--pool-peer",
+                                          f"{p}=http://127.0.0.1:{self.ports[p]}")
+                 ] if peer_flags else []
         env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
                "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
         worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
@@ -73,7 +75,7 @@ class Pool:
                          "--subscribe", "file:///nowhere",
                          "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
                          *(("--config", str(self.cfg)) if self.bearers else ()),
-                         "--pool-id", wid, *peer_flags, *extra],
+                         "--pool-id", wid, *flags, *extra],
                         self.tmp, f"{wid}-{run}", env=env)
         self.workers[wid] = worker
         worker.wait_event("mcp.serve.listening")

@@ -58,6 +58,7 @@ __all__ = [
     "mint_handle",
     "mint_session",
     "parse_handle",
+    "probe_mac",
     "sign_request",
     "verify_session",
 ]
@@ -203,6 +204,14 @@ def sign_request(key: PoolKey, sender: str, now: float, nonce: str, method: str,
     mac = _request_mac(key, sender, ts, nonce, method, path, body, principal)
     return {RELAY_HEADER: f"v1 {sender},{ts},{nonce},{mac}",
             RELAY_PRINCIPAL_HEADER: principal}
+
+
+def probe_mac(key: PoolKey, worker: str, incarnation: str, free: int, nonce: str) -> str:
+    """The MAC of a probe's answer: the answering worker's id, incarnation and free
+    slots, bound to the probing request's nonce, so an answer is neither forged
+    nor replayed to learn a wrong id for an address (``--pool-dns``)."""
+    return key.mac(b"probe", worker.encode(), incarnation.encode(), str(free).encode(),
+                   nonce.encode()).hex()
 
 
 class RelayVerifier:

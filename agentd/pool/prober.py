@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from agentd.log import log
+from agentd.pool.dns import DnsRefresher
 from agentd.pool.membership import Membership, Transition
 from agentd.pool.relay import Relay, RelayUnavailable
 
@@ -24,10 +25,13 @@ __all__ = ["Prober"]
 
 class Prober:
     def __init__(self, relay: Relay, membership: Membership, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 dns: DnsRefresher | None = None) -> None:
         self.relay = relay
         self.membership = membership
         self.clock = clock
+        self.dns = dns  # --pool-dns: peers learned from the name's addresses
+        self.static = dict(relay.peers)  # --pool-peer: always members
         self._log = log.bind(component="pool")
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -35,6 +39,8 @@ class Prober:
         m = self.membership
         self._apply(m.set_peers(set(self.relay.peers), self.clock()))
         async with asyncio.TaskGroup() as tg:
+            if self.dns is not None:
+                tg.create_task(self.dns.run(stop, self.publish))
             while not stop.is_set():
                 now = self.clock()
                 self._apply(m.tick(now))
@@ -51,6 +57,11 @@ class Prober:
             self._apply(self.membership.failed(peer, self.clock()))
             return
         self._apply(self.membership.answered(peer, incarnation, answer.free, self.clock()))
+
+    def publish(self, learned: dict[str, str]) -> None:
+        """DNS discovery's peers join the static ones (a static id keeps its URL)."""
+        self.relay.peers = {**learned, **self.static}
+        self._apply(self.membership.set_peers(set(self.relay.peers), self.clock()))
 
     def _apply(self, transitions: Iterable[Transition]) -> None:
         for t in transitions:

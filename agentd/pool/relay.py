@@ -18,6 +18,7 @@ IO only: what an operation means is the :class:`RelayTarget`'s (the self-MCP).
 
 from __future__ import annotations
 
+import hmac
 import secrets
 import ssl
 import time
@@ -76,10 +77,20 @@ class RelayAnswer(msgspec.Struct, frozen=True):
 
 
 class ProbeAnswer(msgspec.Struct, frozen=True):
-    """A liveness probe's answer: the process's incarnation (hex) and free spawn slots."""
+    """A liveness probe's answer: the process's incarnation (hex), free spawn slots,
+    the answering worker's ``--pool-id`` and :func:`~agentd.pool.handles.probe_mac`
+    over them and the probe's nonce (``--pool-dns`` learns a peer's id from it)."""
 
     incarnation: str
     free: int
+    id: str = ""
+    mac: str = ""
+
+
+class ProbeRequest(msgspec.Struct, frozen=True):
+    """A probe's body: the nonce its answer's MAC binds."""
+
+    nonce: str = ""
 
 
 class RelayUnavailable(AgentdError):
@@ -102,6 +113,7 @@ _encode = msgspec.json.Encoder().encode
 _decode_request = msgspec.json.Decoder(RelayRequest).decode
 _decode_answer = msgspec.json.Decoder(RelayAnswer).decode
 _decode_probe = msgspec.json.Decoder(ProbeAnswer).decode
+_decode_probe_request = msgspec.json.Decoder(ProbeRequest).decode
 
 
 class Relay:
@@ -110,10 +122,12 @@ class Relay:
     def __init__(self, key: handles.PoolKey, me: str, peers: dict[str, str], *,
                  ssl_context: ssl.SSLContext | None = None,
                  clock: Callable[[], float] = time.time,
-                 timeout: float = RELAY_TIMEOUT) -> None:
+                 timeout: float = RELAY_TIMEOUT, open_members: bool = False) -> None:
         self.key = key
         self.me = me
         self.peers = dict(peers)  # id -> base URL
+        # --pool-dns: peers are learned, so any holder of the pool key is a member
+        self.open_members = open_members
         self.ssl_context = ssl_context
         self.clock = clock
         self.timeout = timeout
@@ -136,16 +150,37 @@ class Relay:
 
     async def probe(self, peer: str, limit: float) -> ProbeAnswer:
         """One liveness probe of ``peer``; raises :class:`RelayUnavailable`."""
+        base = self.peers.get(peer)
+        if base is None:
+            raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
+        answer = await self.probe_url(base, limit)
+        if answer.id != peer:
+            raise RelayUnavailable(f"pool: {base} answers as {answer.id!r}, not {peer!r}")
+        return answer
+
+    async def probe_url(self, base: str, limit: float) -> ProbeAnswer:
+        """One probe of the worker at ``base``: its answer, whose MAC (bound to this
+        probe's nonce) is checked; raises :class:`RelayUnavailable`."""
+        nonce = secrets.token_hex(12)
         try:
-            return _decode_probe(await self._post(peer, PROBE_PATH, b"{}", "", limit))
+            answer = _decode_probe(await self._post_url(
+                base, base, PROBE_PATH, _encode(ProbeRequest(nonce)), "", limit))
         except (msgspec.ValidationError, msgspec.DecodeError):
-            raise RelayUnavailable(f"pool: worker {peer} answered a bad probe") from None
+            raise RelayUnavailable(f"pool: worker at {base} answered a bad probe") from None
+        want = handles.probe_mac(self.key, answer.id, answer.incarnation, answer.free, nonce)
+        if not hmac.compare_digest(want.encode(), answer.mac.encode()):
+            raise RelayUnavailable(f"pool: worker at {base} answered an unsigned probe")
+        return answer
 
     async def _post(self, peer: str, path: str, body: bytes, principal: str,
                     limit: float) -> bytes:
         base = self.peers.get(peer)
         if base is None:
             raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
+        return await self._post_url(peer, base, path, body, principal, limit)
+
+    async def _post_url(self, peer: str, base: str, path: str, body: bytes, principal: str,
+                        limit: float) -> bytes:
         session = self.client()
         headers = handles.sign_request(self.key, self.me, self.clock(), secrets.token_hex(12),
                                        "POST", path, body, principal)
@@ -203,7 +238,13 @@ class Relay:
             raw = await request.content.read(256)
             if self._verify(request, raw) is None:
                 return web.Response(status=401, text="relay authentication failed")
-            return web.Response(body=_encode(target.probe_answer()),
+            try:
+                nonce = _decode_probe_request(raw).nonce
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                return web.Response(status=400, text=f"bad probe: {exc}"[:300])
+            answer = target.probe_answer()
+            mac = handles.probe_mac(self.key, self.me, answer.incarnation, answer.free, nonce)
+            return web.Response(body=_encode(msgspec.structs.replace(answer, id=self.me, mac=mac)),
                                 content_type="application/json")
 
         app.router.add_post(RELAY_PATH, relay)
@@ -218,7 +259,7 @@ class Relay:
         except handles.PoolAuthError as exc:
             self._log.warning("pool.relay_refused", reason=str(exc))
             return None
-        if sender not in self.peers and sender != self.me:
+        if sender not in self.peers and sender != self.me and not self.open_members:
             self._log.warning("pool.relay_refused", reason="sender is not a pool member")
             return None
         return principal

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 from agentd.config import PoolSpec
 from agentd.obs import metrics
 from agentd.pool import handles
+from agentd.pool.discovery import Discovery
+from agentd.pool.dns import DnsRefresher
 from agentd.pool.membership import Membership
 from agentd.pool.prober import Prober
 from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest, RelayUnavailable
@@ -70,9 +72,14 @@ class PoolServed:
         self.capacity = capacity  # this worker's --max-subagents: its free slots' ceiling
         self.incarnation = os.urandom(handles.INCARNATION_BYTES)
         self.relay = Relay(self.key, self.me, {p.id: p.url for p in spec.peers},
-                           ssl_context=ssl_context)
+                           ssl_context=ssl_context, open_members=spec.dns is not None)
         self.membership = Membership(self.me)
-        self.prober = Prober(self.relay, self.membership)
+        dns = None
+        if spec.dns is not None:  # peers learned from the name's addresses (agentd.pool.dns)
+            found = Discovery(self.me, spec.dns.scheme, spec.dns.port, spec.dns.interval)
+            dns = DnsRefresher(self.relay, found, spec.dns.name,
+                               probe_timeout=self.membership.timeout)
+        self.prober = Prober(self.relay, self.membership, dns=dns)
         self._to_internal: dict[str, str] = {}  # pool top handle -> served.N
         self._to_pool: dict[str, str] = {}  # served.N -> pool top handle
         self._unobserve = metrics.POOL_PEERS.source(self._peer_counts)
