@@ -82,12 +82,17 @@ class Pool:
         return worker
 
     def stop(self) -> None:
-        for w in self.workers.values():
-            if w.proc.poll() is None:
-                w.stop()
-        for w in self.workers.values():
-            text = w.err.read_text()
-            assert POOL_KEY not in text and all(t not in text for t in TOKENS.values())
+        stop_workers(self.workers.values())
+
+
+def stop_workers(workers) -> None:
+    """Stop every worker, then check no log of theirs holds the pool key or a bearer."""
+    for w in workers:
+        if w.proc.poll() is None:
+            w.stop()
+    for w in workers:
+        text = w.err.read_text()
+        assert POOL_KEY not in text and all(t not in text for t in TOKENS.values())
 
 
 @contextlib.asynccontextmanager

@@ -20,7 +20,7 @@ import time
 
 import peers
 import pytest
-from test_pool import IDS, POOL_KEY, TOKENS, _book
+from test_pool import IDS, POOL_KEY, TOKENS, _book, stop_workers
 from test_reactive_cli import Agentd
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
@@ -82,12 +82,7 @@ class TlsPool:
         return worker
 
     def stop(self) -> None:
-        for w in self.workers.values():
-            if w.proc.poll() is None:
-                w.stop()
-        for w in self.workers.values():
-            text = w.err.read_text()
-            assert POOL_KEY not in text and all(t not in text for t in TOKENS.values())
+        stop_workers(self.workers.values())
 
 
 @contextlib.asynccontextmanager
