@@ -18,6 +18,7 @@ from agentd.auth_cli import auth as auth_commands
 from agentd.batch_cli import batch as batch_command
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
 from agentd.flags import apply_log_level, check_intelligence, config_from_flags
+from agentd.netaddr import is_loopback_host
 
 # Help sections, in order; each option names its section via `section=`.
 SECTIONS = ("RUN", "INTELLIGENCE", "TOOLS / MCP", "SERVE", "POOL", "BUDGETS", "SUBAGENTS",
@@ -216,7 +217,7 @@ def top_cmd(ctx: click.Context, url: str, bearer: str | None, ca_file: str | Non
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise cfg.ConfigError(f"agentd top {url!r}: expected http(s)://host:port")
-    if parts.scheme == "http" and not cfg.is_loopback_host(parts.hostname):
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise cfg.ConfigError(f"agentd top {url!r}: a non-loopback worker must be https://")
     if bool(client_cert) != bool(client_key):
         raise cfg.ConfigError("--client-cert and --client-key go together")

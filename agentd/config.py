@@ -12,7 +12,6 @@ registers each value for log redaction.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import socket
@@ -26,6 +25,7 @@ import msgspec
 from agentd import log as _log
 from agentd.errors import AgentdError
 from agentd.exitcodes import ExitCode
+from agentd.netaddr import is_loopback_host
 from agentd_native import SSEParser
 from agentd_native import sse as _sse
 
@@ -293,16 +293,6 @@ def split_host_port(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--metrics-listen {value!r}: expected HOST:PORT")
     return host, int(port)
-
-
-def is_loopback_host(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_endpoint(url: str, what: str) -> None:

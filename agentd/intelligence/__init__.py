@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from agentd.config import ConfigError, StreamBounds, is_loopback_host
+from agentd.config import ConfigError, StreamBounds
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -32,6 +32,7 @@ from agentd.intelligence.base import (
     ToolCall,
     ToolDef,
 )
+from agentd.netaddr import is_loopback_host
 
 __all__ = [
     "Completion",

@@ -66,7 +66,6 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from agentd.config import is_loopback_host
 from agentd.log import log, register_secret
 from agentd.log_bridge import route_stdlib, throttled
 from agentd.mcp import http_checks, stateless
@@ -86,6 +85,7 @@ from agentd.mcp.http_limits import (
     env_limits,
 )
 from agentd.mcp.server_session import ORIGIN_MANAGEMENT, SERVED_METHODS
+from agentd.netaddr import is_loopback_host
 from agentd.obs import served, trace
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m

@@ -156,9 +156,9 @@ async def serve_standalone(host: str, port: int, *, bearer: str | None = None
     import hashlib
     import hmac
 
-    from agentd.config import is_loopback_host
     from agentd.log import log
     from agentd.log import register_secret as log_secret
+    from agentd.netaddr import is_loopback_host
 
     loopback = is_loopback_host(host)
     if bearer:
