@@ -59,8 +59,8 @@ from bench_host import busy_cpu_s, fork_burst  # noqa: E402
 
 from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
+from agentd.agent.subagents import SpawnRequest  # noqa: E402
 from agentd.config import Config  # noqa: E402
-from agentd.tree.api import SpawnRequest  # noqa: E402
 from agentd.tree.childflags import FAULT_ENV  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
@@ -476,9 +476,9 @@ async def fanout_io(cfg: Config, mode: str, n: int, via: str) -> dict:
 async def broker_call_cost(reps: int = 20000) -> dict:
     """Parent CPU per brokered call, beyond the provider's own work: decode the
     child's io/request, ledger + gate + broker dispatch, encode the answer."""
-    from agentd.agent.ledger import Ledger, Metered
     from agentd.intelligence.base import Completion, Usage, user
     from agentd.intelligence.flow import FlowGate
+    from agentd.intelligence.ledger import Ledger, Metered
     from agentd.tree.broker import Broker
     from agentd.tree.control import ControlSession, IoComplete
 

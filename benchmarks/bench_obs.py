@@ -271,9 +271,9 @@ async def _selfmcp(calls: int) -> tuple[float, float]:
     """Calls a second and CPU seconds per call against a self-MCP started now."""
     from bench_server import free_port
 
+    from agentd.agent.subagents import Unavailable
     from agentd.config import ServeSpec
     from agentd.obs import trace
-    from agentd.tree.api import Unavailable
     from agentd.tree.selfmcp import serve_self_mcp
 
     port = free_port()

@@ -32,11 +32,11 @@ from peers import (
 )
 from tree_helpers import make_config, precompile, until
 
+from agentd.agent.subagents import SpawnRequest
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.call_limits import ToolLimits
 from agentd.obs import metrics
-from agentd.tree.api import SpawnRequest
 from agentd.tree.supervisor import Supervisor
 
 IDLE = 0.5

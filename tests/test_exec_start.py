@@ -23,7 +23,7 @@ import pytest
 from tree_helpers import make_config, precompile, until
 
 import agentd
-from agentd.tree.api import SpawnRequest
+from agentd.agent.subagents import SpawnRequest
 from agentd.tree.procs import child_argv, import_path
 from agentd.tree.supervisor import Supervisor
 

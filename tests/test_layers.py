@@ -1,12 +1,23 @@
-"""The import graph of `agentd` has no circle and never looks up a layer.
+"""The import graph of `agentd` has no circle and never looks up a layer, at
+the level of modules and at the level of folders.
 
 Every module of the package is parsed with `ast` (nothing is imported, so a
 module that would fail to import still gets checked); every `import x` and
 `from x import y` counts, at module level and inside functions, with relative
 imports resolved. `from pkg import name` counts as an import of `pkg.name` when
-that is a module (like `import pkg.name`), else of `pkg`. A module's own parent packages are not edges: Python
-initialises them before the module whatever it imports. The layer map below is the one docs/architecture.md
-draws; a module belongs to the longest prefix that names it.
+that is a module (like `import pkg.name`), else of `pkg`. A module's own parent
+packages are not edges: Python initialises them before the module whatever it
+imports. The layer map below is the one docs/architecture.md draws; a module
+belongs to the longest prefix that names it.
+
+Folders: each subpackage of `agentd` (`agentd.mcp`, `agentd.tree`, ...) and
+each top-level module (`agentd.config`, ...) is one node, and a module's
+import is an edge between the nodes of both ends. That graph must have no
+circle either, and it must follow the folders' own ranks (the map's entry for
+the folder): a folder imports only folders of its rank or below. A module may
+be ranked above its folder (the map splits `agentd.mcp` into its sessions and
+its transport layer) but never below it: a folder's module ranked at a lower
+folder's layer is how a circle between two folders hides.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ LAYERS: dict[str, int] = {
     "agentd.pool.relay": 3,  # the worker-to-worker link (aiohttp)
     "agentd.pool.prober": 3,
     "agentd.pool.dns": 3,  # --pool-dns: resolves the name, probes new addresses
-    "agentd.pool.session_relay": 3,  # 2025-11-25 sessions proxied to their owner  # probes the peers, feeds the membership
+    "agentd.pool.session_relay": 3,  # 2025-11-25 sessions proxied to their owner
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.auth": 3,
     "agentd.mcp.oauth": 3,
@@ -70,12 +81,8 @@ LAYERS: dict[str, int] = {
     "agentd.a2a": 3,
     # 4: intelligence
     "agentd.intelligence": 4,
-    # 5: agent
+    # 5: agent (with the tree's contract: agent.subagents, agent.spawn_tools)
     "agentd.agent": 5,
-    # the tree's contract with the agent (SpawnRequest, SubagentBackend): declared
-    # where the agent's self-tools can name it, implemented by the tree above
-    "agentd.tree.api": 5,
-    "agentd.tree.spawn_tools": 5,  # the subagent tools' one table (schema, parser)
     # 6: tree
     "agentd.tree": 6,
     # 7: reactive
@@ -216,6 +223,39 @@ def violations(graph: Mapping[str, Iterable[str]],
     return cycles(graph), upward, unplaced
 
 
+def folder(module: str) -> str:
+    """The node of `module` in the folder graph: `agentd.<first component>`."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    """`agentd/<folder> -> agentd/<folder>`: one edge per pair some module import joins."""
+    out: dict[str, set[str]] = {folder(m): set() for m in graph}
+    for src, dsts in graph.items():
+        for dst in dsts:
+            if folder(dst) != folder(src):
+                out[folder(src)].add(folder(dst))
+    return out
+
+
+def folder_violations(graph: Mapping[str, Iterable[str]], layers: Mapping[str, int] = LAYERS
+                      ) -> tuple[list[list[str]], list[str], list[str]]:
+    """(folder circles, folder imports up the folders' ranks, modules ranked below
+    their folder)."""
+    folders = folder_graph(graph)
+    upward: list[str] = []
+    for src in sorted(folders):
+        for dst in sorted(folders[src]):
+            rs, rd = layers.get(src), layers.get(dst)
+            if rs is not None and rd is not None and rd > rs:
+                upward.append(f"{src} (rank {rs}) imports {dst} (rank {rd})")
+    below = sorted(f"{name} (rank {r}) is ranked below its folder {folder(name)} "
+                   f"(rank {layers[folder(name)]})"
+                   for name, r in layers.items()
+                   if folder(name) in layers and r < layers[folder(name)])
+    return cycles(folders), upward, below
+
+
 def test_checker_reports_a_circle_and_an_upward_import() -> None:
     graph = {"p.low": {"p.high"}, "p.high": {"p.mid"}, "p.mid": {"p.high"}, "p.free": set()}
     circles, upward, unplaced = violations(graph, {"p.low": 0, "p.mid": 1, "p.high": 1})
@@ -232,6 +272,32 @@ def test_relative_and_function_level_imports_count() -> None:
     assert imports_of("from . import y", "p.sub", True, known) == {"p.sub.y"}
 
 
+def test_folder_checker_reports_a_circle_a_rank_exception_and_an_upward_import() -> None:
+    # the shape the first cut left: each module edge looks down because `p.b.api`
+    # is ranked at `p.a`'s layer, yet the folders `p.a` and `p.b` import each other
+    graph = {"p.a.tools": {"p.b.api"}, "p.b.api": set(), "p.b.core": {"p.a.tools"},
+             "p.c": {"p.b.core"}}
+    layers = {"p.a": 1, "p.b": 2, "p.b.api": 1, "p.c": 1}
+    circles, upward, unplaced = violations(graph, layers)
+    assert circles == [] and unplaced == [] and upward == [
+        "p.c (rank 1) imports p.b.core (rank 2)"]
+    circles, upward, below = folder_violations(graph, layers)
+    assert circles == [["p.a", "p.b"]]
+    assert upward == ["p.a (rank 1) imports p.b (rank 2)",
+                      "p.c (rank 1) imports p.b (rank 2)"]
+    assert below == ["p.b.api (rank 1) is ranked below its folder p.b (rank 2)"]
+    # the cure: the contract moves down into p.a; nothing is left to report
+    graph = {"p.a.tools": {"p.a.api"}, "p.a.api": set(), "p.b.core": {"p.a.tools"}}
+    assert folder_violations(graph, {"p.a": 1, "p.b": 2}) == ([], [], [])
+
+
+def test_agentd_folders_never_circle_and_follow_their_ranks() -> None:
+    circles, upward, below = folder_violations(build_graph())
+    assert not circles, f"folder circles: {circles}"
+    assert not upward, "folder imports up the ranks:\n" + "\n".join(upward)
+    assert not below, "modules ranked below their folder:\n" + "\n".join(below)
+
+
 def test_agentd_imports_only_look_down_and_never_circle() -> None:
     circles, upward, unplaced = violations(build_graph())
     assert not unplaced, f"modules missing from the layer map: {unplaced}"
@@ -242,7 +308,11 @@ def test_agentd_imports_only_look_down_and_never_circle() -> None:
 if __name__ == "__main__":  # the figures docs/architecture.md quotes
     g = build_graph()
     c, u, _ = violations(g)
+    fc, fu, fb = folder_violations(g)
+    f = folder_graph(g)
     print(f"{len(g)} modules, {sum(map(len, g.values()))} edges, "
-          f"{len(c)} circles {c}, {len(u)} upward imports")
-    for line in u:
+          f"{len(c)} circles {c}, {len(u)} upward imports; "
+          f"{len(f)} folders, {sum(map(len, f.values()))} folder edges, "
+          f"{len(fc)} folder circles {fc}, {len(fu) + len(fb)} folder rank breaks")
+    for line in u + fu + fb:
         print("  ", line)

@@ -9,7 +9,13 @@ import pytest
 from agentd.agent import prompt as P
 from agentd.agent.loop import distil, wants_json
 from agentd.agent.selftools import SelfTools
-from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest, Unavailable, UnknownHandle
+from agentd.agent.subagents import (
+    HandleState,
+    SpawnRefused,
+    SpawnRequest,
+    Unavailable,
+    UnknownHandle,
+)
 
 
 def test_fence_labels_and_defangs() -> None:

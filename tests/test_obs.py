@@ -273,9 +273,9 @@ async def test_an_inbound_self_mcp_request_continues_its_callers_trace(monkeypat
     require_modules("opentelemetry.proto")
     import aiohttp
 
+    from agentd.agent.subagents import Unavailable
     from agentd.config import ServeSpec
     from agentd.obs import trace
-    from agentd.tree.api import Unavailable
     from agentd.tree.selfmcp import serve_self_mcp
 
     t1, p1 = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
@@ -330,10 +330,10 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
     listener (`--serve-a2a`) is wrapped at start-up and continues a W3C header."""
     import aiohttp
 
+    from agentd.agent.subagents import Unavailable
     from agentd.config import ServeSpec
     from agentd.obs import trace
     from agentd.tree.a2a_served import PATH
-    from agentd.tree.api import Unavailable
     from agentd.tree.selfmcp import serve_self_mcp
 
     assert trace.setup("agentd-serve", mode="record")

@@ -1,7 +1,7 @@
 """The self-MCP's subagent routing, the §2.3 bodies, the emission rule and eviction.
 
 The backend here is a scripted `SubagentBackend` (the tree's contract,
-`agentd/tree/api.py`) whose runs end when the test says so; the peer is the
+`agentd/agent/subagents.py`) whose runs end when the test says so; the peer is the
 official SDK client over real HTTP, plus the in-process Stdio connection.
 """
 
@@ -23,8 +23,8 @@ except ImportError:  # pragma: no cover
 
 from local_connection import LocalConnection
 
+from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.mcp.http_server import serve
-from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.selfmcp import SelfMCP
 from agentd.wire.jsonrpc import ProtocolError
 

@@ -20,15 +20,15 @@ except ImportError:  # pragma: no cover
         raise
     pytest.skip("the official MCP Python SDK (mcp) is not installed", allow_module_level=True)
 
-import agentd.tree.spawn_tools as spawn_tools_module
+import agentd.agent.spawn_tools as spawn_tools_module
 from agentd import __version__
+from agentd.agent import spawn_tools
 from agentd.agent.loop import Budgets, LoopState, run_task
 from agentd.agent.selftools import SelfTools
+from agentd.agent.subagents import Unavailable
 from agentd.intelligence.playback import Playback
 from agentd.mcp.http_server import serve
 from agentd.mcp.toolbox import Toolbox
-from agentd.tree import spawn_tools
-from agentd.tree.api import Unavailable
 from agentd.tree.selfmcp import TOOL_SCHEMAS, SelfMCP
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -131,7 +131,7 @@ async def test_many_sdk_clients_at_once(served):
     assert set(pids) == {os.getpid()}
 
 
-# -- one table for the subagent tools (agentd.tree.spawn_tools) -----------------
+# -- one table for the subagent tools (agentd.agent.spawn_tools) -----------------
 # The self-MCP a peer calls and the self-tools the agent's own loop calls answer
 # the same bad call with the same words. The loop side runs the real loop
 # (`run_task`) with a playback script; the words are read from the tool results
@@ -220,8 +220,8 @@ async def test_detach_is_the_loops_alone(served, tmp_path) -> None:
 
 
 def test_the_table_imports_only_the_tree_contract() -> None:
-    """It sits below both the agent and the self-MCP: only `tree/api` from agentd."""
+    """It sits below both the agent and the self-MCP: only `agent/subagents` from agentd."""
     tree = ast.parse(Path(spawn_tools_module.__file__).read_text())
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in mods if m and m.startswith("agentd")} == {"agentd.tree.api"}
+    assert {m for m in mods if m and m.startswith("agentd")} == {"agentd.agent.subagents"}

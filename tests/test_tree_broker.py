@@ -19,8 +19,8 @@ from gateway import Gateway, Reply
 from peers import python_peer, require_modules
 from tree_helpers import make_config, precompile, until
 
+from agentd.agent.subagents import SpawnRequest
 from agentd.config import ServerSpec
-from agentd.tree.api import SpawnRequest
 from agentd.tree.broker import BrokerError
 from agentd.tree.control import IO_SCOPE, IoCall, IoRead, IoSubscribe
 from agentd.tree.supervisor import Supervisor

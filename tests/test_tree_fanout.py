@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tree_helpers import exists, make_config, precompile, until
 
-from agentd.tree.api import SpawnRequest
+from agentd.agent.subagents import SpawnRequest
 from agentd.tree.supervisor import Supervisor
 
 N = 256

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 from tree_helpers import exists, make_config, precompile, running, until
 
-from agentd.tree.api import SpawnRequest
+from agentd.agent.subagents import SpawnRequest
 from agentd.tree.childflags import FAULT_ENV, LEAN
 from agentd.tree.procs import child_argv, child_env
 from agentd.tree.supervisor import Supervisor
@@ -105,7 +105,7 @@ async def test_hanging_child_is_cancelled(tmp_path, spawn, monkeypatch):
 PARENT = textwrap.dedent("""
     import asyncio, json, sys
     from agentd.config import Config
-    from agentd.tree.api import SpawnRequest
+    from agentd.agent.subagents import SpawnRequest
     from agentd.tree.supervisor import Supervisor
 
     async def main():

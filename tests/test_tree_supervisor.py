@@ -10,7 +10,7 @@ import os
 import pytest
 from tree_helpers import exists, make_config, parent_of, precompile, running, until
 
-from agentd.tree.api import SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(180)

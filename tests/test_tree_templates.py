@@ -17,8 +17,8 @@ from conftest import ROOT
 from peers import python_peer, require_modules
 from tree_helpers import make_config, precompile, until
 
+from agentd.agent.subagents import SpawnRequest
 from agentd.config import ServerSpec
-from agentd.tree.api import SpawnRequest
 from agentd.tree.childflags import LEAN
 from agentd.tree.supervisor import Supervisor
 

@@ -9,6 +9,7 @@
   state, and presents `a2a://{peer}/task/{id}` as subscribable resources to the
   reactive machinery.
 
-The `a2a.delegate` self-tool is `agentd.agent.a2a_delegate`; the served side
+The `a2a.delegate` self-tool is `agentd.agent.a2a_delegate` (one delegation, which
+the tree's broker performs for subagents too, is `delegation.py`); the served side
 (`--serve-a2a`) is `agentd.tree.a2a_served`. docs/a2a.md is the operator's page.
 """

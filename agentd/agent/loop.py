@@ -39,6 +39,7 @@ from agentd.intelligence.base import (
     Message,
     ToolCall,
     ToolDef,
+    model_label,
     system,
     tool_result,
     user,
@@ -360,21 +361,6 @@ class Loop:
         if self.tracer is not None:
             self.tracer.result(step, name, text, is_error, size, duration_ms, note)
         return tool_result(call.id, content)
-
-
-def model_label(intelligence: object) -> str:
-    """The model's name for metrics and spans: `--model`, else the provider's kind
-    (through wrappers such as the tree's metered provider)."""
-    for _ in range(4):
-        model = getattr(intelligence, "model", None)
-        if isinstance(model, str) and model:
-            return model
-        inner = getattr(intelligence, "provider", None)
-        if inner is None:
-            break
-        intelligence = inner
-    name = getattr(intelligence, "name", None)
-    return name if isinstance(name, str) and name else type(intelligence).__name__.lower()
 
 
 def _fault_text(exc: BaseException) -> str:

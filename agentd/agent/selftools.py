@@ -14,7 +14,7 @@ are its self/control primitives"):
   applied by the daemon after the run; `isError` only for an empty URI or the
   cap;
 * `agentd__subagent_spawn/_send/_status/_cancel` — the one table of
-  `agentd.tree.spawn_tools` (the self-MCP serves it too), routed to the one
+  `agentd.agent.spawn_tools` (the self-MCP serves it too), routed to the one
   `SubagentBackend` (the tree's chokepoint); a refusal is an `isError` result
   in the table's words.
 
@@ -29,12 +29,12 @@ from typing import Any, Protocol
 
 import orjson
 
+from agentd.agent import spawn_tools
 from agentd.agent.prompt import ToolEntry
+from agentd.agent.spawn_tools import BadArguments, str_arg
+from agentd.agent.subagents import SubagentBackend, Unavailable, UnknownHandle
 from agentd.mcp.seams import Observed
 from agentd.mcp.selftool import SERVER, SelfObservation, SelfTool, error, ok
-from agentd.tree import spawn_tools
-from agentd.tree.api import SubagentBackend, Unavailable, UnknownHandle
-from agentd.tree.spawn_tools import BadArguments, str_arg
 
 AGENT_SCHEME = "agent://"
 

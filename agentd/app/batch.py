@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
 from agentd.app.batch_progress import progress
@@ -48,7 +49,6 @@ from agentd.intelligence.base import (
 )
 from agentd.log import configure, env_level, log
 from agentd.output import Usage
-from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest
 from agentd.tree.supervisor import ROOT, Supervisor
 
 DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal to end

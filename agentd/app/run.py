@@ -35,6 +35,7 @@ import msgspec
 
 from agentd.agent.loop import Actions, Loop, LoopState, Outcome, Tracer, run_task
 from agentd.agent.selftools import SelfTools
+from agentd.agent.subagents import SubagentBackend, Unavailable
 from agentd.config import Config, ConfigError
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
@@ -45,7 +46,6 @@ from agentd.mcp.faults import RequiredServerLost
 from agentd.mcp.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
-from agentd.tree.api import SubagentBackend, Unavailable
 from agentd.tree.control import ChildConfig
 
 # The share of --drain-timeout a reactive wake in flight at a signal may use to
@@ -142,7 +142,7 @@ async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> S
     from agentd.tree.supervisor import Supervisor
 
     # One ledger and one flow gate for the tree: the root's own calls (task and
-    # reactive mode) and every subagent's, brokered here (agentd.agent.ledger).
+    # reactive mode) and every subagent's, brokered here (agentd.intelligence.ledger).
     metered = metered_provider(ctx.config, ctx.intelligence, ctx.config.token_ceiling)
     ctx.intelligence = metered
     broker = Broker(intelligence=metered, toolbox=ctx.toolbox)
@@ -156,8 +156,8 @@ async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> S
 def metered_provider(config: Config, provider: Intelligence, ceiling: int | None) -> Any:
     """The tree's provider: one `Ledger` (refusing calls past `ceiling`, the tree's
     tokens) and one flow gate (`--max-inflight-intelligence`) over `provider`."""
-    from agentd.agent.ledger import Ledger, Metered
     from agentd.intelligence.flow import FlowGate
+    from agentd.intelligence.ledger import Ledger, Metered
 
     return Metered(provider, Ledger(ceiling), "0",
                    FlowGate(config.max_inflight_intelligence),

@@ -52,7 +52,7 @@ class IntelligenceUnavailable(IntelligenceError):
 
 class CeilingReached(IntelligenceError):
     """The tree's token ledger refused an intelligence call: the run ends
-    `budget_exhausted` (exit 3) with its partial result (agentd.agent.ledger)."""
+    `budget_exhausted` (exit 3) with its partial result (agentd.intelligence.ledger)."""
 
 
 class FunctionCall(Struct, omit_defaults=True):
@@ -117,6 +117,21 @@ class Intelligence(Protocol):
                        tools: Sequence[ToolDef]) -> Completion: ...
 
     async def aclose(self) -> None: ...
+
+
+def model_label(intelligence: object) -> str:
+    """The model's name for metrics and spans: `--model`, else the provider's kind
+    (through wrappers such as the tree's metered provider)."""
+    for _ in range(4):
+        model = getattr(intelligence, "model", None)
+        if isinstance(model, str) and model:
+            return model
+        inner = getattr(intelligence, "provider", None)
+        if inner is None:
+            break
+        intelligence = inner
+    name = getattr(intelligence, "name", None)
+    return name if isinstance(name, str) and name else type(intelligence).__name__.lower()
 
 
 def system(text: str) -> Message:

@@ -42,10 +42,16 @@ import orjson
 from aiohttp import web
 
 from agentd import __version__
+from agentd.agent.subagents import (
+    HandleState,
+    SpawnRefused,
+    SpawnRequest,
+    SubagentBackend,
+    UnknownHandle,
+)
 from agentd.errors import PeerError
 from agentd.log import log
 from agentd.mcp.handler import current_principal
-from agentd.tree.api import HandleState, SpawnRefused, SpawnRequest, SubagentBackend, UnknownHandle
 from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text
 

@@ -9,7 +9,7 @@ as `io/request` (a tagged union, `agentd.tree.control.IoRequest`). The
 `Broker` answers each on behalf of the handle *of the pipe that asked*:
 
 * `complete` — through the tree's `Metered` provider: the one token ledger and
-  the one `FlowGate` (agentd.agent.ledger, agentd.intelligence.flow);
+  the one `FlowGate` (agentd.intelligence.ledger, agentd.intelligence.flow);
 * `call` — the qualified tool must belong to a server in the child's scope
   (checked here, against the live Toolbox, whatever the child claims);
 * `read` / `subscribe` / `unsubscribe` — the owning server must be in scope;
@@ -196,7 +196,7 @@ class Broker:
     async def _delegate(self, handle: str, scope: frozenset[str],
                         req: IoDelegate) -> IoObservation:
         """A subagent's a2a.delegate, on the root's peers, if the peer is in its scope."""
-        from agentd.agent.a2a_delegate import DelegateArgs, delegate
+        from agentd.a2a.delegation import DelegateArgs, delegate
 
         peers = getattr(self.toolbox, "peers", None)
         if peers is None or req.peer not in scope or req.peer not in peers.clients:

@@ -48,10 +48,10 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from agentd.agent.subagents import HandleState
 from agentd.config import DEFAULT_LOG_FORMAT, DEFAULT_SECRETS_DIR, RunLimits, ServerSpec
 from agentd.errors import TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
-from agentd.tree.api import HandleState
 from agentd.wire import codec
 from agentd.wire.guard import decode_peer
 from agentd.wire.jsonrpc import (

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
+from agentd.agent.subagents import SpawnRefused, SpawnRequest, SubagentBackend
 from agentd.errors import TreeError
-from agentd.tree.api import SpawnRefused, SpawnRequest, SubagentBackend
 
 __all__ = ["MAX_NODES", "GraphError", "install", "order", "run_graph"]
 

@@ -17,6 +17,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from agentd.agent.subagents import UnknownHandle
 from agentd.config import PoolSpec
 from agentd.obs import metrics
 from agentd.pool import handles
@@ -25,7 +26,6 @@ from agentd.pool.dns import DnsRefresher
 from agentd.pool.membership import Membership
 from agentd.pool.prober import Prober
 from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest, RelayUnavailable
-from agentd.tree.api import UnknownHandle
 
 __all__ = ["HANDLE_HEADER", "HANDLE_TOOLS", "PoolServed", "Where", "lost_body",
            "with_handle_header"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.obs import trace
-from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.control import (
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,

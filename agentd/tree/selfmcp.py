@@ -8,10 +8,10 @@ schemas validated by jsonschema-rs, and two resource forms:
 * ``agent://status`` (listed): run id, mode, version, pid, uptime, spawn counts;
 * ``agent://subagent/{handle}`` (unlisted): a served run's §2.3 body.
 
-Every ``subagent.*`` tool routes into one :class:`~agentd.tree.api.SubagentBackend`
+Every ``subagent.*`` tool routes into one :class:`~agentd.agent.subagents.SubagentBackend`
 with the caller ``"served"`` (the backend mints ``served.{n}`` handles); a peer
 only ever sees handles under ``served.``.  Their names, descriptions, schemas
-and argument parsing are the one table of :mod:`agentd.tree.spawn_tools` (the
+and argument parsing are the one table of :mod:`agentd.agent.spawn_tools` (the
 loop's self-tools use it too) without ``detach`` (spec §2.2).  Refusals
 (``SpawnRefused``, arguments the table refuses, e.g. ``async`` with ``warm``)
 and unknown handles are ``isError: true`` tool results in the table's words;
@@ -65,6 +65,15 @@ import msgspec
 import orjson
 
 from agentd import __version__
+from agentd.agent import spawn_tools
+from agentd.agent.subagents import (
+    HandleState,
+    SpawnRefused,
+    SpawnRequest,
+    SubagentBackend,
+    Unavailable,
+    UnknownHandle,
+)
 from agentd.config import DEFAULT_SECRETS_DIR, Config, ServeSpec, resolve_bearers
 from agentd.log import log
 from agentd.mcp.auth import server_ssl_context
@@ -74,15 +83,6 @@ from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest, RelayUnavailable
 from agentd.pool.session_relay import session_middleware
-from agentd.tree import spawn_tools
-from agentd.tree.api import (
-    HandleState,
-    SpawnRefused,
-    SpawnRequest,
-    SubagentBackend,
-    Unavailable,
-    UnknownHandle,
-)
 from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
@@ -109,7 +109,7 @@ _EVICTED_MEMORY: Final = 65536
 WAIT_POLL: Final = 20.0  # a peer's relayed wait for a run's end answers at least this often
 STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed per process
 
-# the subagent tools come from the one table (agentd.tree.spawn_tools), without
+# the subagent tools come from the one table (agentd.agent.spawn_tools), without
 # `detach` (spec §2.2: an in-loop disposition, not offered on the served socket)
 _SPAWN_TOOLS: Final = spawn_tools.tools(spawn_tools.SERVED_MODES)
 _STATUS_SCHEMA: Final = {"type": "object", "properties": {}}

@@ -1,6 +1,6 @@
 """The supervisor: the ONE spawn chokepoint and the owner of every subagent process.
 
-`Supervisor` implements `agentd.tree.api.SubagentBackend`.  The in-loop
+`Supervisor` implements `agentd.agent.subagents.SubagentBackend`.  The in-loop
 self-tools of the root agent (caller `"0"`), the self-MCP's `subagent.*` tools
 (caller `"served"`), and every subagent's own self-tools (arriving as `tree/*`
 requests on that child's control wire, so the caller is the pipe's handle,
@@ -44,10 +44,11 @@ from typing import Any
 
 import msgspec
 
+from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.config import Config
+from agentd.intelligence.base import model_label
 from agentd.log import log
 from agentd.obs import health, metrics, trace
-from agentd.tree.api import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.childflags import FAULT_ENV
 from agentd.tree.control import (
     CHILD_ERROR,
@@ -58,6 +59,7 @@ from agentd.tree.control import (
     ChildConfig,
     HandleBody,
     Incoming,
+    IoCompletion,
     MessageParams,
     RunOutcome,
     TurnState,
@@ -214,7 +216,7 @@ class Supervisor:
                             reason=f"not supported on {sys.platform}")
         # Brokered I/O (agentd.tree.broker): children's intelligence and MCP calls are
         # made here, on the run's pooled provider and Toolbox, charged to one ledger.
-        from agentd.agent.ledger import Ledger
+        from agentd.intelligence.ledger import Ledger
 
         self.ledger = ledger if ledger is not None else (
             broker.intelligence.ledger if broker is not None else Ledger(config.token_ceiling))
@@ -256,9 +258,9 @@ class Supervisor:
     async def _own_broker(self) -> None:
         """A Supervisor used on its own (tests, benchmarks, the worker) brokers with a
         provider and a Toolbox of its own, built from its config."""
-        from agentd.agent.ledger import Metered
         from agentd.intelligence import make_intelligence
         from agentd.intelligence.flow import FlowGate
+        from agentd.intelligence.ledger import Metered
         from agentd.tree.broker import Broker
 
         cfg = self.config
@@ -767,14 +769,12 @@ class Supervisor:
                 t0 = time.perf_counter()
                 node.last = _io_event(p, node.steps)
                 result = await self.broker.serve(node.handle, node.scope, p)
-            if type(result).__name__ == "IoCompletion":  # a subagent's loop step
+            if isinstance(result, IoCompletion):  # a subagent's loop step
                 node.steps += 1
                 calls = len(result.completion.tool_calls)
                 node.last = f"step {node.steps}: " + (f"{calls} tool call(s)" if calls
                                                       else "answered")
                 if self._model is None:  # the provider exists now: it just answered
-                    from agentd.agent.loop import model_label
-
                     self._model = model_label(self.broker.intelligence)
                 metrics.turn(self._model, result.completion.usage, time.perf_counter() - t0)
         except BrokerError as exc:

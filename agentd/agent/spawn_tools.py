@@ -13,8 +13,9 @@ in-loop orchestrator disposition, not offered on the served socket (spec
 schema is exactly the spec's. A mode that is not offered, or two modes at once,
 is refused in words, never guessed.
 
-It imports only the tree's contract (`tree/api`) so that both the agent layer
-and the tree may use it.
+It lives in the agent layer beside the tree's contract (`agent/subagents.py`),
+which is all it imports of agentd: the agent's self-tools use it, and the tree
+above (the self-MCP) takes the same table.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from agentd.tree.api import SpawnRefused, SpawnRequest, TreeError, UnknownHandle
+from agentd.agent.subagents import SpawnRefused, SpawnRequest, TreeError, UnknownHandle
 
 R = TypeVar("R")
 

@@ -6,6 +6,10 @@ through one `SubagentBackend`, so every cap and scope check lives at a single
 chokepoint. `Unavailable` is the backend of a build or process that runs no
 subagents: every spawn is refused with a clear message, never a fake result.
 
+The agent layer owns this contract and the tree implements it (the
+`Supervisor`, a child's `RemoteBackend`): the self-tools name it without
+importing anything of the tree, so no folder circle joins the two.
+
 Handles: the root agent is `0`; inside the tree a child is its parent's handle
 plus `.n` (`0.2.1.3`); runs started by a peer over the self-MCP are `served.n`.
 A handle's depth is its number of dotted components (the root has depth 1).
