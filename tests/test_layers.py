@@ -76,6 +76,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.channel": 3,  # which stream carries `updated` (a mixin of the client)
     "agentd.mcp.client": 3,
     "agentd.mcp.toolbox": 3,
+    "agentd.mcp.updates": 3,  # the toolbox's update queue, routed by the broker
     "agentd.mcp.seams": 3,  # the Protocols the loop and the daemon name a toolbox by
     "agentd.mcp.selftool": 3,  # tools agentd serves itself, beside the toolbox's
     "agentd.a2a": 3,

@@ -16,14 +16,16 @@ import aiohttp
 import msgspec
 import pytest
 from gateway import Gateway, Reply
+from logcapture import events
 from peers import python_peer, require_modules
 from tree_helpers import make_config, precompile, until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.config import ServerSpec
-from agentd.tree.broker import BrokerError
+from agentd.errors import ToolFault
 from agentd.tree.control import IO_SCOPE, IoCall, IoRead, IoSubscribe
 from agentd.tree.supervisor import Supervisor
+from agentd.wire.jsonrpc import ErrorObject
 
 SECRET_KEY = "sk-test-intelligence-0f9a8b7c6d5e"
 SECRET_TOKEN = "tok-test-server-1a2b3c4d5e6f"
@@ -119,9 +121,9 @@ async def test_a_child_cannot_reach_a_server_outside_its_scope(tmp_path):
                 for req in (IoCall("b__echo", {"text": "x"}),
                             IoRead("mem://greeting", "b"),
                             IoSubscribe("mem://watched", "b")):
-                    with pytest.raises(BrokerError) as err:
-                        await sup.broker.serve(handle, frozenset({"a"}), req)
-                    assert err.value.code == IO_SCOPE
+                    refused = await sup.broker.serve(handle, frozenset({"a"}), req)
+                    assert isinstance(refused, ErrorObject) and refused.code == IO_SCOPE
+                    assert refused.message.endswith("is not in this subagent's tool_scope")
                 async with aiohttp.ClientSession() as http:
                     stats_a = await (await http.get(f"http://127.0.0.1:{a.port}/stats")).json()
                     stats_b = await (await http.get(f"http://127.0.0.1:{b.port}/stats")).json()
@@ -320,3 +322,63 @@ async def test_a_grandchild_is_brokered_by_the_root_with_its_own_scope(tmp_path)
     grand_bodies = [bd for bd in gw.bodies if _instruction(bd).endswith("grandchild job")]
     assert not any(t["function"]["name"].startswith("b__") for t in grand_bodies[0]["tools"])
     assert set(by_handle) == {"0.1", "0.1.1"}  # each charged where its call was made
+
+
+@pytest.mark.timeout(120)
+async def test_a_childs_brokered_call_faults_as_the_roots_would(tmp_path, logs):
+    """A real child's tool call that its server answers HTTP 500 (the official SDK's
+    server behind a throttle, tests/fault_peers.py): the fault crosses the control
+    wire once, so the child's loop tells its model the server's own fault -- the
+    same words the root's client raises for the same answer, not a fault "of the
+    broker" -- and the child's loop holds it retryable, as the root's client does."""
+    require_modules("mcp")
+    with python_peer("fault_peers.py") as srv:
+        def script(body: dict) -> Reply:
+            turn = _turn(body)
+            if turn == 0:
+                return Reply.tools(("srv__throttle", {"n": 50, "status": 500}))
+            if turn == 1:
+                return Reply.tools(("srv__echo", {"text": "through the broker"}))
+            return Reply.text(json.dumps({"seen": _tool_texts(body)}))
+
+        async with Gateway(_responder(script)) as gw:
+            cfg = make_config(tmp_path, intelligence=gw.url,
+                              mcp=(ServerSpec(name="srv", url=srv.url),))
+            async with Supervisor(cfg) as sup:
+                st = await sup.spawn("0", SpawnRequest("call echo", tool_scope=("srv",)))
+                assert st.status == "completed", st.result
+                assert sup.broker.toolbox is not None
+                with pytest.raises(ToolFault) as root:  # the root's own client, same answer
+                    await sup.broker.toolbox.clients["srv"].call_tool("echo", {"text": "y"})
+    seen = json.loads(st.result)["seen"]
+    assert "throttling" in seen[0]
+    note = seen[1]
+    assert "failed with a protocol or transport fault" in note
+    assert f"({' '.join(str(root.value).split())[:300]})" in note, note
+    assert "broker:" not in note
+    assert root.value.server == "srv" and root.value.retryable and root.value.code == 500
+    # the child's own log line (relayed by the parent as subagent.stderr)
+    faults = [line for e in events(logs, "subagent.stderr")
+              if (line := json.loads(e["line"]))["event"] == "tool.fault"]
+    assert [(f["tool"], f["fault"], f["retryable"]) for f in faults] == [
+        ("srv__echo", " ".join(str(root.value).split())[:300], True)]
+
+
+async def test_the_update_queue_asks_its_route_first():
+    """The toolbox's UpdateQueue (what every MCP client puts updates on): the route
+    (the broker) sees each update first; the root gets only those it wants too."""
+    from agentd.mcp.updates import UpdateQueue
+
+    q = UpdateQueue()
+    q.put_nowait(("a", "mem://1"))  # no route yet: the root's
+    seen: list[tuple[str, str]] = []
+
+    def route(server: str, uri: str) -> bool:
+        seen.append((server, uri))
+        return uri != "mem://children-only"
+
+    q.route = route
+    q.put_nowait(("a", "mem://children-only"))
+    await q.put(("b", "mem://2"))
+    assert seen == [("a", "mem://children-only"), ("b", "mem://2")]
+    assert [q.get_nowait() for _ in range(q.qsize())] == [("a", "mem://1"), ("b", "mem://2")]

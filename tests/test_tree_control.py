@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from msgspec import UNSET
 
+from agentd.errors import ToolFault
 from agentd.tree.control import (
+    IO_FAULT,
+    IO_SCOPE,
     ChildConfig,
     ControlProtocolError,
     ControlSession,
     HandleBody,
     Incoming,
+    IoCall,
     MessageParams,
     Reply,
     RunOutcome,
     SpawnParams,
+    fault_error,
+    fault_of,
 )
 from agentd_native import encode_frame
 
@@ -136,3 +143,44 @@ async def test_channel_pipelines_requests_over_real_pipes():
     finally:
         parent.close()
         child.close()
+
+
+@pytest.mark.parametrize("fault", [
+    ToolFault("srv", "HTTP 503 Service Unavailable", retryable=True, code=503,
+              method="tools/call"),
+    ToolFault("srv", "timed out after 30s", retryable=True, method="tools/call",
+              cause="timeout"),
+    ToolFault("srv", "Invalid params", retryable=False, code=-32602, method="tools/call"),
+])
+def test_a_brokered_fault_crosses_the_wire_intact(fault):
+    """The parent's ToolFault rides in the io/request error's data: the child
+    raises the same fault (server, words, retryability, code, method, cause),
+    and the error's code and message on the wire stay what they were."""
+    parent, child = pair()
+    rid, frame = child.request("io/request", IoCall("srv__echo", {"text": "x"}))
+    [ev] = parent.feed(frame)
+    err = fault_error(fault)
+    [reply] = child.feed(parent.error(ev.id, err.code, err.message, err.data))
+    assert isinstance(reply, Reply) and reply.id == rid and reply.error is not None
+    assert (reply.error.code, reply.error.message) == (IO_FAULT, str(fault))
+    again = fault_of(reply.error.code, reply.error.message, reply.error.data)
+    assert (again.server, again.message, again.retryable, again.code, again.method,
+            again.cause) == (fault.server, fault.message, fault.retryable, fault.code,
+                             fault.method, fault.cause)
+    assert str(again) == str(fault)
+
+
+@pytest.mark.parametrize("code,data", [
+    (IO_SCOPE, UNSET),  # a refusal: no fault to carry
+    (IO_FAULT, UNSET),  # a fault of the broker's own (a replay that diverged)
+    (IO_FAULT, {"server": 7}),  # a malformed data: the words still arrive
+    (IO_FAULT, "not an object"),
+])
+def test_a_refusal_or_a_bad_fault_body_is_the_brokers_own_fault(code, data):
+    parent, child = pair()
+    _rid, frame = child.request("io/request", IoCall("srv__echo"))
+    [ev] = parent.feed(frame)
+    [reply] = child.feed(parent.error(ev.id, code, "tool 'srv__echo' is out of scope", data))
+    fault = fault_of(reply.error.code, reply.error.message, reply.error.data)
+    assert (fault.server, fault.message, fault.retryable, fault.code) == (
+        "broker", "tool 'srv__echo' is out of scope", False, code)

@@ -32,17 +32,20 @@ from agentd.app.cassette import (
 from agentd.config import DEFAULT_CASSETTE_BYTES
 from agentd.log import log
 from agentd.output import Usage
-from agentd.tree.broker import Broker, BrokerError
+from agentd.tree.broker import Broker
 from agentd.tree.control import (
     IO_FAULT,
     Catalogue,
+    IoAnswer,
     IoCompletion,
     IoDone,
     IoRequest,
     IoResult,
     IoSubscribe,
     IoUpdated,
+    io_error,
 )
+from agentd.wire.jsonrpc import ErrorObject
 
 
 def sample_of(handle: str) -> str:
@@ -130,7 +133,7 @@ class SampleBroker(Broker):
             return _narrowed(self._replayed, scope)
         return super().catalogue(scope)
 
-    async def serve(self, handle: str, scope: frozenset[str], req: IoRequest) -> IoResult:
+    async def serve(self, handle: str, scope: frozenset[str], req: IoRequest) -> IoAnswer:
         sample = sample_of(handle)
         tally = self.tallies.get(sample)
         if tally is None:  # not a sample's (nothing else runs under a batch root)
@@ -140,14 +143,13 @@ class SampleBroker(Broker):
         if self.replay_dir is not None:
             result = self._replay(tally, handle, rel, step, req)
         else:
-            try:
-                result = await super().serve(handle, scope, req)
-            except BrokerError as exc:
-                self._answered(tally, rel, step)
-                self._record(tally, rel, step, req, error=ErrorBody(exc.code, exc.message))
-                raise
+            result = await super().serve(handle, scope, req)
             self._answered(tally, rel, step)
-            self._record(tally, rel, step, req, result)
+            if isinstance(result, ErrorObject):
+                self._record(tally, rel, step, req,
+                             error=ErrorBody(result.code, result.message))
+            else:
+                self._record(tally, rel, step, req, result)
         if isinstance(req, IoSubscribe) and isinstance(result, IoDone) and result.ok:
             # from here on an update of this URI reaches the handle (and its cassette)
             log.info("batch.subscribed", sample=tally.sample_id, handle=rel, step=step,
@@ -212,20 +214,20 @@ class SampleBroker(Broker):
                          server=u.server, uri=u.uri)
 
     def _replay(self, tally: Tally, handle: str, rel: str, step: int,
-                req: IoRequest) -> IoResult:
+                req: IoRequest) -> IoAnswer:
         if tally.failure is not None or tally.replay is None:
-            raise BrokerError(IO_FAULT, tally.failure or "replay: no cassette")
+            return io_error(IO_FAULT, tally.failure or "replay: no cassette")
         try:
             answer = tally.replay.answer(rel, step, req)
         except ReplayDiverged as exc:
             tally.failure = str(exc)
             log.warning("batch.replay.diverged", sample=tally.replay.sample, handle=rel,
                         step=step, error=tally.failure)
-            raise BrokerError(IO_FAULT, tally.failure) from None
+            return io_error(IO_FAULT, tally.failure)
         updates = tally.replay.updates_after(rel, step)
         if updates:  # after this answer: the Supervisor sends it before the loop turns
             asyncio.get_running_loop().call_soon(self._deliver, handle, rel, step,
                                                  tally.replay.sample, updates)
         if isinstance(answer, ErrorBody):
-            raise BrokerError(answer.code, answer.message)
+            return io_error(answer.code, answer.message)
         return answer

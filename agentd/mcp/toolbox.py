@@ -33,6 +33,7 @@ from agentd.exitcodes import ExitCode
 from agentd.log import log
 from agentd.mcp.faults import RequiredServerLost, Verdict, call_with_policy
 from agentd.mcp.seams import AgentToolbox, ResourceServer
+from agentd.mcp.updates import UpdateQueue
 
 if TYPE_CHECKING:
     # The client (its session, retry and schema modules with it) is imported where
@@ -205,7 +206,7 @@ class Toolbox:
                  policy: RetryPolicy | None = None, **client_options: Any) -> None:
         self.specs = tuple(servers)
         self.run_id = run_id
-        self.updates: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self.updates = UpdateQueue()  # the broker routes its children's updates
         self.clients: dict[str, MCPClient] = {}
         self.omitted: dict[str, str] = {}  # optional servers left out -> why
         self._options = dict(run_id=run_id, init_timeout=init_timeout,

@@ -27,10 +27,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agentd.errors import PeerError, ToolFault
+from agentd.a2a.delegation import DelegateArgs, delegate
+from agentd.a2a.peers import A2APeers, WithPeers
+from agentd.errors import ToolFault
 from agentd.intelligence.base import CeilingReached, IntelligenceUnavailable
+from agentd.intelligence.ledger import Metered
 from agentd.log import log
-from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of
+from agentd.mcp.client import MCPClient, Observation
+from agentd.mcp.seams import AgentToolbox
+from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, Toolbox, owner_of
+from agentd.mcp.updates import UpdateQueue
 from agentd.tree.control import (
     IO_CEILING,
     IO_FAULT,
@@ -39,6 +45,7 @@ from agentd.tree.control import (
     Catalogue,
     CatalogueResource,
     CatalogueTool,
+    IoAnswer,
     IoCall,
     IoComplete,
     IoCompletion,
@@ -47,37 +54,15 @@ from agentd.tree.control import (
     IoObservation,
     IoRead,
     IoRequest,
-    IoResult,
     IoSubscribe,
     IoUnsubscribe,
     IoUpdated,
+    fault_error,
+    io_error,
 )
+from agentd.wire.jsonrpc import ErrorObject
 
-__all__ = ["Broker", "BrokerError"]
-
-
-class BrokerError(PeerError):
-    """Answered to the child as a JSON-RPC error (code from agentd.tree.control)."""
-
-
-def _tee(broker: Broker, queue: Any) -> None:
-    """Route the root Toolbox's update queue through the broker.
-
-    Every MCP client of the Toolbox (a reconnected one too) holds this same
-    queue and calls `put_nowait((server, uri))` on `notifications/resources/
-    updated`: the update goes to the children that subscribed to it, and into
-    the queue (the root's own wakes) unless only children did.
-    """
-    if getattr(queue, "_agentd_broker_tee", False):
-        return
-    put = queue.put_nowait
-
-    def put_nowait(item: tuple[str, str]) -> None:
-        if broker.route_update(item[0], item[1]):
-            put(item)
-
-    queue.put_nowait = put_nowait
-    queue._agentd_broker_tee = True
+__all__ = ["Broker"]
 
 
 class Broker:
@@ -85,14 +70,24 @@ class Broker:
 
     `intelligence` is the tree's `Metered` provider (or a factory of it, called at
     the first `complete`: a Supervisor without a model never builds one);
-    `toolbox` the root's connected Toolbox, or None when no server is declared.
-    `notify(handle, IoUpdated)` delivers an update to a child (the Supervisor
-    sends it on that child's wire).
+    `toolbox` the root's connected Toolbox (or the Toolbox with its A2A peers),
+    or None when no server is declared. `notify(handle, IoUpdated)` delivers an
+    update to a child (the Supervisor sends it on that child's wire).
+
+    `serve` answers every request with an `IoResult` or, when it is refused or
+    the call faulted, the JSON-RPC error object the child gets (`ErrorObject`,
+    codes from agentd.tree.control): a refusal is an expected outcome, not an
+    exception.
     """
 
-    def __init__(self, *, intelligence: Any, toolbox: Any = None) -> None:
+    def __init__(self, *, intelligence: Metered | Callable[[], Metered],
+                 toolbox: AgentToolbox | None = None) -> None:
+        if toolbox is not None and not isinstance(toolbox, Toolbox | WithPeers):
+            # a child's BrokeredToolbox has nothing to broker: its parent does that
+            raise TypeError(f"a Broker serves the root's Toolbox, not {type(toolbox).__name__}")
         self._intelligence = intelligence
-        self.toolbox = toolbox
+        self.toolbox: Toolbox | WithPeers | None = toolbox
+        self.peers: A2APeers | None = toolbox.peers if isinstance(toolbox, WithPeers) else None
         self.notify: Callable[[str, IoUpdated], None] | None = None
         self._catalogues: dict[frozenset[str], tuple[tuple, Catalogue]] = {}
         # (server, uri) -> handles subscribed; keys subscribed on the server only for children
@@ -100,18 +95,18 @@ class Broker:
         self._made: set[tuple[str, str]] = set()
         self.delivered: list[tuple[str, str, str]] = []  # (handle, server, uri), bounded
         self.calls = 0
-        if toolbox is not None and getattr(toolbox, "updates", None) is not None:
-            _tee(self, toolbox.updates)
+        if toolbox is not None and isinstance(toolbox.updates, UpdateQueue):
+            # every client of the toolbox puts its updates there: they pass here first
+            toolbox.updates.route = self.route_update
 
     async def aclose(self) -> None:
         """Close the provider if it was ever built (the owner of a Broker calls this)."""
-        intel = self._intelligence
-        if hasattr(intel, "aclose") and hasattr(intel, "complete"):
-            await intel.aclose()
+        if isinstance(self._intelligence, Metered):
+            await self._intelligence.aclose()
 
     @property
-    def intelligence(self) -> Any:
-        if callable(self._intelligence) and not hasattr(self._intelligence, "complete"):
+    def intelligence(self) -> Metered:
+        if not isinstance(self._intelligence, Metered):
             self._intelligence = self._intelligence()
         return self._intelligence
 
@@ -142,67 +137,67 @@ class Broker:
                                               mime_type=r.mime_type or "", size=r.size)
                             for r in tb.resources if r.server in scope),
             instructions={n: t for n, t in tb.instructions.items() if n in scope},
-            a2a_peers=tuple(p for p in getattr(getattr(tb, "peers", None), "clients", ())
-                            if p in scope))
+            a2a_peers=tuple(p for p in (self.peers.clients if self.peers else ()) if p in scope))
         self._catalogues[scope] = (key, cat)
         return cat
 
     # ---------------------------------------------------------------- serving
-    async def serve(self, handle: str, scope: frozenset[str], req: IoRequest) -> IoResult:
-        """Perform one request of `handle` (whose scope is `scope`); BrokerError if refused."""
+    async def serve(self, handle: str, scope: frozenset[str], req: IoRequest) -> IoAnswer:
+        """Perform one request of `handle` (whose scope is `scope`): its result, or
+        the error object the child is answered with."""
         self.calls += 1
         if isinstance(req, IoComplete):
             try:
                 completion = await self.intelligence.complete_for(handle, req.messages,
                                                                   req.tools)
             except CeilingReached as exc:
-                raise BrokerError(IO_CEILING, str(exc)) from None
+                return io_error(IO_CEILING, str(exc))
             except IntelligenceUnavailable as exc:
-                raise BrokerError(IO_UNAVAILABLE, str(exc)) from None
+                return io_error(IO_UNAVAILABLE, str(exc))
             return IoCompletion(completion)
         try:
             if isinstance(req, IoCall):
                 return await self._call(handle, scope, req)
             if isinstance(req, IoRead):
                 obs = await self._read(scope, req.uri, req.server)
+                if isinstance(obs, ErrorObject):
+                    return obs
                 return IoObservation(obs.text, bool(obs.is_error), None)
             if isinstance(req, IoSubscribe):
-                return IoDone(await self._subscribe(handle, scope, req.uri, req.server))
+                done = await self._subscribe(handle, scope, req.uri, req.server)
+                return done if isinstance(done, ErrorObject) else IoDone(done)
             if isinstance(req, IoUnsubscribe):
                 await self._unsubscribe(handle, scope, req.uri, req.server)
                 return IoDone(True)
-            if isinstance(req, IoDelegate):
-                return await self._delegate(handle, scope, req)
-        except ToolFault as exc:
-            raise BrokerError(IO_FAULT, str(exc)) from None
-        raise BrokerError(IO_SCOPE, "unknown io request")  # pragma: no cover
+            return await self._delegate(handle, scope, req)
+        except ToolFault as exc:  # the child raises the same fault (retryable, cause, code)
+            return fault_error(exc)
 
-    def _scope_error(self, what: str) -> BrokerError:
-        return BrokerError(IO_SCOPE, f"{what} is not in this subagent's tool_scope")
+    @staticmethod
+    def _scope_error(what: str) -> ErrorObject:
+        return io_error(IO_SCOPE, f"{what} is not in this subagent's tool_scope")
 
-    async def _call(self, handle: str, scope: frozenset[str], req: IoCall) -> IoObservation:
+    async def _call(self, handle: str, scope: frozenset[str],
+                    req: IoCall) -> IoObservation | ErrorObject:
         tb = self.toolbox
         entry = tb.tools.get(req.name) if tb is not None else None
-        if entry is None or entry.server not in scope:
+        if tb is None or entry is None or entry.server not in scope:
             # the same answer whether the tool exists elsewhere or not at all
             log.warning("subagent.io_refused", handle=handle, tool=req.name,
                         reason="not in tool_scope")
-            raise self._scope_error(f"tool {req.name!r}")
+            return self._scope_error(f"tool {req.name!r}")
         obs = await tb.clients[entry.server].call_tool(entry.tool.name, req.arguments,
                                                         time_limit=req.time_limit)
-        structured = getattr(obs, "structured", None)
-        return IoObservation(obs.text, bool(obs.is_error), structured)
+        return IoObservation(obs.text, bool(obs.is_error), obs.structured)
 
     async def _delegate(self, handle: str, scope: frozenset[str],
-                        req: IoDelegate) -> IoObservation:
+                        req: IoDelegate) -> IoObservation | ErrorObject:
         """A subagent's a2a.delegate, on the root's peers, if the peer is in its scope."""
-        from agentd.a2a.delegation import DelegateArgs, delegate
-
-        peers = getattr(self.toolbox, "peers", None)
+        peers = self.peers
         if peers is None or req.peer not in scope or req.peer not in peers.clients:
             log.warning("subagent.io_refused", handle=handle, peer=req.peer,
                         reason="not in tool_scope")
-            raise self._scope_error(f"A2A peer {req.peer!r}")
+            return self._scope_error(f"A2A peer {req.peer!r}")
         obs = await delegate(peers, DelegateArgs({
             "peer": req.peer, "message": req.message, "async": req.mode_async,
             "task_id": req.task_id, "context_id": req.context_id}))
@@ -214,31 +209,38 @@ class Broker:
         server outside the scope is a scope error. Raises NoOwner/AmbiguousOwner."""
         clients = self._clients(scope)
         if server is not None and server not in clients:
-            raise self._scope_error(f"server {server!r}")
+            return self._scope_error(f"server {server!r}")
         return owner_of(uri, clients.values(), server, subscribe=subscribe)
 
-    async def _read(self, scope: frozenset[str], uri: str, server: str | None) -> Any:
-        from agentd.mcp.client import Observation
+    async def _read(self, scope: frozenset[str], uri: str,
+                    server: str | None) -> Observation | ErrorObject:
         try:
             owner = self._owner(scope, uri, server)
         except AmbiguousOwner as exc:
             return Observation(str(exc), is_error=True)
         except NoOwner:
             return Observation(f"resource not found: {uri}", is_error=True)
-        return await owner.read_resource(uri)
+        if isinstance(owner, ErrorObject):
+            return owner
+        obs: Observation = await owner.read_resource(uri)
+        return obs
 
     async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
-                         server: str | None) -> bool:
+                         server: str | None) -> bool | ErrorObject:
         try:
             owner = self._owner(scope, uri, server, subscribe=True)
         except AmbiguousOwner as exc:
-            raise BrokerError(IO_FAULT, str(exc)) from None
+            return io_error(IO_FAULT, str(exc))
         except NoOwner as exc:
             log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle, reason=exc.reason)
             return False
+        if isinstance(owner, ErrorObject):
+            return owner
         key = (owner.name, uri)
         if key not in self._subs:
-            already = uri in getattr(owner, "subscriptions", ())
+            # an MCP server this root subscribed to itself (an A2A peer's source keeps
+            # no subscriptions of the root's: the broker makes each one)
+            already = isinstance(owner, MCPClient) and uri in owner.subscriptions
             if not already:
                 if not await owner.subscribe(uri):
                     return False

@@ -8,7 +8,10 @@ next_update`, `.tools / .resources / .instructions / .updates` have the
 shapes of `agentd.intelligence.base.Intelligence` and `agentd.mcp.toolbox.Toolbox`.
 Each call is one `io/request` to the parent (agentd.tree.broker), which decides
 on it with this child's handle and scope. The catalogue came down in
-`child/configure` and is never re-listed here.
+`child/configure` and is never re-listed here. A fault of the parent's call
+comes back as the same `ToolFault` (its server, words, retryability, code and
+cause ride in the error's data, `agentd.tree.control.IoFault`), so the child's
+loop treats it exactly as the root's loop would.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from agentd.tree.control import (
     IoSubscribe,
     IoUnsubscribe,
     IoUpdated,
+    fault_of,
 )
 from agentd.tree.procs import Channel, RemoteError
 from agentd.wire.guard import PEER_FAULTS, fault_text
@@ -95,10 +99,8 @@ class BrokeredToolbox:
     async def _io(self, req: Any) -> Any:
         try:
             return await self._channel.call("io/request", req)
-        except RemoteError as exc:
-            from agentd.errors import ToolFault
-
-            raise ToolFault("broker", exc.message, retryable=False, code=exc.code) from None
+        except RemoteError as exc:  # the parent's fault, as the root's own call raised it
+            raise fault_of(exc.code, exc.message, exc.data) from None
 
     async def call(self, qualified_name: str,
                    arguments: Mapping[str, Any] | str | bytes | None = None, *,

@@ -28,8 +28,10 @@ child -> parent
   tree/status      request `{handle}` -> `HandleBody` | error -32011 (unknown)
   tree/cancel      request `{handle}` -> `HandleBody`
   io/request       request `IoRequest` (a tagged union: complete | call | read |
-                   subscribe | unsubscribe) -> `IoResult`; the parent performs
-                   the child's I/O (agentd.tree.broker) | errors -32014..-32017
+                   subscribe | unsubscribe | a2a) -> `IoResult`; the parent
+                   performs the child's I/O (agentd.tree.broker) | errors
+                   -32014..-32017; a -32016 for a fault of the parent's call
+                   carries that `ToolFault` in its data (`IoFault`)
 parent -> child (brokered I/O)
   io/updated       notification `{server, uri}`: a resource this child
                    subscribed to changed
@@ -50,7 +52,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from agentd.agent.subagents import HandleState
 from agentd.config import DEFAULT_LOG_FORMAT, DEFAULT_SECRETS_DIR, RunLimits, ServerSpec
-from agentd.errors import TreeError
+from agentd.errors import ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.wire import codec
 from agentd.wire.guard import decode_peer
@@ -83,11 +85,13 @@ __all__ = [
     "HandleBody",
     "HandleParams",
     "Incoming",
+    "IoAnswer",
     "IoCall",
     "IoComplete",
     "IoCompletion",
     "IoDelegate",
     "IoDone",
+    "IoFault",
     "IoObservation",
     "IoRead",
     "IoRequest",
@@ -102,6 +106,9 @@ __all__ = [
     "SendParams",
     "SpawnParams",
     "TurnState",
+    "fault_error",
+    "fault_of",
+    "io_error",
 ]
 
 PROTOCOL: Final = 1
@@ -320,6 +327,50 @@ class IoDone(Struct, tag="done", tag_field="kind"):
 IoResult = IoCompletion | IoObservation | IoDone
 
 
+class IoFault(Struct, frozen=True, omit_defaults=True):
+    """The `data` of an `IO_FAULT` error: the `ToolFault` the parent's call raised,
+    field for field, so the child raises the same fault the root would have
+    (its server, its words, whether trying again may help, its code and cause)."""
+
+    server: str
+    message: str
+    retryable: bool
+    code: int | None = None
+    method: str = ""
+    cause: str = ""
+
+
+# What the broker answers an io/request with: a result, or the error object.
+IoAnswer = IoResult | ErrorObject
+
+
+def io_error(code: int, message: str) -> ErrorObject:
+    """A refusal of an io/request (codes IO_*): the child is answered with it."""
+    return ErrorObject(code, message)
+
+
+def fault_error(exc: ToolFault) -> ErrorObject:
+    """A fault of the parent's call as the child's answer: the message the wire
+    has always carried, and the fault itself in `data` (`IoFault`)."""
+    return ErrorObject(IO_FAULT, str(exc), IoFault(exc.server, exc.message, exc.retryable,
+                                                   exc.code, exc.method, exc.cause))
+
+
+def fault_of(code: int, message: str, data: Any) -> ToolFault:
+    """The child's side of `fault_error`: the parent's `ToolFault` again when
+    `data` carries one; else (a refusal: out of scope, a replay that diverged) a
+    fault of the broker's own, which trying again cannot cure."""
+    if code == IO_FAULT and data is not None and data is not UNSET:
+        try:
+            f = msgspec.convert(data, IoFault)
+        except msgspec.ValidationError:
+            pass
+        else:
+            return ToolFault(f.server, f.message, retryable=f.retryable, code=f.code,
+                             method=f.method, cause=f.cause)
+    return ToolFault("broker", message, retryable=False, code=code)
+
+
 class IoUpdated(Struct, frozen=True):
     server: str
     uri: str
@@ -428,8 +479,9 @@ class ControlSession:
     def response(self, rid: int | str, result: Any) -> bytes:
         return self._frame(Response(rid, result))
 
-    def error(self, rid: int | str | None, code: int, message: str) -> bytes:
-        return self._frame(ErrorResponse(rid, ErrorObject(code, message)))
+    def error(self, rid: int | str | None, code: int, message: str,
+              data: Any = UNSET) -> bytes:
+        return self._frame(ErrorResponse(rid, ErrorObject(code, message, data)))
 
     def forget(self, rid: int) -> None:
         """Stop expecting an answer (the caller gave up); a late one is ignored."""

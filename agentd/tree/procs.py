@@ -23,6 +23,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from msgspec import UNSET
+
 from agentd.errors import RemoteError, TreeError
 from agentd.log import Logger, log
 from agentd.obs import metrics
@@ -250,9 +252,10 @@ class Channel:
         if rid is not None:
             self._send(self.session.response(rid, result))
 
-    def error(self, rid: int | str | None, code: int, message: str) -> None:
+    def error(self, rid: int | str | None, code: int, message: str,
+              data: Any = UNSET) -> None:
         if rid is not None:
-            self._send(self.session.error(rid, code, message))
+            self._send(self.session.error(rid, code, message, data))
 
     async def drain(self) -> None:
         await self._writer._drained.wait()
@@ -292,7 +295,8 @@ class Channel:
                 fut = self._waiters.pop(ev.id, None)
                 if fut is not None and not fut.done():
                     if ev.error is not None:
-                        fut.set_exception(RemoteError(ev.error.code, ev.error.message))
+                        fut.set_exception(RemoteError(ev.error.code, ev.error.message,
+                                                      ev.error.data))
                     else:
                         fut.set_result(ev.result)
             else:

@@ -65,6 +65,7 @@ from agentd.tree.control import (
     TurnState,
 )
 from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner, RemoteError
+from agentd.wire.jsonrpc import ErrorObject
 
 __all__ = ["ROOT", "SERVED", "Supervisor"]
 
@@ -755,8 +756,6 @@ class Supervisor:
 
     async def _serve_io(self, node: _Node, ev: Incoming) -> None:
         """One brokered request of `node` (the pipe that asked), with its own scope."""
-        from agentd.tree.broker import BrokerError
-
         if node.proc is None:  # it asked before its spawn call returned
             await node.started.wait()
         assert node.proc is not None
@@ -777,13 +776,14 @@ class Supervisor:
                 if self._model is None:  # the provider exists now: it just answered
                     self._model = model_label(self.broker.intelligence)
                 metrics.turn(self._model, result.completion.usage, time.perf_counter() - t0)
-        except BrokerError as exc:
-            ch.error(ev.id, exc.code, exc.message)
         except Exception as exc:  # a fault of ours or of a peer: the child gets an error
             self.log.error("subagent.io_error", handle=node.handle, error=repr(exc)[:300])
             ch.error(ev.id, IO_FAULT, f"{type(exc).__name__}: {exc}")
         else:
-            ch.respond(ev.id, result)
+            if isinstance(result, ErrorObject):  # a refusal, or a fault of the call
+                ch.error(ev.id, result.code, result.message, result.data)
+            else:
+                ch.respond(ev.id, result)
 
     def _notify_update(self, handle: str, update: Any) -> None:
         node = self._nodes.get(handle)
