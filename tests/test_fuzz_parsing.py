@@ -9,7 +9,7 @@
 The properties: every input gets an HTTP answer with a 4xx/2xx status or a
 closed connection, never a 5xx, never an error-level log line, and the server
 keeps serving; the frame reader either yields messages or raises
-``ControlProtocolError`` (nothing else), and chunking never changes what a
+``TreeError`` (nothing else), and chunking never changes what a
 valid stream decodes to.
 """
 
@@ -29,9 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd import log as agentd_log
+from agentd.errors import TreeError
 from agentd.mcp.handler import Handler
 from agentd.mcp.http_server import Limits, serve
-from agentd.tree.control import ControlProtocolError, ControlSession
+from agentd.tree.control import ControlSession
 from agentd_native import encode_frame
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -219,7 +220,7 @@ def test_control_frame_reader_only_raises_protocol_errors(data):
     session = ControlSession(role, max_frame=data.draw(st.sampled_from([16, 1024, 1 << 20])))
     try:
         _feed_all(session, data.draw(chunked(raw)))
-    except ControlProtocolError:
+    except TreeError:
         pass
 
 

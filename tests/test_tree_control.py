@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from msgspec import UNSET
 
-from agentd.errors import ToolFault
+from agentd.errors import ToolFault, TreeError
 from agentd.tree.control import (
     IO_FAULT,
     IO_SCOPE,
     ChildConfig,
-    ControlProtocolError,
     ControlSession,
     HandleBody,
     Incoming,
@@ -83,13 +82,13 @@ def test_unknown_method_is_answered_not_fatal():
 ])
 def test_protocol_errors(frame, text):
     parent = ControlSession("parent")
-    with pytest.raises(ControlProtocolError, match=text):
+    with pytest.raises(TreeError, match=text):
         parent.feed(frame)
 
 
 def test_max_frame_is_configurable():
     parent = ControlSession("parent", max_frame=64)
-    with pytest.raises(ControlProtocolError, match="exceeds the maximum of 64"):
+    with pytest.raises(TreeError, match="exceeds the maximum of 64"):
         parent.feed(encode_frame(b"x" * 65))
     with pytest.raises(ValueError):
         ControlSession("peer")

@@ -31,7 +31,7 @@ import orjson
 
 from agentd.agent import spawn_tools
 from agentd.agent.prompt import ToolEntry
-from agentd.agent.spawn_tools import BadArguments, str_arg
+from agentd.agent.spawn_tools import Refusal, str_arg
 from agentd.agent.subagents import SubagentBackend, Unavailable, UnknownHandle
 from agentd.mcp.seams import Observed
 from agentd.mcp.selftool import SERVER, SelfObservation, SelfTool, error, ok
@@ -41,6 +41,11 @@ AGENT_SCHEME = "agent://"
 
 def _json(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
+
+
+def _text(value: str | Refusal | None) -> str:
+    """A parsed string argument once its refusal was answered ("" when absent)."""
+    return value if isinstance(value, str) else ""
 
 
 class ResourceReader(Protocol):
@@ -109,16 +114,18 @@ class SelfTools:
         tool = self._tools[qualified]
         try:
             return await tool.handler(arguments)
-        except BadArguments as exc:  # argument validation: the model can fix it
-            return error(str(exc))
         except ValueError as exc:  # a hooked tool's own validation
             return error(f"{tool.name}: {exc}")
 
     # -- resources and subscriptions ----------------------------------------
 
     async def _read_resource(self, args: dict[str, Any]) -> Observed:
-        uri = str_arg("read_resource", args, "uri", required=True) or ""
-        server = str_arg("read_resource", args, "server") or None
+        uri = str_arg("read_resource", args, "uri", required=True)
+        server = str_arg("read_resource", args, "server")
+        for refused in (uri, server):  # argument validation: the model can fix it
+            if isinstance(refused, Refusal):
+                return error(refused.text)
+        uri, server = _text(uri), _text(server) or None
         if not uri:
             return error("read_resource: the uri is empty")
         if server is not None:  # the caller named the owner: no agent:// of ours
@@ -152,8 +159,12 @@ class SelfTools:
         return error(f"read_resource: resource not found: {uri}")
 
     async def _subscribe(self, args: dict[str, Any]) -> SelfObservation:
-        uri = (str_arg("subscribe", args, "uri") or "").strip()
-        server = str_arg("subscribe", args, "server") or None
+        given = str_arg("subscribe", args, "uri")
+        named = str_arg("subscribe", args, "server")
+        for refused in (given, named):
+            if isinstance(refused, Refusal):
+                return error(refused.text)
+        uri, server = _text(given).strip(), _text(named) or None
         if not uri:
             return error("subscribe: the uri is empty")
         if uri in self.subscriptions:
@@ -175,7 +186,10 @@ class SelfTools:
             self.subscription_servers[uri] = server
 
     async def _unsubscribe(self, args: dict[str, Any]) -> SelfObservation:
-        uri = (str_arg("unsubscribe", args, "uri") or "").strip()
+        given = str_arg("unsubscribe", args, "uri")
+        if isinstance(given, Refusal):
+            return error(given.text)
+        uri = _text(given).strip()
         if not uri:
             return error("unsubscribe: the uri is empty")
         if uri in self.subscriptions:

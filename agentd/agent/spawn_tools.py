@@ -25,15 +25,15 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from agentd.agent.subagents import SpawnRefused, SpawnRequest, TreeError, UnknownHandle
+from agentd.agent.subagents import SpawnRefused, SpawnRequest, UnknownHandle
 
 R = TypeVar("R")
 
 __all__ = [
     "LOOP_MODES",
     "SERVED_MODES",
-    "BadArguments",
     "HandleArgs",
+    "Refusal",
     "SendArgs",
     "SpawnTool",
     "dispatch",
@@ -47,22 +47,30 @@ LOOP_MODES: Final = ("async", "warm", "detach")  # the agent's own loop
 SERVED_MODES: Final = ("async", "warm")  # the self-MCP (spec §2.2)
 
 
-class BadArguments(TreeError, ValueError):
-    """Arguments a subagent tool refuses; its text is the refusal, on both surfaces."""
+class Refusal(msgspec.Struct, frozen=True):
+    """Arguments a tool refuses: `text` is the refusal, on both surfaces. A
+    return value, not an exception: a model's or a peer's mistake is an expected
+    outcome of parsing (the self-tools and `graph.run` answer it the same way)."""
+
+    text: str
 
 
 class SendArgs(msgspec.Struct, frozen=True):
+    """`subagent.send`'s arguments, and the control wire's `tree/send` params."""
+
     handle: str
     message: str
 
 
 class HandleArgs(msgspec.Struct, frozen=True):
+    """`subagent.status/cancel`'s arguments, and `tree/status`/`tree/cancel`'s params."""
+
     handle: str
 
 
 class SpawnTool(msgspec.Struct, frozen=True):
     """One subagent tool: `parse(arguments)` is its typed request (a
-    `SpawnRequest`, `SendArgs` or `HandleArgs`) or raises BadArguments."""
+    `SpawnRequest`, `SendArgs` or `HandleArgs`) or the `Refusal`."""
 
     name: str
     description: str
@@ -81,44 +89,44 @@ async def dispatch(tool: SpawnTool, args: dict[str, Any], act: Callable[[Any], A
     """`act(parsed arguments)`, with every refusal -- arguments the table refuses,
     a `SpawnRefused`, an `UnknownHandle` -- turned into `refuse(words)`: the
     surfaces differ only in how they wrap the words (an isError result)."""
-    try:
-        parsed = tool.parse(args)
-    except BadArguments as exc:
-        return refuse(str(exc))
+    parsed = tool.parse(args)
+    if isinstance(parsed, Refusal):
+        return refuse(parsed.text)
     try:
         return await act(parsed)
     except SpawnRefused as exc:
         return refuse(str(exc))
     except UnknownHandle as exc:
-        return refuse(unknown_handle(getattr(parsed, "handle", None) or str(exc)))
+        named = parsed.handle if isinstance(parsed, SendArgs | HandleArgs) else ""
+        return refuse(unknown_handle(named or str(exc)))
 
 
 def str_arg(tool: str, args: dict[str, Any], key: str, *, required: bool = False
-            ) -> str | None:
+            ) -> str | Refusal | None:
     """A string argument of `tool` (None when absent and not required)."""
     value = args.get(key)
     if value is None:
         if required:
-            raise BadArguments(f"{tool}: missing required argument {key!r}")
+            return Refusal(f"{tool}: missing required argument {key!r}")
         return None
     if not isinstance(value, str):
-        raise BadArguments(f"{tool}: argument {key!r} must be a string")
+        return Refusal(f"{tool}: argument {key!r} must be a string")
     return value
 
 
-def scope_arg(tool: str, value: Any) -> tuple[str, ...] | None:
+def scope_arg(tool: str, value: Any) -> tuple[str, ...] | Refusal | None:
     """A `tool_scope` argument: None (the caller's whole scope) or server names."""
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise BadArguments(f"{tool}: argument 'tool_scope' must be an array of strings")
+        return Refusal(f"{tool}: argument 'tool_scope' must be an array of strings")
     return tuple(value)
 
 
-def _flag(tool: str, args: dict[str, Any], key: str) -> bool:
+def _flag(tool: str, args: dict[str, Any], key: str) -> bool | Refusal:
     value = args.get(key, False)
     if not isinstance(value, bool):
-        raise BadArguments(f"{tool}: argument {key!r} must be a boolean")
+        return Refusal(f"{tool}: argument {key!r} must be a boolean")
     return value
 
 
@@ -127,37 +135,57 @@ _HANDLE_SCHEMA: Final = {"type": "object", "properties": {"handle": {"type": "st
                          "required": ["handle"]}
 
 
-def _spawn_parser(modes: Sequence[str]) -> Callable[[dict[str, Any]], SpawnRequest]:
+def _spawn_parser(modes: Sequence[str]) -> Callable[[dict[str, Any]], SpawnRequest | Refusal]:
     name = "subagent.spawn"
 
-    def parse(args: dict[str, Any]) -> SpawnRequest:
-        instruction = str_arg(name, args, "instruction", required=True) or ""
-        if not instruction.strip():
-            raise BadArguments(f"{name}: the instruction is empty")
+    def parse(args: dict[str, Any]) -> SpawnRequest | Refusal:
+        instruction = str_arg(name, args, "instruction", required=True)
+        if isinstance(instruction, Refusal):
+            return instruction
+        if not (instruction or "").strip():
+            return Refusal(f"{name}: the instruction is empty")
         contract = str_arg(name, args, "output_contract")
+        if isinstance(contract, Refusal):
+            return contract
         scope = scope_arg(name, args.get("tool_scope"))
-        chosen = [m for m in _ALL_MODES if _flag(name, args, m)]
+        if isinstance(scope, Refusal):
+            return scope
+        chosen: list[str] = []
+        for m in _ALL_MODES:
+            flag = _flag(name, args, m)
+            if isinstance(flag, Refusal):
+                return flag
+            if flag:
+                chosen.append(m)
         if len(chosen) > 1:
-            raise BadArguments(f"{name}: choose at most one spawn mode "
-                               f"(got {' and '.join(chosen)})")
+            return Refusal(f"{name}: choose at most one spawn mode "
+                           f"(got {' and '.join(chosen)})")
         if chosen and chosen[0] not in modes:
-            raise BadArguments(f"{name}: the {chosen[0]} mode is not offered here "
-                               f"(offered: sync, {', '.join(modes)})")
-        return SpawnRequest(instruction=instruction, output_contract=contract,
+            return Refusal(f"{name}: the {chosen[0]} mode is not offered here "
+                           f"(offered: sync, {', '.join(modes)})")
+        return SpawnRequest(instruction=instruction or "", output_contract=contract,
                             tool_scope=scope,
                             mode=chosen[0] if chosen else "sync")  # type: ignore[arg-type]
 
     return parse
 
 
-def _parse_send(args: dict[str, Any]) -> SendArgs:
-    return SendArgs(handle=str_arg("subagent.send", args, "handle", required=True) or "",
-                    message=str_arg("subagent.send", args, "message", required=True) or "")
+def _parse_send(args: dict[str, Any]) -> SendArgs | Refusal:
+    handle = str_arg("subagent.send", args, "handle", required=True)
+    if isinstance(handle, Refusal):
+        return handle
+    message = str_arg("subagent.send", args, "message", required=True)
+    if isinstance(message, Refusal):
+        return message
+    return SendArgs(handle=handle or "", message=message or "")
 
 
-def _handle_parser(name: str) -> Callable[[dict[str, Any]], HandleArgs]:
-    def parse(args: dict[str, Any]) -> HandleArgs:
-        return HandleArgs(handle=str_arg(name, args, "handle", required=True) or "")
+def _handle_parser(name: str) -> Callable[[dict[str, Any]], HandleArgs | Refusal]:
+    def parse(args: dict[str, Any]) -> HandleArgs | Refusal:
+        handle = str_arg(name, args, "handle", required=True)
+        if isinstance(handle, Refusal):
+            return handle
+        return HandleArgs(handle=handle or "")
 
     return parse
 

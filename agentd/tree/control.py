@@ -37,8 +37,9 @@ parent -> child (brokered I/O)
                    subscribed to changed
 
 A frame that is oversized, not JSON, not a single JSON-RPC message, a response
-to no pending request, or carries params of the wrong shape is a
-`ControlProtocolError`: the transport ends the child through the kill ladder.
+to no pending request, or carries params of the wrong shape makes `feed()`
+raise `TreeError` (the only error it raises: the peer broke the wire, which
+cannot continue): the transport ends the child through the kill ladder.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from agentd.agent.subagents import HandleState
+from agentd.agent.spawn_tools import HandleArgs, SendArgs
+from agentd.agent.subagents import HandleState, SpawnRequest
 from agentd.config import DEFAULT_LOG_FORMAT, DEFAULT_SECRETS_DIR, RunLimits, ServerSpec
 from agentd.errors import ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
@@ -80,10 +82,8 @@ __all__ = [
     "CatalogueResource",
     "CatalogueTool",
     "ChildConfig",
-    "ControlProtocolError",
     "ControlSession",
     "HandleBody",
-    "HandleParams",
     "Incoming",
     "IoAnswer",
     "IoCall",
@@ -103,7 +103,6 @@ __all__ = [
     "Progress",
     "Reply",
     "RunOutcome",
-    "SendParams",
     "SpawnParams",
     "TurnState",
     "fault_error",
@@ -202,21 +201,13 @@ class Progress(Struct, frozen=True):
     tokens: int = 0
 
 
-class SpawnParams(Struct, kw_only=True, frozen=True):
-    instruction: str
-    output_contract: str | None = None
-    tool_scope: tuple[str, ...] | None = None
-    mode: str = "sync"
+class SpawnParams(SpawnRequest, kw_only=True, frozen=True):
+    """`tree/spawn`: the spawn tool's own request (`SpawnRequest`, declared once
+    with the subagent tools) and the asking child's span. `tree/send` and
+    `tree/status`/`tree/cancel` take the tools' `SendArgs` and `HandleArgs` as
+    they are."""
+
     traceparent: str | None = None  # the asking child's span (agentd.obs.trace)
-
-
-class HandleParams(Struct, frozen=True):
-    handle: str
-
-
-class SendParams(Struct, frozen=True):
-    handle: str
-    message: str
 
 
 class HandleBody(Struct, kw_only=True):
@@ -394,9 +385,9 @@ _TO_PARENT: Final[dict[str, Decodable]] = {
     "child/progress": Progress,
     "child/spans": SpanBatch,
     "tree/spawn": SpawnParams,
-    "tree/send": SendParams,
-    "tree/status": HandleParams,
-    "tree/cancel": HandleParams,
+    "tree/send": SendArgs,
+    "tree/status": HandleArgs,
+    "tree/cancel": HandleArgs,
     "io/request": IoRequest,
 }
 # Result type of each request a side sends (decoded when the answer arrives).
@@ -422,10 +413,6 @@ def _decoder(tp: Decodable) -> msgspec.json.Decoder:
     return d
 
 
-class ControlProtocolError(TreeError):
-    """The peer broke the control wire; the connection cannot continue."""
-
-
 class Incoming(Struct):
     """A request (id set) or notification (id None) from the peer, params typed."""
 
@@ -449,7 +436,7 @@ class ControlSession:
     `role` is "parent" (talks to a child) or "child".  `feed()` returns a list
     of `Incoming` and `Reply`; an inbound request for an unknown method is
     answered -32601 by the session itself (queued in `outbox`), anything else
-    malformed raises `ControlProtocolError`.
+    malformed raises `TreeError`.
     """
 
     def __init__(self, role: str, *, max_frame: int = MAX_FRAME) -> None:
@@ -497,7 +484,7 @@ class ControlSession:
         try:
             bodies = self._decoder.feed(data)
         except FrameTooLarge as exc:
-            raise ControlProtocolError(
+            raise TreeError(
                 f"oversized frame: {exc.size} bytes exceeds the maximum of {exc.limit}") from None
         return [ev for body in bodies if (ev := self._message(body)) is not None]
 
@@ -505,11 +492,11 @@ class ControlSession:
         try:
             msg = codec.decode(body)
         except ProtocolError as exc:
-            raise ControlProtocolError(f"malformed frame: {exc.message}") from None
+            raise TreeError(f"malformed frame: {exc.message}") from None
         if isinstance(msg, Response | ErrorResponse):
             rid = msg.id
             if not isinstance(rid, int) or (method := self._pending.pop(rid, None)) is None:
-                raise ControlProtocolError(f"malformed frame: a response to no request (id {rid!r})")
+                raise TreeError(f"malformed frame: a response to no request (id {rid!r})")
             if not method:  # forgotten
                 return None
             if isinstance(msg, ErrorResponse):
@@ -529,4 +516,4 @@ class ControlSession:
         if raw is UNSET:
             raw = Raw(b"{}")
         return decode_peer(_decoder(tp).decode, raw,
-                           lambda text: ControlProtocolError(f"malformed frame: {method}: {text}"))
+                           lambda text: TreeError(f"malformed frame: {method}: {text}"))

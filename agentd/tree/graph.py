@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
+from agentd.agent.spawn_tools import Refusal
 from agentd.agent.subagents import SpawnRefused, SpawnRequest, SubagentBackend
-from agentd.errors import TreeError
 
-__all__ = ["MAX_NODES", "GraphError", "install", "order", "run_graph"]
+__all__ = ["MAX_NODES", "install", "order", "run_graph"]
 
 MAX_NODES = 64
 
@@ -51,59 +51,61 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-class GraphError(TreeError, ValueError):
-    """The graph cannot run (its text is the isError observation)."""
-
-
-def _nodes(raw: Any) -> dict[str, dict[str, Any]]:
+def _nodes(raw: Any) -> dict[str, dict[str, Any]] | Refusal:
     if not isinstance(raw, list) or not raw:
-        raise GraphError("graph.run: 'nodes' must be a non-empty array")
+        return Refusal("graph.run: 'nodes' must be a non-empty array")
     if len(raw) > MAX_NODES:
-        raise GraphError(f"graph.run: at most {MAX_NODES} nodes (got {len(raw)})")
+        return Refusal(f"graph.run: at most {MAX_NODES} nodes (got {len(raw)})")
     nodes: dict[str, dict[str, Any]] = {}
     for spec in raw:
         if not isinstance(spec, dict) or not isinstance(spec.get("id"), str) \
                 or not isinstance(spec.get("instruction"), str) or not spec["instruction"].strip():
-            raise GraphError("graph.run: every node needs a string 'id' and a non-empty "
+            return Refusal("graph.run: every node needs a string 'id' and a non-empty "
                              "'instruction'")
         if spec["id"] in nodes:
-            raise GraphError(f"graph.run: duplicate node id {spec['id']!r}")
+            return Refusal(f"graph.run: duplicate node id {spec['id']!r}")
         after = spec.get("after", [])
         scope = spec.get("tool_scope")
         if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
-            raise GraphError(f"graph.run: node {spec['id']!r}: 'after' must be an array of ids")
+            return Refusal(f"graph.run: node {spec['id']!r}: 'after' must be an array of ids")
         if scope is not None and (not isinstance(scope, list)
                                   or not all(isinstance(s, str) for s in scope)):
-            raise GraphError(f"graph.run: node {spec['id']!r}: 'tool_scope' must be an array "
+            return Refusal(f"graph.run: node {spec['id']!r}: 'tool_scope' must be an array "
                              "of strings")
         nodes[spec["id"]] = spec
     for nid, spec in nodes.items():
         for dep in spec.get("after", []):
             if dep not in nodes:
-                raise GraphError(f"graph.run: node {nid!r} comes after unknown node {dep!r}")
+                return Refusal(f"graph.run: node {nid!r} comes after unknown node {dep!r}")
     return nodes
 
 
-def order(raw: Any) -> list[str]:
-    """A topological order of the node ids; GraphError on a cycle or a malformed graph."""
+def order(raw: Any) -> list[str] | Refusal:
+    """A topological order of the node ids, or the refusal of a cycle or a
+    malformed graph (its text is the isError observation)."""
     nodes = _nodes(raw)
+    if isinstance(nodes, Refusal):
+        return nodes
     state: dict[str, int] = {}  # 1 visiting, 2 done
     out: list[str] = []
 
-    def visit(nid: str, path: list[str]) -> None:
+    def visit(nid: str, path: list[str]) -> Refusal | None:
         if state.get(nid) == 2:
-            return
+            return None
         if state.get(nid) == 1:
             cycle = [*path[path.index(nid):], nid]
-            raise GraphError(f"graph.run: cycle refused: {' -> '.join(cycle)}")
+            return Refusal(f"graph.run: cycle refused: {' -> '.join(cycle)}")
         state[nid] = 1
         for dep in nodes[nid].get("after", []):
-            visit(dep, [*path, nid])
+            if (refused := visit(dep, [*path, nid])) is not None:
+                return refused
         state[nid] = 2
         out.append(nid)
+        return None
 
     for nid in nodes:
-        visit(nid, [])
+        if (refused := visit(nid, [])) is not None:
+            return refused
     return out
 
 
@@ -115,10 +117,13 @@ def _instruction(spec: dict[str, Any], inputs: dict[str, Any]) -> str:
     return f"{spec['instruction']}\n\nResults of the preceding steps:\n{fenced}"
 
 
-async def run_graph(backend: SubagentBackend, caller: str, raw: Any) -> dict[str, Any]:
-    """Run the DAG; returns `{"status", "nodes"}` (GraphError before any spawn)."""
+async def run_graph(backend: SubagentBackend, caller: str,
+                    raw: Any) -> dict[str, Any] | Refusal:
+    """Run the DAG; returns `{"status", "nodes"}` (or its refusal, before any spawn)."""
     ids = order(raw)
     nodes = _nodes(raw)
+    if isinstance(ids, Refusal) or isinstance(nodes, Refusal):
+        return ids if isinstance(ids, Refusal) else nodes  # the same refusal in both
     done: dict[str, asyncio.Event] = {nid: asyncio.Event() for nid in ids}
     results: dict[str, dict[str, Any]] = {}
 
@@ -161,10 +166,9 @@ def install(selftools: Any, backend: SubagentBackend, caller: str) -> None:
     from agentd.mcp.selftool import SelfTool, error, ok
 
     async def handler(args: dict[str, Any]) -> Any:
-        try:
-            out = await run_graph(backend, caller, args.get("nodes"))
-        except GraphError as exc:
-            return error(str(exc))
+        out = await run_graph(backend, caller, args.get("nodes"))
+        if isinstance(out, Refusal):
+            return error(out.text)
         return ok(orjson.dumps(out, default=str).decode(), out)
 
     selftools.add(SelfTool(

@@ -29,7 +29,7 @@ from agentd.errors import RemoteError, TreeError
 from agentd.log import Logger, log
 from agentd.obs import metrics
 from agentd.tree.childflags import CHILD_FLAG
-from agentd.tree.control import ControlProtocolError, ControlSession, Incoming, Reply
+from agentd.tree.control import ControlSession, Incoming, Reply
 
 __all__ = [
     "CHILD_ARGV",
@@ -282,7 +282,7 @@ class Channel:
             return
         try:
             events = self.session.feed(data)
-        except ControlProtocolError as exc:
+        except TreeError as exc:  # the peer broke the wire (the session's only error)
             self._fail(str(exc))
             return
         finally:

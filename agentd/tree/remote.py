@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.obs import trace
 from agentd.tree.control import (
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
     HandleBody,
-    HandleParams,
-    SendParams,
     SpawnParams,
     TurnState,
 )
@@ -62,7 +61,7 @@ class RemoteBackend:
         return self._remember(body)
 
     async def send(self, caller: str, handle: str, message: str) -> HandleState:
-        body = await self._call("tree/send", SendParams(handle, message))
+        body = await self._call("tree/send", SendArgs(handle, message))
         if body.status in TERMINAL:
             return self._remember(body)
         return TurnState(handle=body.handle, status=body.status, partial=body.partial,
@@ -75,7 +74,7 @@ class RemoteBackend:
         return state
 
     async def cancel(self, handle: str) -> HandleState:
-        return self._remember(await self._call("tree/cancel", HandleParams(handle)))
+        return self._remember(await self._call("tree/cancel", HandleArgs(handle)))
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
         self._callbacks.append(callback)
