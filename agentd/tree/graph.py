@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from agentd.agent.selftools import SelfTools
 from agentd.agent.spawn_tools import Refusal
 from agentd.agent.subagents import SpawnRefused, SpawnRequest, SubagentBackend
 
@@ -161,7 +162,7 @@ async def run_graph(backend: SubagentBackend, caller: str,
             "nodes": {nid: results[nid] for nid in ids}}
 
 
-def install(selftools: Any, backend: SubagentBackend, caller: str) -> None:
+def install(selftools: SelfTools, backend: SubagentBackend, caller: str) -> None:
     """Add `graph.run` (`agentd__graph_run`) to a run's self-tools."""
     from agentd.mcp.selftool import SelfTool, error, ok
 
