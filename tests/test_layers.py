@@ -14,7 +14,8 @@ Folders: each subpackage of `agentd` (`agentd.mcp`, `agentd.tree`, ...) and
 each top-level module (`agentd.config`, ...) is one node, and a module's
 import is an edge between the nodes of both ends. That graph must have no
 circle either, and it must follow the folders' own ranks (the map's entry for
-the folder): a folder imports only folders of its rank or below. A module may
+the folder, which every folder must have): a folder imports only folders of
+its rank or below. A module may
 be ranked above its folder (the map splits `agentd.mcp` into its sessions and
 its transport layer) but never below it: a folder's module ranked at a lower
 folder's layer is how a circle between two folders hides.
@@ -242,8 +243,10 @@ def folder_graph(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
 def folder_violations(graph: Mapping[str, Iterable[str]], layers: Mapping[str, int] = LAYERS
                       ) -> tuple[list[list[str]], list[str], list[str]]:
     """(folder circles, folder imports up the folders' ranks, modules ranked below
-    their folder)."""
+    their folder or folders the map gives no rank of their own)."""
     folders = folder_graph(graph)
+    unranked = [f"{f} has no rank of its own in the layer map"
+                for f in sorted(folders) if f not in layers]
     upward: list[str] = []
     for src in sorted(folders):
         for dst in sorted(folders[src]):
@@ -254,7 +257,7 @@ def folder_violations(graph: Mapping[str, Iterable[str]], layers: Mapping[str, i
                    f"(rank {layers[folder(name)]})"
                    for name, r in layers.items()
                    if folder(name) in layers and r < layers[folder(name)])
-    return cycles(folders), upward, below
+    return cycles(folders), upward, unranked + below
 
 
 def test_checker_reports_a_circle_and_an_upward_import() -> None:
@@ -290,13 +293,16 @@ def test_folder_checker_reports_a_circle_a_rank_exception_and_an_upward_import()
     # the cure: the contract moves down into p.a; nothing is left to report
     graph = {"p.a.tools": {"p.a.api"}, "p.a.api": set(), "p.b.core": {"p.a.tools"}}
     assert folder_violations(graph, {"p.a": 1, "p.b": 2}) == ([], [], [])
+    # a folder ranked only through its modules is not ranked as a folder
+    assert folder_violations(graph, {"p.a": 1, "p.b.core": 2})[2] == [
+        "p.b has no rank of its own in the layer map"]
 
 
 def test_agentd_folders_never_circle_and_follow_their_ranks() -> None:
     circles, upward, below = folder_violations(build_graph())
     assert not circles, f"folder circles: {circles}"
     assert not upward, "folder imports up the ranks:\n" + "\n".join(upward)
-    assert not below, "modules ranked below their folder:\n" + "\n".join(below)
+    assert not below, "folder rank exceptions:\n" + "\n".join(below)
 
 
 def test_agentd_imports_only_look_down_and_never_circle() -> None:
