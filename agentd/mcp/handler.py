@@ -110,13 +110,15 @@ Emit = Callable[[bytes], Awaitable[None]]
 class CallContext:
     """What a handler function learns about the call it serves."""
 
-    __slots__ = ("_emit", "origin", "principal", "request_id", "session")
+    __slots__ = ("_emit", "admitted", "origin", "principal", "request_id", "session")
 
     def __init__(self, session: SessionState, request_id: Any, emit: Emit | None = None) -> None:
         self.session = session
         self.origin = session.origin
         self.request_id = request_id
         self._emit = emit
+        # what the handler's awaited admit() decided before its subscribe runs, per URI
+        self.admitted: dict[str, Any] = {}
         principal = current_principal.get()
         self.principal = principal if principal is not None else (
             PRINCIPAL_LOCAL if session.origin == ORIGIN_STDIO else "anonymous")
@@ -187,7 +189,9 @@ async def run_dispatch(s: SessionState, req: Request, d: Dispatch, emit: Emit | 
     if d.method == t.RESOURCES_SUBSCRIBE:
         _log.info("mcp.serve.subscribe", origin=s.origin, auth=s.auth, session=s.id[:8],
                   uri=p.uri)
-        h.subscribe(p.uri, CallContext(s, req.id, emit))
+        ctx = CallContext(s, req.id, emit)
+        ctx.admitted = await h.admit([p.uri], ctx)
+        h.subscribe(p.uri, ctx)
         return _RESULT_EMPTY
     _log.info("mcp.serve.unsubscribe", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
     h.unsubscribe(p.uri, CallContext(s, req.id, emit))
@@ -385,6 +389,15 @@ class Handler:
             if uri.startswith(prefix):
                 return resource_result(uri, await read(uri), None)
         raise ResourceNotFound(uri)
+
+    async def admit(self, uris: list[str], ctx: CallContext) -> dict[str, Any]:
+        """The awaited step before subscribes are answered (a listen's acknowledgement,
+        a 2025-11-25 subscribe's ``{}``): a handler whose admission needs IO -- the
+        self-MCP in a pool asks the owners of other workers' handles -- does it here,
+        for all ``uris`` at once, and returns what it learnt per URI; that is
+        ``ctx.admitted`` when its synchronous :meth:`subscribe` then runs for each.
+        The default needs no IO: nothing."""
+        return {}
 
     def subscribe(self, uri: str, ctx: CallContext) -> None:
         """Default: track any URI for this session (override to restrict: raise

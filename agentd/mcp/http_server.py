@@ -483,7 +483,7 @@ class HttpServer:
         resp = web.StreamResponse(headers=_SSE_HEADERS)  # prepared once the listen is open
         try:
             try:
-                ack = listener.open(params)
+                ack = await listener.open(params)
             except Exception as exc:  # a handler bug never kills the server
                 _log.error("mcp.serve.internal_error", method=msg.method,
                            error=type(exc).__name__, detail=str(exc)[:500])

@@ -10,8 +10,10 @@ headers in, bytes or a dispatch out); this module is their IO side, as
   (which logs what was served), the rules build the response; a handler bug
   is logged with its detail and answered -32603, never raised;
 * :class:`Listener` is a :class:`~agentd.mcp.stateless_session.ListenState`
-  whose :meth:`~Listener.open` runs the handler's own ``subscribe`` for each
-  requested URI (so a handler's admission rules -- the self-MCP's unlisted-URI
+  whose :meth:`~Listener.open` awaits the handler's ``admit`` for all the
+  requested URIs (the pool's fan-in: one acknowledgement once every owning
+  worker has answered), then runs the handler's own ``subscribe`` for each
+  (so a handler's admission rules -- the self-MCP's unlisted-URI
   rule and ownership check -- apply unchanged); a URI the handler refuses
   (:class:`~agentd.mcp.handler.SubscribeRefused`, a 2025-11-25 session's -32602)
   is not honoured: the acknowledgement, the subset the server agreed to,
@@ -81,14 +83,20 @@ class Listener(ListenState):
 
     __slots__ = ()
 
-    def open(self, params: m.ListenParams) -> bytes:
+    async def open(self, params: m.ListenParams) -> bytes:
         """Subscribe what was asked and is served; return the acknowledgement.
 
-        Updates that fire during this call (a run that is already terminal)
-        are queued *behind* the acknowledgement, which is always first."""
-        for uri in self.requested(params):
+        The handler's ``admit`` is awaited first, for every URI at once (nothing
+        is subscribed, so nothing is queued, while it runs).  Updates that fire
+        during the subscribes (a run that is already terminal) are queued
+        *behind* the acknowledgement, which is always first."""
+        uris = self.requested(params)
+        ctx = CallContext(self, self.request_id)
+        if uris:
+            ctx.admitted = await self.handler.admit(uris, ctx)
+        for uri in uris:
             try:
-                self.handler.subscribe(uri, CallContext(self, self.request_id))
+                self.handler.subscribe(uri, ctx)
             except SubscribeRefused:
                 if _log.enabled("debug"):  # a peer's ask, answered by the ack: no flood
                     _log.debug("mcp.serve.listen.refused", uri=uri[:200])
