@@ -17,7 +17,8 @@ bug never kills the server: it is logged and answered -32603.
 (``agentd.mcp.stateless``) runs its rules' dispatches through it too.
 
 Result builders (:func:`tool_result`, :func:`resource_result`) turn what a
-function returned into the MCP result.
+function returned into the MCP result; a tool that ran and failed returns
+:func:`tool_error` (an outcome, not an exception).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import jsonschema_rs
 import orjson
 from msgspec import UNSET, Raw
 
-from agentd.errors import MCPError
 from agentd.log import log
 from agentd.mcp.server_session import (
     ORIGIN_MANAGEMENT,
@@ -62,10 +62,10 @@ __all__ = [
     "ResourceNotFound",
     "ServerSession",
     "SubscribeRefused",
-    "ToolError",
     "current_principal",
     "resource_result",
     "run_dispatch",
+    "tool_error",
     "tool_result",
 ]
 
@@ -94,10 +94,6 @@ class SubscribeRefused(ProtocolError):
     def __init__(self, uri: str) -> None:
         super().__init__(INVALID_PARAMS, "Invalid params: not a subscribable resource",
                          {"uri": uri})
-
-
-class ToolError(MCPError):
-    """Raised by a tool function: the tool ran and failed -> ``isError: true`` with this text."""
 
 
 # --------------------------------------------------------------------------
@@ -244,7 +240,7 @@ class Handler:
     on ``async def fn(arguments: dict, ctx: CallContext)`` returning a ``str``
     (one text block), a ``dict`` (JSON text + ``structuredContent``), a list of
     content blocks, or a :class:`~agentd.wire.mcp_types.CallToolResult`;
-    raising :class:`ToolError` gives ``isError: true``.
+    returning :func:`tool_error` gives ``isError: true``.
     ``@handler.resource(uri, name=..., description=..., mime_type=...)`` on
     ``async def read(uri)`` returning ``str`` / ``bytes`` / ``dict`` (JSON) /
     a ``ReadResourceResult``; ``handler.resource_prefix(prefix, read)`` serves
@@ -268,6 +264,7 @@ class Handler:
         self._prefixes: list[tuple[str, ReadFn]] = []
         self._tools_raw: Raw | None = None
         self._resources_raw: Raw | None = None
+        self._info_raw: bytes | None = None
         self._caps: t.ServerCapabilities | None = None
 
     # -- registration ----------------------------------------------------
@@ -342,6 +339,13 @@ class Handler:
                 t.ListResourcesResult(resources=[r for r, _ in self._resources.values()])))
         return raw
 
+    def server_info_raw(self) -> bytes:
+        """``server_info`` encoded once (2026-07-28 results carry it in ``_meta``)."""
+        raw = self._info_raw
+        if raw is None:
+            raw = self._info_raw = codec.encode(self.server_info)
+        return raw
+
     def tool_names(self) -> list[str]:
         return list(self._tools)
 
@@ -373,11 +377,7 @@ class Handler:
         if not _valid(entry, arguments):
             raise ProtocolError(INVALID_PARAMS, f"Invalid arguments for tool {name}: "
                                 f"{_first_error(entry.validator, arguments)}")
-        try:
-            out = await entry.fn(arguments, ctx)
-        except ToolError as exc:
-            return t.CallToolResult(content=[t.TextContent(text=str(exc))], isError=True)
-        return tool_result(out)
+        return tool_result(await entry.fn(arguments, ctx))
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
         entry = self._resources.get(uri)
@@ -427,6 +427,13 @@ def _first_error(validator: Any, instance: Any) -> str:
     except PEER_FAULTS as exc:  # e.g. nested beyond jsonschema-rs's limit
         return f"the arguments are {fault_text(exc)}"
     return "invalid"
+
+
+def tool_error(text: str) -> t.CallToolResult:
+    """What a tool function returns when it ran and failed: ``isError: true`` with
+    ``text`` (the model sees it and may recover; a JSON-RPC error is for calls
+    that could not run)."""
+    return t.CallToolResult(content=[t.TextContent(text=text)], isError=True)
 
 
 def tool_result(out: Any) -> Any:

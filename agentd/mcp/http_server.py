@@ -344,8 +344,9 @@ class HttpServer:
                 return await self._route(request, msg, accept_json, accept_sse)
             # tracing: the request's server span continues its caller's trace (from the
             # message decoded here: `agentd.obs.served` reads `_meta` of its raw params)
-            with served.span(getattr(msg, "method", None), getattr(msg, "params", None),
-                             request.headers):
+            named = msg if isinstance(msg, Request | Notification) else None  # a response: none
+            with served.span(named.method if named is not None else None,
+                             named.params if named is not None else None, request.headers):
                 return await self._route(request, msg, accept_json, accept_sse)
         except ProtocolError as exc:  # the message, or a rule that read more of it
             throttled(_log, "info", "mcp.serve.rejected", key=str(exc.code), code=exc.code,

@@ -169,14 +169,6 @@ class SessionState:
             return True
         return False
 
-    def route(self, req: Request) -> Any:
-        """The result of ``req``, or a :class:`Dispatch` for the handler;
-        raises ``ProtocolError`` for what the rules refuse."""
-        route = ROUTES.get(req.method)
-        if route is None:
-            raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {req.method}")
-        return route(self, req)
-
     @staticmethod
     def answer(request_id: Any, result: Any) -> bytes:
         return codec.encode_response(request_id, result)
