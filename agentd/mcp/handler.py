@@ -7,14 +7,16 @@ async read functions, then serve it with ``agentd.mcp.http_server.serve``.
 ``handler.notify_updated(uri)`` pushes ``notifications/resources/updated`` to
 every session subscribed to ``uri``.
 
-:class:`ServerSession` drives the sans-IO rules of ``agentd.mcp.server_session``
-for one client: it feeds them a message, runs the :class:`~agentd.mcp.server_session.Dispatch`
-they hand back on the handler (awaiting its functions, with a
-:class:`CallContext`), stamps the session's clock and logs what was served
+:class:`ServerSession` is the server's one connection type, built by one
+factory per revision (``opening``: a 2025-11-25 session; ``per_request``: one
+2026-07-28 exchange, negotiated by its envelope) and driven by one driver
+(``serve``): it feeds the revision's sans-IO rules (``agentd.mcp.server_session``,
+``agentd.mcp.stateless_session``) a message, runs the
+:class:`~agentd.mcp.server_session.Dispatch` they hand back on the handler
+(awaiting its functions, with a :class:`CallContext`, through
+:func:`run_dispatch`), stamps the session's clock and logs what was served
 (``mcp.serve.session``, ``mcp.serve.call``, ``mcp.serve.read``, ...). A handler
 bug never kills the server: it is logged and answered -32603.
-:func:`run_dispatch` is the step that runs one dispatch; the 2026-07-28 driver
-(``agentd.mcp.stateless``) runs its rules' dispatches through it too.
 
 Result builders (:func:`tool_result`, :func:`resource_result`) turn what a
 function returned into the MCP result; a tool that ran and failed returns
@@ -34,6 +36,7 @@ import orjson
 from msgspec import UNSET, Raw
 
 from agentd.log import log
+from agentd.mcp import stateless_session as modern
 from agentd.mcp.server_session import (
     ORIGIN_MANAGEMENT,
     ORIGIN_STDIO,
@@ -136,15 +139,65 @@ class CallContext:
 
 
 class ServerSession(SessionState):
-    """A session whose dispatches run on its handler (the rules' IO side)."""
+    """The server's one connection type: a client's state, driven on its handler.
 
-    __slots__ = ()
+    One factory per revision -- :meth:`opening` (2025-11-25: a session an
+    ``initialize`` negotiates, its unsolicited messages to ``outbox``) and
+    :meth:`per_request` (2026-07-28: one request, negotiated by its envelope)
+    -- and one driver, :meth:`serve`: a request in, the revision's rules
+    route it, a dispatch runs on the handler (:func:`run_dispatch`), the
+    response bytes and HTTP status out.  A handler bug is logged and answered
+    -32603, never raised."""
+
+    __slots__ = ("envelope",)
 
     def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
-                 outbox: Callable[[bytes], None] | None = None) -> None:
+                 outbox: Callable[[bytes], None] | None = None,
+                 envelope: modern.Envelope | None = None) -> None:
         super().__init__(handler, hub, session_id, origin=origin, auth=auth, client=client,
-                         outbox=outbox, now=time.monotonic())
+                         outbox=outbox, now=time.monotonic(),
+                         protocol_version=envelope.version if envelope is not None else None,
+                         client_info=envelope.client_info if envelope is not None else None,
+                         client_capabilities=envelope.capabilities
+                         if envelope is not None else None)
+        self.envelope = envelope  # None: a 2025-11-25 session
+
+    @classmethod
+    def opening(cls, handler: Handler, session_id: str, *, origin: str = ORIGIN_MANAGEMENT,
+                auth: str = "none", client: str = "",
+                outbox: Callable[[bytes], None] | None = None) -> ServerSession:
+        """A 2025-11-25 session, negotiated by the ``initialize`` it serves first."""
+        return cls(handler, handler.hub, session_id, origin=origin, auth=auth, client=client,
+                   outbox=outbox)
+
+    @classmethod
+    def per_request(cls, handler: Handler, envelope: modern.Envelope, *, auth: str,
+                    client: str) -> ServerSession:
+        """One 2026-07-28 exchange, negotiated by its request's ``envelope`` (no
+        session id is minted or read; its updates have no stream to go to)."""
+        return cls(handler, handler.hub, "stateless", origin=ORIGIN_MANAGEMENT, auth=auth,
+                   client=client, envelope=envelope)
+
+    async def serve(self, req: Request, emit: Emit | None = None,
+                    headers: Any = None) -> tuple[bytes, int]:
+        """The driver: answer ``req`` by this connection's revision; the encoded
+        JSON-RPC response and its HTTP status (``headers``: the 2026-07-28
+        request's, which its rules check against the body)."""
+        env = self.envelope
+        if env is None:
+            return await self.request(req, emit), 200
+        try:
+            out = modern.route(self, req, env, headers)
+            if type(out) is Dispatch:
+                out = await run_dispatch(self, req, out, emit)
+            return modern.answer(self.handler, req, env, out)
+        except ProtocolError as exc:
+            return modern.refuse(req.id, exc)
+        except Exception as exc:  # a handler bug never kills the server
+            _log.error("mcp.serve.internal_error", method=req.method, origin=self.origin,
+                       error=type(exc).__name__, detail=str(exc)[:500])
+            return modern.internal_error(req.id)
 
     async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:
         """Handle one decoded message; the encoded response, or None (notification/response)."""

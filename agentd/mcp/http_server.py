@@ -380,7 +380,7 @@ class HttpServer:
             return web.Response(status=202)
         session.last_active = time.monotonic()
         stream = _PostStream(request) if accept_sse else None
-        out = await session.request(req, stream.emit if stream is not None else None)
+        out, _ = await session.serve(req, stream.emit if stream is not None else None)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
         return web.Response(body=out, headers=_JSON)
@@ -400,10 +400,10 @@ class HttpServer:
             return _plain(503, "Service Unavailable: session limit", {"Retry-After": "60"})
         sid = secrets.token_urlsafe(32)
         ch = _Channel(owner, lim.event_buffer)
-        session = ServerSession(self.handler, self.hub, sid, origin=ORIGIN_MANAGEMENT,
-                                auth=self.auth, client=client, outbox=ch.push)
+        session = ServerSession.opening(self.handler, sid, auth=self.auth, client=client,
+                                        outbox=ch.push)
         ch.session = session
-        out = await session.request(msg)
+        out, _ = await session.serve(msg)
         if session.protocol_version is None:  # initialize failed: no session
             return web.Response(body=out, headers=_JSON)
         self.channels[sid] = ch
@@ -436,15 +436,11 @@ class HttpServer:
             return _rpc_error(stateless.http_status(exc.code), exc)
         if msg.method == m.SUBSCRIPTIONS_LISTEN:
             return await self._listen(request, msg, env, accept_sse)
-        session = ServerSession(self.handler, self.hub, "stateless", origin=ORIGIN_MANAGEMENT,
-                                auth=self.auth, client=request.remote or "?")
-        session.protocol_version = env.version
-        session.client_info = env.client_info
-        session.client_capabilities = env.capabilities
-        session.initialized = True
+        session = ServerSession.per_request(self.handler, env, auth=self.auth,
+                                            client=request.remote or "?")
         stream = _PostStream(request) if accept_sse else None
-        out, status = await stateless.serve_request(
-            session, msg, env, request.headers, stream.emit if stream is not None else None)
+        out, status = await session.serve(msg, stream.emit if stream is not None else None,
+                                          request.headers)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
         return web.Response(status=status, body=out, headers=_JSON)

@@ -510,12 +510,9 @@ class ListenState(SessionState):
                  max_frames: int = 256) -> None:
         # listen_id never collides with a session id (those are url-safe tokens)
         super().__init__(handler, handler.hub, listen_id, origin=origin, auth=auth,
-                         client=client)
+                         client=client, protocol_version=env.version,
+                         client_info=env.client_info, client_capabilities=env.capabilities)
         self.request_id = request_id
-        self.protocol_version = env.version
-        self.client_info = env.client_info
-        self.client_capabilities = env.capabilities
-        self.initialized = True
         self.frames: deque[bytes] = deque()
         self.max_frames = max_frames
         self.overflowed = False
