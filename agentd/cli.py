@@ -123,6 +123,9 @@ def _secs(text: str) -> str:
           "--serve-mcp's]")
 @opt("--pool-dns-interval", section="POOL", type=float, metavar="S",
      help="seconds between resolutions of the --pool-dns name  [default: 5; at most 300]")
+@opt("--pool-subscribe-timeout", section="POOL", type=float, metavar="S",
+     help="seconds a subscribe or listen waits for the owners of the handles it names "
+          "before it is answered  [default: 5; at most 60]")
 @opt("--pool-key", section="POOL", envvar="AGENTD_POOL_KEY", metavar="KEY",
      help="the pool's shared secret (at least 16 bytes; required in pool mode)")
 @opt("--metrics-listen", section="SERVE", metavar="HOST:PORT",

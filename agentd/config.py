@@ -55,7 +55,8 @@ BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer",
                    "serve_bearers")
 # --config's names for the --pool-* flags
-POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key", "pool_dns", "pool_dns_interval")
+POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key", "pool_dns", "pool_dns_interval",
+                  "pool_subscribe_timeout")
 
 # Documented defaults (docs/cli.md, docs/config.md).
 DEFAULT_MAX_DEPTH = 4
@@ -188,6 +189,9 @@ class PoolSpec(msgspec.Struct, frozen=True):
     peers: tuple[PoolPeer, ...] = ()
     key: str = msgspec.field(default="")  # the resolved shared secret: never logged
     dns: PoolDns | None = None  # --pool-dns: discovered peers, with the static ones
+    # --pool-subscribe-timeout: s a subscribe or listen awaits the owners of its handles
+    # (parse_pool fills in agentd.pool.membership.DEFAULT_SUBSCRIBE_TIMEOUT)
+    subscribe_timeout: float = 5.0
 
 
 class StreamBounds(msgspec.Struct, frozen=True):
@@ -393,13 +397,14 @@ def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...
 
 def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
                serve: ServeSpec | None, secrets_dir: str,
-               dns: str | None = None, dns_interval: float | None = None) -> PoolSpec | None:
+               dns: str | None = None, dns_interval: float | None = None,
+               subscribe_timeout: float | None = None) -> PoolSpec | None:
     """The ``--pool-*`` flags (or ``pool_id``/``pool_peers``/``pool_key``/``pool_dns`` in
     ``--config``) checked together; None without any of them.  Exit 2: pool flags
     without ``--serve-mcp`` (peers relay to that listener) or without a key, a key
     that is too short, an id that is not a DNS label, a malformed or duplicate
-    peer, a malformed ``--pool-dns``."""
-    from agentd.pool import discovery, handles
+    peer, a malformed ``--pool-dns``, a ``--pool-subscribe-timeout`` out of range."""
+    from agentd.pool import discovery, handles, membership
 
     if pool_id is None and not peers and not key and not dns:
         return None
@@ -435,7 +440,14 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
                            discovery.check_interval(dns_interval)) if dns else None
     except ValueError as exc:
         raise ConfigError(f"--pool-dns {str(dns)[:200]!r}: {exc}") from None
-    return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns)
+    if subscribe_timeout is None:
+        subscribe_timeout = membership.DEFAULT_SUBSCRIBE_TIMEOUT
+    if isinstance(subscribe_timeout, bool) or not isinstance(subscribe_timeout, int | float) \
+            or not 0 < subscribe_timeout <= membership.MAX_SUBSCRIBE_TIMEOUT:
+        raise ConfigError("--pool-subscribe-timeout must be in "
+                          f"(0, {membership.MAX_SUBSCRIBE_TIMEOUT:g}] seconds")
+    return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns,
+                    float(subscribe_timeout))
 
 
 def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | None,

@@ -189,6 +189,12 @@ async def test_relay_over_https_with_mtls(agentd_bin, tmp_path) -> None:
         stranger = pool.issue("w2.pool.test", "stranger", ca=trustme.CA())
         for cert in (None, stranger):
             assert _handshake(pool, "w1", cert, body, signed) == b""
+        # each refusal is logged, naming the caller's address and OpenSSL's reason
+        refused = pool.workers["w1"].wait_event("mcp.serve.tls_refused", count=2)
+        assert {r["level"] for r in refused} == {"warning"}
+        assert all(r["peer"].startswith("127.0.0.1:") for r in refused)
+        assert {r["reason"] for r in refused} == {"PEER_DID_NOT_RETURN_A_CERTIFICATE",
+                                                  "CERTIFICATE_VERIFY_FAILED"}
         # a certificate of the pool's CA without the pool MAC: 401
         peer_cert = pool.issue("w2.pool.test", "w2-again")
         answer = _handshake(pool, "w1", peer_cert, body, {})

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from local_connection import LocalConnection
 
-from agentd.mcp.handler import Handler, ResourceNotFound, ToolError
+from agentd.mcp.handler import Handler, ResourceNotFound, tool_error
 from agentd.mcp.server_session import ORIGIN_STDIO, negotiate_version
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import Notification, ProtocolError, Request
@@ -30,7 +30,7 @@ def make_handler() -> Handler:
 
     @h.tool("fail", {"type": "object"}, description="tool-level failure")
     async def fail(args, ctx):
-        raise ToolError("it broke")
+        return tool_error("it broke")
 
     @h.tool("crash", {"type": "object"}, description="a handler bug")
     async def crash(args, ctx):

@@ -21,7 +21,7 @@ import asyncio
 import sys
 from typing import Any
 
-from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, ToolError
+from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, tool_error
 from agentd.mcp.http_server import Runner, serve
 
 NUMBER = {"type": "number"}
@@ -50,7 +50,7 @@ def notes_handler(notes: dict[str, str] | None = None) -> Handler:
     async def read_note(args: dict[str, Any], ctx: CallContext) -> Any:
         title = args["title"]
         if title not in store:
-            raise ToolError(f"no note titled {title!r}; titles: {', '.join(sorted(store))}")
+            return tool_error(f"no note titled {title!r}; titles: {', '.join(sorted(store))}")
         return store[title]
 
     @h.tool("add_note", _obj({"title": {"type": "string"}, "text": {"type": "string"}},
@@ -90,7 +90,7 @@ def calc_handler() -> Handler:
     @h.tool("divide", _obj({"a": NUMBER, "b": NUMBER}, ["a", "b"]), description="a / b")
     async def divide(args: dict[str, Any], ctx: CallContext) -> Any:
         if args["b"] == 0:
-            raise ToolError("cannot divide by zero")
+            return tool_error("cannot divide by zero")
         return {"result": args["a"] / args["b"]}
 
     @h.tool("mean", _obj({"numbers": {"type": "array", "items": NUMBER, "minItems": 1}},

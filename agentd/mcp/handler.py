@@ -7,17 +7,20 @@ async read functions, then serve it with ``agentd.mcp.http_server.serve``.
 ``handler.notify_updated(uri)`` pushes ``notifications/resources/updated`` to
 every session subscribed to ``uri``.
 
-:class:`ServerSession` drives the sans-IO rules of ``agentd.mcp.server_session``
-for one client: it feeds them a message, runs the :class:`~agentd.mcp.server_session.Dispatch`
-they hand back on the handler (awaiting its functions, with a
-:class:`CallContext`), stamps the session's clock and logs what was served
+:class:`ServerSession` is the server's one connection type, built by one
+factory per revision (``opening``: a 2025-11-25 session; ``per_request``: one
+2026-07-28 exchange, negotiated by its envelope) and driven by one driver
+(``serve``): it feeds the revision's sans-IO rules (``agentd.mcp.server_session``,
+``agentd.mcp.stateless_session``) a message, runs the
+:class:`~agentd.mcp.server_session.Dispatch` they hand back on the handler
+(awaiting its functions, with a :class:`CallContext`, through
+:func:`run_dispatch`), stamps the session's clock and logs what was served
 (``mcp.serve.session``, ``mcp.serve.call``, ``mcp.serve.read``, ...). A handler
 bug never kills the server: it is logged and answered -32603.
-:func:`run_dispatch` is the step that runs one dispatch; the 2026-07-28 driver
-(``agentd.mcp.stateless``) runs its rules' dispatches through it too.
 
 Result builders (:func:`tool_result`, :func:`resource_result`) turn what a
-function returned into the MCP result.
+function returned into the MCP result; a tool that ran and failed returns
+:func:`tool_error` (an outcome, not an exception).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ import jsonschema_rs
 import orjson
 from msgspec import UNSET, Raw
 
-from agentd.errors import MCPError
 from agentd.log import log
+from agentd.mcp import stateless_session as modern
 from agentd.mcp.server_session import (
     ORIGIN_MANAGEMENT,
     ORIGIN_STDIO,
@@ -62,10 +65,10 @@ __all__ = [
     "ResourceNotFound",
     "ServerSession",
     "SubscribeRefused",
-    "ToolError",
     "current_principal",
     "resource_result",
     "run_dispatch",
+    "tool_error",
     "tool_result",
 ]
 
@@ -96,10 +99,6 @@ class SubscribeRefused(ProtocolError):
                          {"uri": uri})
 
 
-class ToolError(MCPError):
-    """Raised by a tool function: the tool ran and failed -> ``isError: true`` with this text."""
-
-
 # --------------------------------------------------------------------------
 # Per-request context
 # --------------------------------------------------------------------------
@@ -110,13 +109,15 @@ Emit = Callable[[bytes], Awaitable[None]]
 class CallContext:
     """What a handler function learns about the call it serves."""
 
-    __slots__ = ("_emit", "origin", "principal", "request_id", "session")
+    __slots__ = ("_emit", "admitted", "origin", "principal", "request_id", "session")
 
     def __init__(self, session: SessionState, request_id: Any, emit: Emit | None = None) -> None:
         self.session = session
         self.origin = session.origin
         self.request_id = request_id
         self._emit = emit
+        # what the handler's awaited admit() decided before its subscribe runs, per URI
+        self.admitted: dict[str, Any] = {}
         principal = current_principal.get()
         self.principal = principal if principal is not None else (
             PRINCIPAL_LOCAL if session.origin == ORIGIN_STDIO else "anonymous")
@@ -138,15 +139,65 @@ class CallContext:
 
 
 class ServerSession(SessionState):
-    """A session whose dispatches run on its handler (the rules' IO side)."""
+    """The server's one connection type: a client's state, driven on its handler.
 
-    __slots__ = ()
+    One factory per revision -- :meth:`opening` (2025-11-25: a session an
+    ``initialize`` negotiates, its unsolicited messages to ``outbox``) and
+    :meth:`per_request` (2026-07-28: one request, negotiated by its envelope)
+    -- and one driver, :meth:`serve`: a request in, the revision's rules
+    route it, a dispatch runs on the handler (:func:`run_dispatch`), the
+    response bytes and HTTP status out.  A handler bug is logged and answered
+    -32603, never raised."""
+
+    __slots__ = ("envelope",)
 
     def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
-                 outbox: Callable[[bytes], None] | None = None) -> None:
+                 outbox: Callable[[bytes], None] | None = None,
+                 envelope: modern.Envelope | None = None) -> None:
         super().__init__(handler, hub, session_id, origin=origin, auth=auth, client=client,
-                         outbox=outbox, now=time.monotonic())
+                         outbox=outbox, now=time.monotonic(),
+                         protocol_version=envelope.version if envelope is not None else None,
+                         client_info=envelope.client_info if envelope is not None else None,
+                         client_capabilities=envelope.capabilities
+                         if envelope is not None else None)
+        self.envelope = envelope  # None: a 2025-11-25 session
+
+    @classmethod
+    def opening(cls, handler: Handler, session_id: str, *, origin: str = ORIGIN_MANAGEMENT,
+                auth: str = "none", client: str = "",
+                outbox: Callable[[bytes], None] | None = None) -> ServerSession:
+        """A 2025-11-25 session, negotiated by the ``initialize`` it serves first."""
+        return cls(handler, handler.hub, session_id, origin=origin, auth=auth, client=client,
+                   outbox=outbox)
+
+    @classmethod
+    def per_request(cls, handler: Handler, envelope: modern.Envelope, *, auth: str,
+                    client: str) -> ServerSession:
+        """One 2026-07-28 exchange, negotiated by its request's ``envelope`` (no
+        session id is minted or read; its updates have no stream to go to)."""
+        return cls(handler, handler.hub, "stateless", origin=ORIGIN_MANAGEMENT, auth=auth,
+                   client=client, envelope=envelope)
+
+    async def serve(self, req: Request, emit: Emit | None = None,
+                    headers: Any = None) -> tuple[bytes, int]:
+        """The driver: answer ``req`` by this connection's revision; the encoded
+        JSON-RPC response and its HTTP status (``headers``: the 2026-07-28
+        request's, which its rules check against the body)."""
+        env = self.envelope
+        if env is None:
+            return await self.request(req, emit), 200
+        try:
+            out = modern.route(self, req, env, headers)
+            if type(out) is Dispatch:
+                out = await run_dispatch(self, req, out, emit)
+            return modern.answer(self.handler, req, env, out)
+        except ProtocolError as exc:
+            return modern.refuse(req.id, exc)
+        except Exception as exc:  # a handler bug never kills the server
+            _log.error("mcp.serve.internal_error", method=req.method, origin=self.origin,
+                       error=type(exc).__name__, detail=str(exc)[:500])
+            return modern.internal_error(req.id)
 
     async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:
         """Handle one decoded message; the encoded response, or None (notification/response)."""
@@ -187,7 +238,9 @@ async def run_dispatch(s: SessionState, req: Request, d: Dispatch, emit: Emit | 
     if d.method == t.RESOURCES_SUBSCRIBE:
         _log.info("mcp.serve.subscribe", origin=s.origin, auth=s.auth, session=s.id[:8],
                   uri=p.uri)
-        h.subscribe(p.uri, CallContext(s, req.id, emit))
+        ctx = CallContext(s, req.id, emit)
+        ctx.admitted = await h.admit([p.uri], ctx)
+        h.subscribe(p.uri, ctx)
         return _RESULT_EMPTY
     _log.info("mcp.serve.unsubscribe", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
     h.unsubscribe(p.uri, CallContext(s, req.id, emit))
@@ -240,7 +293,7 @@ class Handler:
     on ``async def fn(arguments: dict, ctx: CallContext)`` returning a ``str``
     (one text block), a ``dict`` (JSON text + ``structuredContent``), a list of
     content blocks, or a :class:`~agentd.wire.mcp_types.CallToolResult`;
-    raising :class:`ToolError` gives ``isError: true``.
+    returning :func:`tool_error` gives ``isError: true``.
     ``@handler.resource(uri, name=..., description=..., mime_type=...)`` on
     ``async def read(uri)`` returning ``str`` / ``bytes`` / ``dict`` (JSON) /
     a ``ReadResourceResult``; ``handler.resource_prefix(prefix, read)`` serves
@@ -264,6 +317,7 @@ class Handler:
         self._prefixes: list[tuple[str, ReadFn]] = []
         self._tools_raw: Raw | None = None
         self._resources_raw: Raw | None = None
+        self._info_raw: bytes | None = None
         self._caps: t.ServerCapabilities | None = None
 
     # -- registration ----------------------------------------------------
@@ -338,6 +392,13 @@ class Handler:
                 t.ListResourcesResult(resources=[r for r, _ in self._resources.values()])))
         return raw
 
+    def server_info_raw(self) -> bytes:
+        """``server_info`` encoded once (2026-07-28 results carry it in ``_meta``)."""
+        raw = self._info_raw
+        if raw is None:
+            raw = self._info_raw = codec.encode(self.server_info)
+        return raw
+
     def tool_names(self) -> list[str]:
         return list(self._tools)
 
@@ -369,11 +430,7 @@ class Handler:
         if not _valid(entry, arguments):
             raise ProtocolError(INVALID_PARAMS, f"Invalid arguments for tool {name}: "
                                 f"{_first_error(entry.validator, arguments)}")
-        try:
-            out = await entry.fn(arguments, ctx)
-        except ToolError as exc:
-            return t.CallToolResult(content=[t.TextContent(text=str(exc))], isError=True)
-        return tool_result(out)
+        return tool_result(await entry.fn(arguments, ctx))
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
         entry = self._resources.get(uri)
@@ -385,6 +442,15 @@ class Handler:
             if uri.startswith(prefix):
                 return resource_result(uri, await read(uri), None)
         raise ResourceNotFound(uri)
+
+    async def admit(self, uris: list[str], ctx: CallContext) -> dict[str, Any]:
+        """The awaited step before subscribes are answered (a listen's acknowledgement,
+        a 2025-11-25 subscribe's ``{}``): a handler whose admission needs IO -- the
+        self-MCP in a pool asks the owners of other workers' handles -- does it here,
+        for all ``uris`` at once, and returns what it learnt per URI; that is
+        ``ctx.admitted`` when its synchronous :meth:`subscribe` then runs for each.
+        The default needs no IO: nothing."""
+        return {}
 
     def subscribe(self, uri: str, ctx: CallContext) -> None:
         """Default: track any URI for this session (override to restrict: raise
@@ -414,6 +480,13 @@ def _first_error(validator: Any, instance: Any) -> str:
     except PEER_FAULTS as exc:  # e.g. nested beyond jsonschema-rs's limit
         return f"the arguments are {fault_text(exc)}"
     return "invalid"
+
+
+def tool_error(text: str) -> t.CallToolResult:
+    """What a tool function returns when it ran and failed: ``isError: true`` with
+    ``text`` (the model sees it and may recover; a JSON-RPC error is for calls
+    that could not run)."""
+    return t.CallToolResult(content=[t.TextContent(text=text)], isError=True)
 
 
 def tool_result(out: Any) -> Any:

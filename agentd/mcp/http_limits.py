@@ -42,7 +42,10 @@ import contextlib
 import ctypes
 import os
 import resource
+import socket
+import ssl
 import sys
+from collections.abc import Coroutine
 from typing import Any, Final
 
 import msgspec
@@ -52,6 +55,7 @@ from agentd.log import log
 from agentd.log_bridge import throttled
 
 MIB: Final = 1024 * 1024
+ACCEPT_RETRY: Final = 1.0  # s the TLS accept loop waits after a failed accept (as asyncio's)
 
 
 class Limits(msgspec.Struct, frozen=True):
@@ -281,6 +285,7 @@ class Gate:
         self.unauth: dict[_Conn, None] = {}  # insertion order = age: the oldest first
         self.rejected = 0
         self._trim: asyncio.TimerHandle | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS upgrades in flight
         return_memory(pin=True)
 
     def __call__(self) -> _Conn:
@@ -341,15 +346,140 @@ class Gate:
             conn.authed = True
             self.unauth.pop(conn, None)
 
+    def handshake(self, upgrade: Coroutine[Any, Any, None]) -> None:
+        """Run one connection's TLS handshake; the gate holds it until it ends."""
+        task = self.loop.create_task(upgrade)
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshake_done)
+
+    def _handshake_done(self, task: asyncio.Task[None]) -> None:
+        self._handshakes.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug: the peer's are logged
+            exc = task.exception()
+            _log.error("mcp.serve.internal_error", method="tls_accept",
+                       error=type(exc).__name__, detail=str(exc)[:500])
+
     def close(self) -> None:
         if self._trim is not None:
             self._trim.cancel()
             self._trim = None
+        for task in list(self._handshakes):
+            task.cancel()
+
+
+class _TlsServer(asyncio.AbstractServer):
+    """The TLS listener: its own accept loop, so a refused handshake is seen.
+
+    The loop's server-side TLS drops a refused handshake silently (asyncio and
+    uvloop log it in debug mode only), so a pool peer without the pool CA's
+    certificate, or a client speaking the wrong protocol, left no trace.  Here
+    each accepted socket is wrapped by ``loop.connect_accepted_socket`` -- the
+    same TLS machinery, context and handshake bound, the gate's protocol made
+    once the handshake completed, as before -- and a handshake that fails is one
+    throttled ``mcp.serve.tls_refused`` line (per reason) naming the peer's
+    address and OpenSSL's reason (never certificate content); a peer that hangs
+    up or stalls mid-handshake is the same line at ``info``."""
+
+    def __init__(self, sockets: list[socket.socket], gate: Gate, ctx: ssl.SSLContext) -> None:
+        self._sockets = sockets
+        self._gate = gate
+        self._ctx = ctx
+        self._accepting = [gate.loop.create_task(self._accept(s)) for s in sockets]
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self._sockets)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._gate.loop
+
+    def is_serving(self) -> bool:
+        return any(not t.done() for t in self._accepting)
+
+    def close(self) -> None:
+        for task in self._accepting:
+            task.cancel()
+        for sock in self._sockets:
+            sock.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._accepting, return_exceptions=True)
+
+    async def start_serving(self) -> None:
+        """Serving from construction (aiohttp never defers it)."""
+
+    async def serve_forever(self) -> None:
+        await self.wait_closed()
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = self._gate.loop
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(sock)
+            except OSError as exc:  # out of descriptors, ...: asyncio's own server waits too
+                throttled(_log, "warning", "mcp.serve.limit", key="accept", reason="accept",
+                          error=type(exc).__name__)
+                await asyncio.sleep(ACCEPT_RETRY)
+                continue
+            self._gate.handshake(self._handshake(conn, addr))
+
+    async def _handshake(self, conn: socket.socket, addr: Any) -> None:
+        gate = self._gate
+        try:
+            await gate.loop.connect_accepted_socket(
+                gate, conn, ssl=self._ctx, ssl_handshake_timeout=gate.limits.header_timeout)
+        except (OSError, TimeoutError) as exc:  # the peer's handshake failed
+            conn.close()
+            peer = _address(addr)
+            refused = isinstance(exc, ssl.SSLError)  # a TLS refusal, not a hang-up
+            reason = _tls_reason(exc)  # the throttle's key: a small set, unlike addresses
+            throttled(_log, "warning" if refused else "info", "mcp.serve.tls_refused",
+                      key=reason, peer=peer, reason=reason)
+
+
+async def _listening(host: str | None, port: int, backlog: int,
+                     reuse_port: bool | None) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for ``host:port``, as ``create_server``
+    binds them (every address the host resolves to; IPv6 sockets v6-only)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    out: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, addr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            out.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in out:
+            sock.close()
+        raise
+    return out
+
+
+def _address(peername: Any) -> str:
+    """``host:port`` of a socket's peer (``?`` when the platform does not say)."""
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return f"{peername[0]}:{peername[1]}"
+    return "?"
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """OpenSSL's reason code (``CERTIFICATE_VERIFY_FAILED``, ...) or the error's type."""
+    reason = exc.reason if isinstance(exc, ssl.SSLError) else None
+    return str(reason)[:80] if reason else type(exc).__name__
 
 
 class GatedSite(web.TCPSite):
     """``web.TCPSite`` whose protocol factory is a :class:`Gate` (and whose TLS
-    handshake is bounded by the header timeout)."""
+    handshake, run by :class:`_TlsServer`, is bounded by the header timeout)."""
 
     __slots__ = ("gate", "limits")
 
@@ -363,14 +493,17 @@ class GatedSite(web.TCPSite):
         self._runner._reg_site(self)  # BaseSite.start: what TCPSite.start does first
         server = self._runner.server
         assert server is not None
-        self.gate = Gate(server, self.limits)
-        extra: dict[str, Any] = {}
-        if self._ssl_context is not None:
-            extra["ssl_handshake_timeout"] = self.limits.header_timeout
-        self._server = await asyncio.get_running_loop().create_server(
-            self.gate, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port, **extra)
-        sockets = getattr(self._server, "sockets", None)
+        gate = self.gate = Gate(server, self.limits)
+        sockets: tuple[Any, ...]
+        if self._ssl_context is not None:  # its own accept loop: refusals are logged
+            tls = _TlsServer(await _listening(self._host, self._port, self._backlog,
+                                              self._reuse_port), gate, self._ssl_context)
+            self._server, sockets = tls, tls.sockets
+        else:
+            plain = await asyncio.get_running_loop().create_server(
+                gate, self._host, self._port, backlog=self._backlog,
+                reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+            self._server, sockets = plain, plain.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
     async def stop(self) -> None:

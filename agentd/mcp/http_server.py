@@ -344,8 +344,9 @@ class HttpServer:
                 return await self._route(request, msg, accept_json, accept_sse)
             # tracing: the request's server span continues its caller's trace (from the
             # message decoded here: `agentd.obs.served` reads `_meta` of its raw params)
-            with served.span(getattr(msg, "method", None), getattr(msg, "params", None),
-                             request.headers):
+            named = msg if isinstance(msg, Request | Notification) else None  # a response: none
+            with served.span(named.method if named is not None else None,
+                             named.params if named is not None else None, request.headers):
                 return await self._route(request, msg, accept_json, accept_sse)
         except ProtocolError as exc:  # the message, or a rule that read more of it
             throttled(_log, "info", "mcp.serve.rejected", key=str(exc.code), code=exc.code,
@@ -379,7 +380,7 @@ class HttpServer:
             return web.Response(status=202)
         session.last_active = time.monotonic()
         stream = _PostStream(request) if accept_sse else None
-        out = await session.request(req, stream.emit if stream is not None else None)
+        out, _ = await session.serve(req, stream.emit if stream is not None else None)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
         return web.Response(body=out, headers=_JSON)
@@ -399,10 +400,10 @@ class HttpServer:
             return _plain(503, "Service Unavailable: session limit", {"Retry-After": "60"})
         sid = secrets.token_urlsafe(32)
         ch = _Channel(owner, lim.event_buffer)
-        session = ServerSession(self.handler, self.hub, sid, origin=ORIGIN_MANAGEMENT,
-                                auth=self.auth, client=client, outbox=ch.push)
+        session = ServerSession.opening(self.handler, sid, auth=self.auth, client=client,
+                                        outbox=ch.push)
         ch.session = session
-        out = await session.request(msg)
+        out, _ = await session.serve(msg)
         if session.protocol_version is None:  # initialize failed: no session
             return web.Response(body=out, headers=_JSON)
         self.channels[sid] = ch
@@ -435,15 +436,11 @@ class HttpServer:
             return _rpc_error(stateless.http_status(exc.code), exc)
         if msg.method == m.SUBSCRIPTIONS_LISTEN:
             return await self._listen(request, msg, env, accept_sse)
-        session = ServerSession(self.handler, self.hub, "stateless", origin=ORIGIN_MANAGEMENT,
-                                auth=self.auth, client=request.remote or "?")
-        session.protocol_version = env.version
-        session.client_info = env.client_info
-        session.client_capabilities = env.capabilities
-        session.initialized = True
+        session = ServerSession.per_request(self.handler, env, auth=self.auth,
+                                            client=request.remote or "?")
         stream = _PostStream(request) if accept_sse else None
-        out, status = await stateless.serve_request(
-            session, msg, env, request.headers, stream.emit if stream is not None else None)
+        out, status = await session.serve(msg, stream.emit if stream is not None else None,
+                                          request.headers)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
         return web.Response(status=status, body=out, headers=_JSON)
@@ -483,7 +480,7 @@ class HttpServer:
         resp = web.StreamResponse(headers=_SSE_HEADERS)  # prepared once the listen is open
         try:
             try:
-                ack = listener.open(params)
+                ack = await listener.open(params)
             except Exception as exc:  # a handler bug never kills the server
                 _log.error("mcp.serve.internal_error", method=msg.method,
                            error=type(exc).__name__, detail=str(exc)[:500])

@@ -109,7 +109,10 @@ class SessionState:
     ``outbox(bytes)`` is how the transport delivers unsolicited messages
     (the HTTP engine appends them to the session's SSE event buffer); it must
     never block.  ``last_active`` is the driver's clock reading of the last
-    message (the rules never read a clock).
+    message (the rules never read a clock).  A 2025-11-25 session starts
+    unnegotiated (``initialize`` negotiates it); a 2026-07-28 exchange is born
+    negotiated: its ``protocol_version``, ``client_info`` and
+    ``client_capabilities`` are its request envelope's, given here.
     """
 
     __slots__ = ("__weakref__", "auth", "client", "client_capabilities", "client_info", "closed",
@@ -118,7 +121,10 @@ class SessionState:
 
     def __init__(self, handler: Catalogue, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
-                 outbox: Callable[[bytes], None] | None = None, now: float = 0.0) -> None:
+                 outbox: Callable[[bytes], None] | None = None, now: float = 0.0,
+                 protocol_version: str | None = None,
+                 client_info: t.Implementation | None = None,
+                 client_capabilities: dict[str, Any] | None = None) -> None:
         self.handler: Any = handler
         self.hub = hub
         self.id = session_id
@@ -126,11 +132,11 @@ class SessionState:
         self.auth = auth
         self.client = client
         self.outbox = outbox
-        self.protocol_version: str | None = None
+        self.protocol_version = protocol_version
         self.requested_version: str | None = None
-        self.client_info: t.Implementation | None = None
-        self.client_capabilities: dict[str, Any] | None = None  # 2026-07-28 envelopes only
-        self.initialized = False
+        self.client_info = client_info
+        self.client_capabilities = client_capabilities  # 2026-07-28 envelopes only
+        self.initialized = protocol_version is not None
         self.closed = False
         self.subscriptions: set[str] = set()
         self.last_active = now
@@ -168,14 +174,6 @@ class SessionState:
             self.initialized = True
             return True
         return False
-
-    def route(self, req: Request) -> Any:
-        """The result of ``req``, or a :class:`Dispatch` for the handler;
-        raises ``ProtocolError`` for what the rules refuse."""
-        route = ROUTES.get(req.method)
-        if route is None:
-            raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {req.method}")
-        return route(self, req)
 
     @staticmethod
     def answer(request_id: Any, result: Any) -> bytes:

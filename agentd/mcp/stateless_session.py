@@ -375,6 +375,7 @@ class StatelessCatalogue(Catalogue, Protocol):
     def tool_input_schema(self, name: str) -> dict[str, Any] | None: ...
     def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]: ...
     def subscription_is_persistent(self, uri: str) -> bool: ...
+    def server_info_raw(self) -> bytes: ...
 
 
 def modern_capabilities(handler: StatelessCatalogue) -> t.ServerCapabilities:
@@ -389,11 +390,7 @@ def modern_capabilities(handler: StatelessCatalogue) -> t.ServerCapabilities:
 
 
 def _info_json(handler: StatelessCatalogue) -> bytes:
-    info = getattr(handler, "_info_json_2026", None)
-    if info is None:
-        info = codec.encode(handler.server_info)
-        handler._info_json_2026 = info  # type: ignore[attr-defined]
-    return info
+    return handler.server_info_raw()
 
 
 def complete(handler: StatelessCatalogue, result: Any, cache: tuple[int, str] | None) -> Raw:
@@ -513,12 +510,9 @@ class ListenState(SessionState):
                  max_frames: int = 256) -> None:
         # listen_id never collides with a session id (those are url-safe tokens)
         super().__init__(handler, handler.hub, listen_id, origin=origin, auth=auth,
-                         client=client)
+                         client=client, protocol_version=env.version,
+                         client_info=env.client_info, client_capabilities=env.capabilities)
         self.request_id = request_id
-        self.protocol_version = env.version
-        self.client_info = env.client_info
-        self.client_capabilities = env.capabilities
-        self.initialized = True
         self.frames: deque[bytes] = deque()
         self.max_frames = max_frames
         self.overflowed = False

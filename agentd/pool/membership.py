@@ -26,6 +26,8 @@ __all__ = [
     "DEFAULT_DEAD_AFTER",
     "DEFAULT_PROBE_INTERVAL",
     "DEFAULT_PROBE_TIMEOUT",
+    "DEFAULT_SUBSCRIBE_TIMEOUT",
+    "MAX_SUBSCRIBE_TIMEOUT",
     "Membership",
     "PeerState",
     "Transition",
@@ -35,6 +37,10 @@ DEFAULT_PROBE_INTERVAL: Final = 2.0
 DEFAULT_PROBE_TIMEOUT: Final = 1.0
 DEFAULT_DEAD_AFTER: Final = 9.0
 LOST_BOUND_CAP: Final = 15.0  # dead_after + interval + timeout may not exceed it
+# --pool-subscribe-timeout: s a subscribe or listen awaits the owners of its handles; an
+# owner silent past it is held to the lost-owner rule (docs/operations.md "Pool")
+DEFAULT_SUBSCRIBE_TIMEOUT: Final = 5.0
+MAX_SUBSCRIBE_TIMEOUT: Final = 60.0  # a longer one is refused (exit 2)
 
 Status = Literal["alive", "suspect", "dead"]
 

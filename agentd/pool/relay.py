@@ -53,13 +53,15 @@ MAX_RELAY_BYTES: Final = 4 * 1024 * 1024  # one relayed request or answer; past 
 CONNECT_TIMEOUT: Final = 5.0  # seconds to connect to a peer for a proxied session request
 RELAY_TIMEOUT: Final = 3600.0  # one relayed operation, end to end (a send waits for a turn)
 
-Op = Literal["status", "send", "cancel", "read", "spawn", "wait"]
+Op = Literal["status", "send", "cancel", "read", "spawn", "wait", "subscribe"]
 
 
 class RelayRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One relayed operation; ``spawn`` (placement) carries the spawn's
     ``arguments`` and no handle; ``wait`` (a peer's subscriber) is answered once
-    the run is terminal, or with its running body after a while."""
+    the run is terminal, or with its running body after a while; ``subscribe``
+    (a subscribe or listen before its answer) is the owner's verdict: the run's
+    body now, or ``unknown``."""
 
     op: Op
     handle: str

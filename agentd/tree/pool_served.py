@@ -12,6 +12,7 @@ another principal's handle fails the MAC on every worker).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from typing import Any, NamedTuple
 
 from agentd.agent.subagents import UnknownHandle
 from agentd.config import PoolSpec
+from agentd.log import log
+from agentd.log_bridge import throttled
 from agentd.obs import metrics
 from agentd.pool import handles
 from agentd.pool.discovery import Discovery
@@ -85,6 +88,8 @@ class PoolServed:
         self._unobserve = metrics.POOL_PEERS.source(self._peer_counts)
         self._tg: asyncio.TaskGroup | None = None
         self._watches: dict[str, asyncio.Task[None]] = {}  # uri -> its watcher
+        self.subscribe_timeout = spec.subscribe_timeout
+        self._log = log.bind(component="pool")
 
     def watches_in(self, tg: asyncio.TaskGroup) -> None:
         """Watchers of peers' runs run in the serving context's TaskGroup."""
@@ -121,6 +126,46 @@ class PoolServed:
         finally:
             self._watches.pop(uri, None)
         ended(uri)
+
+    async def admit(self, wanted: dict[str, str], principal: str) -> dict[str, RelayAnswer | None]:
+        """The fan-in before a subscribe or listen is answered: for each ``uri -> handle``
+        another member owns, that owner's verdict (a relayed ``subscribe``: the run's
+        body, or ``unknown``), all asked at once and awaited together for at most
+        ``subscribe_timeout`` seconds.  None for a handle whose owner did not answer in
+        time (logged, one line per owner): the pool's lost-owner rule holds it --
+        subscribed and watched, its ``updated`` due when the owner answers or is
+        called dead (docs/operations.md "Pool").  Handles of this worker, of a lost
+        owner and unknown ones are not in the answer: the caller decides them here."""
+        asks: dict[str, tuple[str, str]] = {}
+        for uri, handle in wanted.items():
+            try:
+                owner = self.where(handle, principal).owner
+            except UnknownHandle:
+                continue
+            if owner is not None:
+                asks[uri] = (handle, owner)
+        answers: dict[str, RelayAnswer | None] = dict.fromkeys(asks)
+        if not asks:
+            return answers
+
+        async def ask(uri: str, handle: str, owner: str) -> None:
+            with contextlib.suppress(RelayUnavailable):  # logged by the relay
+                answers[uri] = await self.call(owner, "subscribe", handle, None, principal)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.subscribe_timeout), asyncio.TaskGroup() as tg:
+                for uri, (handle, owner) in asks.items():
+                    tg.create_task(ask(uri, handle, owner))
+        silent: dict[str, int] = {}
+        for uri, (_, owner) in asks.items():
+            if answers[uri] is None:
+                silent[owner] = silent.get(owner, 0) + 1
+        for owner, n in sorted(silent.items()):
+            throttled(self._log, "warning", "pool.subscribe_unanswered", key=owner, peer=owner,
+                      handles=n, timeout=self.subscribe_timeout)
+        self._log.info("pool.subscribe_fanned_in", owners=len({o for _, o in asks.values()}),
+                       handles=len(asks), unanswered=sum(silent.values()))
+        return answers
 
     def _peer_counts(self) -> dict[tuple[str, ...], float]:
         out: dict[tuple[str, ...], float] = {(s,): 0 for s in ("alive", "suspect", "dead")}

@@ -441,6 +441,15 @@ class SelfMCP(Handler):
     def subscription_is_persistent(self, uri: str) -> bool:
         return uri == STATUS_URI  # a run's subscription is consumed by its one update
 
+    async def admit(self, uris: list[str], ctx: CallContext) -> dict[str, Any]:
+        """Pool mode: the owners of other workers' handles among ``uris`` are asked
+        first, all at once (agentd.tree.pool_served.PoolServed.admit), so a listen's
+        acknowledgement -- or a subscribe's ``{}`` -- follows every owner's answer."""
+        if self.pool is None:
+            return {}
+        wanted = {u: u[len(SUBAGENT_PREFIX):] for u in uris if u.startswith(SUBAGENT_PREFIX)}
+        return await self.pool.admit(wanted, ctx.principal) if wanted else {}
+
     def subscribe(self, uri: str, ctx: CallContext) -> None:
         """The subscribe rule of docs/server.md: a live handle of this principal is
         held until its terminal update, an ended one is announced at once, and
@@ -459,7 +468,15 @@ class SelfMCP(Handler):
                 if where.lost is not None:
                     ctx.session.notify_updated(uri)
                     return
-                if where.owner is not None:  # the MAC proved it is this principal's
+                if where.owner is not None:  # the owner's verdict, fanned in by admit()
+                    verdict = ctx.admitted.get(uri)
+                    if verdict is not None and (verdict.kind != "body" or verdict.body is None):
+                        raise SubscribeRefused(uri)  # unknown there (evicted): as on one worker
+                    if verdict is not None and verdict.body.get("done"):
+                        ctx.session.notify_updated(uri)
+                        return
+                    # running there, or no answer in time: held and watched until the
+                    # owner answers terminal or is called dead (the lost-owner rule)
                     if not self.pool.watch(uri, handle, where.owner, ctx.principal,
                                            self._remote_ended):
                         raise SubscribeRefused(uri)
