@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 from logcapture import events
 from peers import python_peer, require_modules
+from waiting import until
 
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox, ToolFault
@@ -54,13 +55,6 @@ def http(peer, path: str, method: str = "GET") -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{peer.port}{path}", method=method)
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
-
-
-async def eventually(pred, limit: float = 30.0):
-    """Wait for a condition (a bound on the wait, not a timing assertion)."""
-    async with asyncio.timeout(limit):
-        while not pred():  # noqa: ASYNC110 - state another task changes
-            await asyncio.sleep(0.02)
 
 
 def spec(peer, name="sdk", **kw) -> ServerSpec:
@@ -233,10 +227,10 @@ async def test_listen_drives_updates_and_list_changes(modern):
         assert (server, uri, obs.text) == ("sdk", "mem://watched", "v-2026")
         # list changes arrive on the same stream
         grown = (await tb.call("sdk__grow")).text
-        await eventually(lambda: f"sdk__{grown}" in tb.tools)
+        await until(lambda: f"sdk__{grown}" in tb.tools)
         assert (await tb.call(f"sdk__{grown}")).text == grown
         await tb.unsubscribe("mem://watched")
-        await eventually(lambda: "mem://watched" not in client._listening)
+        await until(lambda: "mem://watched" not in client._listening)
         await asyncio.to_thread(http, modern, "/update?value=unwatched", "POST")
         assert http(modern, "/stats")["listen"] > before
 
@@ -299,7 +293,7 @@ async def test_catalogue_ttl_is_honoured(tmp_path):
             await asyncio.to_thread(peer.kill)
             await asyncio.to_thread(peer.start)
             opens = c.listen_opens
-            await eventually(lambda: c.listen_opens > opens, limit=40)
+            await until(lambda: c.listen_opens > opens, limit=40)
             async with asyncio.timeout(20):
                 assert await c.updates.get() == ("sdk", "mem://watched")
             # ... but the catalogue, fresh for an hour, is not re-listed
@@ -307,7 +301,7 @@ async def test_catalogue_ttl_is_honoured(tmp_path):
             # a list_changed overrides the ttl
             version = c.tools_version
             grown = (await c.call_tool("grow")).text
-            await eventually(lambda: grown in c.tools)
+            await until(lambda: grown in c.tools)
             assert c.tools_version == version + 1
     finally:
         peer.stop()
@@ -320,7 +314,7 @@ async def test_catalogue_without_ttl_is_relisted_after_a_lost_stream(tmp_path):
             await c.subscribe("mem://watched")
             await asyncio.to_thread(peer.kill)
             await asyncio.to_thread(peer.start)
-            await eventually(lambda: http(peer, "/stats")["tools_list"] >= 1, limit=40)
+            await until(lambda: http(peer, "/stats")["tools_list"] >= 1, limit=40)
     finally:
         peer.stop()
 
@@ -359,7 +353,7 @@ async def test_reactive_daemon_and_await_resource_on_listen(logs):
             async with asyncio.timeout(30), cond:
                 await cond.wait_for(lambda: any(w.get(A) == 3 for w in wakes))
             # self-subscribe: the first run queued B; it is applied after the run
-            await eventually(lambda: B in daemon.watched)
+            await until(lambda: B in daemon.watched)
             await asyncio.to_thread(http, srv, f"/bump?uri={B}&times=1", "POST")
             async with asyncio.timeout(30), cond:
                 await cond.wait_for(lambda: any(w.get(B) == 1 for w in wakes))
@@ -373,7 +367,7 @@ async def test_reactive_daemon_and_await_resource_on_listen(logs):
                 asyncio.TaskGroup() as tg:
             waiting = tg.create_task(await_resource(tb, waiters, A, 60))
             client = tb.clients["w"]
-            await eventually(lambda: A in client._listening and waiters.waiting(A))
+            await until(lambda: A in client._listening and waiters.waiting(A))
             await asyncio.to_thread(http, srv, f"/bump?uri={A}&times=1", "POST")
             updated, obs = await waiting
             assert updated is True and json.loads(obs.text)["value"] == 4

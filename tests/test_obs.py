@@ -27,6 +27,7 @@ from agentd_proc import agentd_env, run_agentd, start_agentd
 from conftest import ROOT
 from obs_peers import OtlpReceiver, Prometheus, prometheus_bin
 from peers import free_port, python_peer, require_modules
+from waiting import until
 
 TOKEN = "obs-bearer-7f3a9c"
 SECRET = "s3cret-obs-header-value-91d2"
@@ -725,14 +726,10 @@ async def test_readyz_goes_false_at_the_start_of_a_drain(agentd_bin, tmp_path) -
             await worker.wait_for_event("reactive.wake")
             assert _get(base + "/readyz")[0] == 200  # busy is still ready
             worker.signal(signal.SIGTERM)
-            seen = []
-            async with asyncio.timeout(30):
-                while True:
-                    status, text = await asyncio.to_thread(_get, base + "/readyz")
-                    seen.append(status)
-                    if status == 503:
-                        break
-                    await asyncio.sleep(0.02)
+            async def draining() -> str | None:
+                status, text = await asyncio.to_thread(_get, base + "/readyz")
+                return text if status == 503 else None
+            text = await until(draining, limit=30, what="/readyz answers 503")
             assert text.startswith("not ready: draining")
             assert text.endswith("\nwatch subscribe sdk mem://watched\n")
             assert _get(base + "/healthz")[0] == 200  # alive while it drains

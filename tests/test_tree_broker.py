@@ -17,7 +17,8 @@ import msgspec
 import pytest
 from gateway import Gateway, Reply
 from peers import python_peer, require_modules
-from tree_helpers import make_config, precompile, until
+from tree_helpers import make_config, precompile
+from waiting import until
 
 from agentd.config import ServerSpec
 from agentd.tree.api import SpawnRequest

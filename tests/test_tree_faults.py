@@ -16,7 +16,8 @@ import sys
 import textwrap
 
 import pytest
-from tree_helpers import exists, make_config, precompile, running, until
+from tree_helpers import exists, make_config, precompile, running
+from waiting import until
 
 from agentd.tree.api import SpawnRequest
 from agentd.tree.childflags import FAULT_ENV, LEAN

@@ -14,7 +14,8 @@ import json
 import peers
 import pytest
 from peers import free_port
-from tree_helpers import exists, make_config, precompile, until
+from tree_helpers import exists, make_config, precompile
+from waiting import until
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 

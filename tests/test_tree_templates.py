@@ -15,7 +15,8 @@ import sys
 import pytest
 from conftest import ROOT
 from peers import python_peer, require_modules
-from tree_helpers import make_config, precompile, until
+from tree_helpers import make_config, precompile
+from waiting import until
 
 from agentd.config import ServerSpec
 from agentd.tree.api import SpawnRequest

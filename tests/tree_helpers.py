@@ -1,12 +1,10 @@
-"""Shared helpers of the tree tests: playback scripts, /proc checks, bounded polling."""
+"""Shared helpers of the tree tests: playback scripts, /proc checks (polling: tests/waiting.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import compileall
 import json
 import os
-import time
 from pathlib import Path
 
 import agentd
@@ -113,16 +111,6 @@ def exists(pid: int) -> bool:
 
 def running(pid: int) -> bool:
     return proc_state(pid) not in (None, "Z", "X")
-
-
-async def until(predicate, limit: float = 60.0, step: float = 0.05) -> bool:
-    """Poll `predicate` until true; bounded (a bound, not an assertion of speed)."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(step)
-    return predicate()
 
 
 def children_of(pid: int) -> list[int]:
