@@ -200,25 +200,31 @@ async def test_mrtr_elicitation_declined_and_sampling_refused(modern):
 
 
 async def test_no_ping_and_no_removed_methods_at_2026(modern):
-    from agentd.mcp import CapabilityError
-
+    """On the wire at 2026-07-28: the probe is server/discover, a subscription is the
+    listen filter, and neither ping nor resources/subscribe is ever sent (the session
+    refusing them locally: test_client_session_2026)."""
     async with MCPClient(spec(modern), ping_interval=0.05) as c:
+        before = http(modern, "/stats")["wire"]
         await c.ping()  # the probe is server/discover: this revision has no ping
-        with pytest.raises(CapabilityError):
-            await c._request("resources/subscribe", {"uri": "mem://watched"})
-        await asyncio.sleep(0.2)  # the pinger stays quiet (nothing to assert on time)
-        assert c.connected and not c.stale
+        wire = http(modern, "/stats")["wire"]
+        assert wire.get("server/discover", 0) >= before.get("server/discover", 0) + 1
+        assert await c.subscribe("mem://watched")  # the listen filter, not the removed method
+        assert (await c.call_tool("echo", {"text": "x"})).text == "x"
+        wire = http(modern, "/stats")["wire"]
+        assert "ping" not in wire and "resources/subscribe" not in wire, wire
+        assert c.connected and not c.stale  # the pinger sends nothing here (no misses)
 
 
 # -- subscriptions/listen -----------------------------------------------------------
 
 
-async def test_listen_drives_updates_and_list_changes(modern):
+async def test_listen_drives_updates_and_list_changes(modern, logs):
     async with Toolbox([spec(modern)], ping_interval=None) as tb:
         client = tb.clients["sdk"]
         before = http(modern, "/stats")["listen"]
-        assert await tb.subscribe("mem://watched")
-        assert "mem://watched" in client._listening
+        assert await tb.subscribe("mem://watched")  # True: a listen stream honours it
+        assert "mem://watched" in client.subscriptions
+        assert events(logs, "mcp.listen.open")[-1]["uris"] == 1
         with pytest.raises(ValueError):
             await tb.subscribe("mem://items/{id}")
         await asyncio.to_thread(http, modern, "/update?value=v-2026", "POST")
@@ -229,8 +235,12 @@ async def test_listen_drives_updates_and_list_changes(modern):
         grown = (await tb.call("sdk__grow")).text
         await until(lambda: f"sdk__{grown}" in tb.tools)
         assert (await tb.call(f"sdk__{grown}")).text == grown
+        opened = len(events(logs, "mcp.listen.open"))
         await tb.unsubscribe("mem://watched")
-        await until(lambda: "mem://watched" not in client._listening)
+        assert "mem://watched" not in client.subscriptions
+        # the stream is re-opened without it
+        await until(lambda: [e for e in events(logs, "mcp.listen.open")[opened:]
+                             if e["uris"] == 0], what="a listen stream without the URI")
         await asyncio.to_thread(http, modern, "/update?value=unwatched", "POST")
         assert http(modern, "/stats")["listen"] > before
 
@@ -362,12 +372,15 @@ async def test_reactive_daemon_and_await_resource_on_listen(logs):
         assert "resources/subscribe" not in stats["wire"]  # listen, not subscribe
         assert stats["wire"].get("subscriptions/listen", 0) >= 2
         # await_resource on top of the same client
+        honoured = len([e for e in events(logs, "mcp.listen.open") if e["uris"]])
         async with Toolbox([ServerSpec(name="w", url=srv.url)], run_id="t",
                            ping_interval=None) as tb, watch_updates(tb) as waiters, \
                 asyncio.TaskGroup() as tg:
             waiting = tg.create_task(await_resource(tb, waiters, A, 60))
             client = tb.clients["w"]
-            await until(lambda: A in client._listening and waiters.waiting(A))
+            await until(lambda: waiters.waiting(A) and honoured < len(
+                [e for e in events(logs, "mcp.listen.open") if e["uris"]]),
+                what=f"a listen stream honouring {A}")
             await asyncio.to_thread(http, srv, f"/bump?uri={A}&times=1", "POST")
             updated, obs = await waiting
             assert updated is True and json.loads(obs.text)["value"] == 4
