@@ -11,7 +11,6 @@ tested against real peers (test_client_sdk.py, test_client_everything.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,8 +18,8 @@ import orjson
 import peers
 import pytest
 from aiohttp import web
-from peers import free_port
 from logcapture import events
+from peers import free_port
 from waiting import until
 
 from agentd import __version__

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from agentd_proc import agentd_env, run_agentd, start_agentd
 from conftest import ROOT
+from logcapture import events
 from obs_peers import OtlpReceiver, Prometheus, prometheus_bin
 from peers import free_port, python_peer, require_modules
 from waiting import until
@@ -250,8 +251,8 @@ def _dead_collector_env(monkeypatch, timeout_ms: str) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", timeout_ms)
 
 
-async def test_otlp_sampler_off_and_a_dead_collector(monkeypatch) -> None:
-    from agentd.obs import trace
+async def test_otlp_sampler_off_and_a_dead_collector(monkeypatch, logs) -> None:
+    from agentd.obs import metrics, trace
 
     _dead_collector_env(monkeypatch, "300")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
@@ -261,9 +262,11 @@ async def test_otlp_sampler_off_and_a_dead_collector(monkeypatch) -> None:
             assert trace.current_traceparent().endswith("-00")  # propagated, not sampled
         with trace.span("b", parent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"):
             pass  # a sampled parent is followed
-        exporter = trace._exporter
+        dropped = metrics.SPANS_DROPPED.get("export_failed")
         await asyncio.to_thread(trace.flush, 5.0)
-        assert exporter.exported == 0 and exporter.failures == 1  # b was tried, and dropped
+        # b was tried, and dropped; a was never sampled, so never sent
+        assert [e["spans"] for e in events(logs, "obs.otel.export_failed")] == [1]
+        assert metrics.SPANS_DROPPED.get("export_failed") == dropped + 1
     finally:
         await asyncio.to_thread(trace.shutdown)
 
@@ -337,9 +340,8 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
     from agentd.tree.api import Unavailable
     from agentd.tree.selfmcp import serve_self_mcp
 
-    assert trace.setup("agentd-serve", mode="record")
-    got: list[tuple] = []
-    trace._sink_to(lambda s: got.append(s.record()))  # where spans go (shutdown: nowhere)
+    got: list[tuple] = []  # finished spans, as a subagent hands them up (shutdown flushes)
+    assert trace.setup("agentd-serve", mode="relay", relay=got.extend)
     tid = "4bf92f3577b34da6a3ce929d0e0e4736"
     port = free_port()
     runner = await serve_self_mcp(ServeSpec(url=f"http://127.0.0.1:{port}", host="127.0.0.1",
@@ -362,7 +364,7 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
         trace.shutdown()
     assert sorted(rec[0] for rec in got) == ["mcp.server initialize", "mcp.server tasks/get"]
     spans = {rec[0]: rec for rec in got}  # one span per request, the MCP one not wrapped twice
-    assert f"{spans['mcp.server tasks/get'][1]:032x}" == tid
+    assert spans["mcp.server tasks/get"][1] == tid
     assert spans["mcp.server initialize"][7] == {"mcp.method.name": "initialize"}
 
 

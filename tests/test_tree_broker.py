@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from gateway import Gateway, Reply
 from peers import python_peer, require_modules
-from tree_helpers import make_config, precompile
+from tree_helpers import forkservers, make_config, parent_of, precompile
 from waiting import until
 
 from agentd.config import ServerSpec
@@ -73,15 +73,16 @@ async def test_a_child_holds_no_secret(tmp_path, monkeypatch, spawn):
             cfg = make_config(tmp_path, spawn=spawn, intelligence=gw.url, mcp=(spec,))
             async with Supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("hello", mode="warm"))
-                assert await until(lambda: sup._nodes[st.handle].idle.is_set())
+                assert await until(lambda: sup.status(st.handle).result is not None)
                 assert sup.status(st.handle).result == '{"ok": 1}'
                 pid = sup.process(st.handle).pid
                 env = _environ(pid)
                 assert SECRET_KEY.encode() not in env and SECRET_TOKEN.encode() not in env
                 assert b"AGENTD_INTELLIGENCE_KEY" not in env
                 if spawn == "forkserver":
-                    for server in sup._spawner._servers.values():
-                        fs_env = _environ(server._pid)
+                    assert forkservers()  # the child forked from one
+                    for server in forkservers().values():
+                        fs_env = _environ(server)
                         assert SECRET_KEY.encode() not in fs_env
                         assert SECRET_TOKEN.encode() not in fs_env
                 # what went down the wire: a catalogue, no spec, no URL, no secret
@@ -231,7 +232,7 @@ async def test_an_update_reaches_only_the_child_that_subscribed(tmp_path):
                 assert await until(lambda: sup.status(watcher.handle).done, limit=60)
                 st = sup.status(watcher.handle)
                 delivered = list(sup.broker.delivered)
-                root_queue = sup._own_toolbox.updates.qsize()
+                root_queue = sup.broker.toolbox.updates.qsize()  # the root's toolbox
                 assert await until(lambda: not sup.broker.holds(watcher.handle), limit=10)
                 assert sup.status(idle.handle).status == "running"
     assert st.status == "completed", st.result
@@ -244,9 +245,9 @@ async def test_an_update_reaches_only_the_child_that_subscribed(tmp_path):
 @pytest.mark.timeout(60)
 async def test_forkserver_that_cannot_start_falls_back_to_exec(tmp_path, monkeypatch, caplog):
     """A forkserver that fails to start (a fault injected by replacing its start: no
-    real platform here lacks one) costs one warning; the spawns run exec'd."""
+    real platform here lacks one) costs one warning; the spawns run exec'd (children
+    of this process, not of a forkserver)."""
     from agentd.tree import forkserver
-    from agentd.tree.procs import ExecSpawner
 
     async def broken(self) -> None:
         raise OSError("injected: no forkserver")
@@ -255,10 +256,12 @@ async def test_forkserver_that_cannot_start_falls_back_to_exec(tmp_path, monkeyp
     cfg = make_config(tmp_path, spawn="forkserver")
     async with Supervisor(cfg) as sup:
         a = await sup.spawn("0", SpawnRequest("one"))
-        b = await sup.spawn("0", SpawnRequest("two"))
-        assert isinstance(sup._spawner, ExecSpawner)
+        b = await sup.spawn("0", SpawnRequest("two", mode="warm"))
+        assert await until(lambda: sup.status(b.handle).result is not None)
+        assert parent_of(sup.process(b.handle).pid) == os.getpid()  # exec'd by us
+        assert forkservers() == {}
         assert sup.fallbacks == 1
-    assert a.status == b.status == "completed"
+        assert a.status == "completed" and sup.status(b.handle).status == "running"
 
 
 def test_spawn_defaults_to_the_forkserver_on_linux():

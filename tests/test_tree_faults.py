@@ -16,7 +16,7 @@ import sys
 import textwrap
 
 import pytest
-from tree_helpers import exists, make_config, precompile, running
+from tree_helpers import exists, forkservers, make_config, precompile, running
 from waiting import until
 
 from agentd.tree.api import SpawnRequest
@@ -82,7 +82,7 @@ async def test_child_ignoring_sigterm_gets_sigkill_within_the_drain(tmp_path, sp
         monkeypatch.delenv(FAULT_ENV)
         assert await until(lambda: sup.process(ack.handle) is not None)
         proc = sup.process(ack.handle)
-        assert await until(lambda: sup._nodes[ack.handle].first_frame is not None)
+        assert await until(lambda: sup.timing(ack.handle)[1] is not None)
         state = await sup.cancel(ack.handle)
         assert state.status == "cancelled"
         assert proc.returncode == -signal.SIGKILL
@@ -146,14 +146,14 @@ async def test_parent_sigkilled_children_exit(tmp_path, spawn):
 async def test_forkserver_killed_children_fail_and_it_restarts(tmp_path):
     async with Supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
         ack = await sup.spawn("0", SpawnRequest("session", mode="warm"))
-        assert await until(lambda: sup._nodes[ack.handle].idle.is_set())
-        server = sup._spawner.server(LEAN)._pid  # a playback child with no server: lean
+        assert await until(lambda: sup.status(ack.handle).result is not None)
+        server = forkservers()[LEAN]  # a playback child with no server: lean
         os.kill(server, signal.SIGKILL)
         assert await until(lambda: sup.status(ack.handle).done)
         assert sup.status(ack.handle).status == "failed"
         st = await sup.spawn("0", SpawnRequest("after the restart"))
         assert st.status == "completed"
-        assert sup._spawner.server(LEAN)._pid != server
+        assert forkservers()[LEAN] != server
 
 
 @pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"jsonrpc": "2.0"}',
