@@ -108,14 +108,14 @@ PARENT = textwrap.dedent("""
     from agentd.config import Config
     from agentd.tree.api import SpawnRequest
     from agentd.tree.supervisor import Supervisor
+    from waiting import until
 
     async def main():
         cfg = Config(intelligence=sys.argv[1], spawn=sys.argv[2])
         async with Supervisor(cfg) as sup:
             for i in range(3):
                 await sup.spawn("0", SpawnRequest(f"w{i}", mode="warm"))
-            while len(sup.live_pids()) < 3:
-                await asyncio.sleep(0.05)
+            await until(lambda: len(sup.live_pids()) == 3, what="three live children")
             print(json.dumps(sup.live_pids()), flush=True)
             await asyncio.sleep(3600)
 
@@ -129,7 +129,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 async def test_parent_sigkilled_children_exit(tmp_path, spawn):
     cfg = make_config(tmp_path)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    tests = os.path.join(ROOT, "tests")  # tests/waiting.py
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, tests, env.get("PYTHONPATH")) if p)
     parent = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PARENT, cfg.intelligence, spawn,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
