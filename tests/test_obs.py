@@ -453,7 +453,7 @@ async def test_a_collector_answer_that_never_ends_is_read_to_a_bound(monkeypatch
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]  # the port the OS gave
     try:
         _no_otel_env(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
                      OTEL_BSP_SCHEDULE_DELAY="60000")
