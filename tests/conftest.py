@@ -39,13 +39,24 @@ def python() -> str:
     return sys.executable
 
 
+def _captured(level: str):
+    from agentd import log
+
+    buf = io.StringIO()
+    log.configure(stream=buf, fmt="json", level=level)
+    yield buf
+    log.configure(stream=sys.stderr)
+
+
 @pytest.fixture
 def logs():
     """agentd's log lines, JSON at `info`, into a buffer for this test (read them
     back with `logcapture.events`); stderr again afterwards."""
-    from agentd import log
+    yield from _captured("info")
 
-    buf = io.StringIO()
-    log.configure(stream=buf, fmt="json", level="info")
-    yield buf
-    log.configure(stream=sys.stderr)
+
+@pytest.fixture
+def debug_logs():
+    """`logs` at `debug`: the per-message lines (a dropped notification, say) an
+    operator turns on to see what the runtime passed over."""
+    yield from _captured("debug")

@@ -99,7 +99,7 @@ class Gateway:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]  # the port the OS gave
         return self
 
     async def __aexit__(self, *exc: object) -> None:

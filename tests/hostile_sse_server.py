@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 from aiohttp import web
@@ -69,7 +68,7 @@ class _Peer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]  # the port the OS gave
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -114,8 +113,6 @@ class HostileMCP(_Peer):
         self.line = b"data: " + b"x" * (line_bytes - 7) + b"\n"
         self.resumed = asyncio.Event()
         self.last_event_id: str | None = None
-        self.cut_at = 0.0  # time.monotonic() when the cut stream ended
-        self.resumed_at = 0.0  # ... and when the resumption GET arrived
         self._held: dict[str, Any] = {}  # the cut call's JSON-RPC id, answered on resumption
 
     @property
@@ -169,7 +166,6 @@ class HostileMCP(_Peer):
         self._held["e1"] = rid
         await resp.write(b"id: e1\nretry: " + self.retry + b"\ndata:\n\n")
         await resp.write_eof()
-        self.cut_at = time.monotonic()
         return resp
 
     async def _bigjson(self, request: web.Request, rid: Any,
@@ -194,7 +190,6 @@ class HostileMCP(_Peer):
             return await self._flood(request, self.line)
         if last is None or last not in self._held:
             return web.Response(status=405)  # no standalone GET stream offered
-        self.resumed_at = time.monotonic()
         self.last_event_id = last
         self.resumed.set()
         rid = self._held.pop(last)

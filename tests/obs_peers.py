@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 from peers import PeerProcess, free_port, unavailable
+from waiting import until, until_sync
 
 _apt_lock = threading.Lock()
 
@@ -150,19 +150,20 @@ class Prometheus(PeerProcess):
     def start(self, *, limit: float = 60.0) -> Prometheus:
         """Started, and ready: the port opens before the TSDB is (503 until /-/ready)."""
         super().start(limit=limit)
-        deadline = time.monotonic() + limit
-        while True:
+
+        def ready() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready",
                                             timeout=5) as resp:
-                    if resp.status == 200:
-                        return self
+                    return resp.status == 200
             except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("prometheus never became ready")
-            time.sleep(0.2)
+                return False
+        try:
+            until_sync(ready, limit=limit, step=0.2, what="prometheus ready")
+        except AssertionError:
+            self.stop()
+            raise
+        return self
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         url = (f"http://127.0.0.1:{self.port}/api/v1/query?"
@@ -174,20 +175,13 @@ class Prometheus(PeerProcess):
 
     async def wait_value(self, promql: str, want: float, *, limit: float = 60.0) -> float:
         """Poll the query until its first sample equals `want` (or fail after `limit`)."""
-        last: Any = None
-        try:
-            async with asyncio.timeout(limit):
-                while True:
-                    try:
-                        result = await asyncio.to_thread(self.query, promql)
-                    except urllib.error.HTTPError as exc:
-                        if exc.code != 503:  # 503: still starting (or reloading)
-                            raise
-                        result = []
-                    if result:
-                        last = float(result[0]["value"][1])
-                        if last == want:
-                            return last
-                    await asyncio.sleep(0.5)
-        except TimeoutError:
-            raise AssertionError(f"{promql} never reached {want} (last {last})") from None
+        async def reached() -> bool:
+            try:
+                result = await asyncio.to_thread(self.query, promql)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503:  # 503: still starting (or reloading)
+                    raise
+                return False
+            return bool(result) and float(result[0]["value"][1]) == want
+        await until(reached, limit=limit, step=0.5, what=f"{promql} == {want} (scraped)")
+        return want

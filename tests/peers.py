@@ -23,12 +23,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import until_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / "tests" / "peers"
@@ -130,20 +130,19 @@ def port_open(host: str, port: int) -> bool:
 def wait_port(host: str, port: int, *, limit: float = 30.0,
               proc: subprocess.Popen | None = None) -> None:
     """Wait until something accepts on host:port (a readiness wait, not an assertion)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if port_open(host, port):
-            return
+            return True
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"peer exited with {proc.returncode} before listening")
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {host}:{port} after {limit:g}s")
+        return False
+    until_sync(listening, limit=limit, what=f"something listening on {host}:{port}")
 
 
 def wait_port_closed(host: str, port: int, *, limit: float = 15.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline and port_open(host, port):
-        time.sleep(0.05)
+    """Wait until nothing accepts on host:port any more (a killed peer is gone)."""
+    until_sync(lambda: not port_open(host, port), limit=limit,
+               what=f"{host}:{port} closed")
 
 
 class PeerProcess:
@@ -164,7 +163,7 @@ class PeerProcess:
                                      start_new_session=True)
         try:
             wait_port(self.host, self.port, limit=limit, proc=self.proc)
-        except RuntimeError:
+        except (RuntimeError, AssertionError):
             self.kill()
             raise
         return self

@@ -26,8 +26,9 @@ control routes (plain HTTP beside ``/mcp``)
     ``POST /release`` lets every running heartbeat return (later ones wait again);
     ``GET /stats`` -> ``{"cancelled": {tool: n}, "cancel_notes": [reason...],
     "running": {tool: seconds since its latest start}, "progress_sent": n,
-    "calls": n}``.  ``cancel_notes`` are the reasons of the
-    ``notifications/cancelled`` that reached the endpoint.
+    "calls": n, "get_streams": n}``.  ``cancel_notes`` are the reasons of the
+    ``notifications/cancelled`` that reached the endpoint; ``get_streams`` counts
+    the standalone GET streams clients asked for.
 """
 
 import asyncio
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> None:
     kind = argv[argv.index("--kind") + 1] if "--kind" in argv else "sdk"
     modern = (argv[argv.index("--era") + 1] if "--era" in argv else "legacy") == "modern"
     stats: dict = {"cancelled": {}, "cancel_notes": [], "running": {}, "progress_sent": 0,
-                   "calls": 0}
+                   "calls": 0, "get_streams": 0}
     started: dict[str, float] = {}
     gate = {"release": asyncio.Event()}  # one per release: a later heartbeat waits again
 
@@ -171,6 +172,8 @@ def main(argv: list[str]) -> None:
         if scope["type"] != "http":
             return await app(scope, receive, send)
         hdrs = scope["headers"]
+        if scope["method"] == "GET" and scope["path"].rstrip("/").endswith("/mcp"):
+            stats["get_streams"] += 1  # a client's standalone stream (2025-11-25)
         if not modern and any(k == version_header and v == b"2026-07-28" for k, v in hdrs):
             # a 2025-11-25 server never routes on this revision's header
             scope = dict(scope, headers=[(k, v) for k, v in hdrs if k != version_header])

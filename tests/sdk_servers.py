@@ -54,7 +54,8 @@ revisions (``--era``)
 control routes (plain HTTP beside ``/mcp``)
     ``POST /update?value=V`` sets ``mem://watched`` and notifies subscribers;
     ``GET /stats`` -> ``{"cancelled", "subscribe", "calls", "sampling_error",
-    "tools_list", "listen"}``.
+    "tools_list", "listen", "wire"}``; ``wire`` counts the ``Mcp-Method`` of
+    every 2026-07-28 POST.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def main(argv: list[str]) -> None:
     era = argv[argv.index("--era") + 1] if "--era" in argv else "legacy"
     tools_ttl = int(argv[argv.index("--tools-ttl") + 1]) if "--tools-ttl" in argv else 0
     modern = era == "modern"
+    wire: dict[str, int] = {}  # 2026-07-28: each request's Mcp-Method, counted
     stats = {"cancelled": 0, "subscribe": 0, "calls": 0, "sampling_error": "",
-             "tools_list": 0, "listen": 0}
+             "tools_list": 0, "listen": 0, "wire": wire}
     last_headers: dict[str, str] = {}
     subscribers: dict[str, dict[int, object]] = {}
     extra_tools: list[types.Tool] = []
@@ -349,6 +351,8 @@ def main(argv: list[str]) -> None:
             if modern:
                 got = {k.decode("latin-1"): v.decode("latin-1") for k, v in hdrs
                        if k.startswith(b"mcp-")}
+                if scope["method"] == "POST" and "mcp-method" in got:
+                    wire[got["mcp-method"]] = wire.get(got["mcp-method"], 0) + 1
                 if got.get("mcp-method") == "tools/call":
                     last_headers.clear()
                     last_headers.update(got)

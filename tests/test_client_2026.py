@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 from logcapture import events
 from peers import python_peer, require_modules
+from waiting import until
 
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox, ToolFault
@@ -54,13 +55,6 @@ def http(peer, path: str, method: str = "GET") -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{peer.port}{path}", method=method)
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
-
-
-async def eventually(pred, limit: float = 30.0):
-    """Wait for a condition (a bound on the wait, not a timing assertion)."""
-    async with asyncio.timeout(limit):
-        while not pred():  # noqa: ASYNC110 - state another task changes
-            await asyncio.sleep(0.02)
 
 
 def spec(peer, name="sdk", **kw) -> ServerSpec:
@@ -206,25 +200,31 @@ async def test_mrtr_elicitation_declined_and_sampling_refused(modern):
 
 
 async def test_no_ping_and_no_removed_methods_at_2026(modern):
-    from agentd.mcp import CapabilityError
-
+    """On the wire at 2026-07-28: the probe is server/discover, a subscription is the
+    listen filter, and neither ping nor resources/subscribe is ever sent (the session
+    refusing them locally: test_client_session_2026)."""
     async with MCPClient(spec(modern), ping_interval=0.05) as c:
+        before = http(modern, "/stats")["wire"]
         await c.ping()  # the probe is server/discover: this revision has no ping
-        with pytest.raises(CapabilityError):
-            await c._request("resources/subscribe", {"uri": "mem://watched"})
-        await asyncio.sleep(0.2)  # the pinger stays quiet (nothing to assert on time)
-        assert c.connected and not c.stale
+        wire = http(modern, "/stats")["wire"]
+        assert wire.get("server/discover", 0) >= before.get("server/discover", 0) + 1
+        assert await c.subscribe("mem://watched")  # the listen filter, not the removed method
+        assert (await c.call_tool("echo", {"text": "x"})).text == "x"
+        wire = http(modern, "/stats")["wire"]
+        assert "ping" not in wire and "resources/subscribe" not in wire, wire
+        assert c.connected and not c.stale  # the pinger sends nothing here (no misses)
 
 
 # -- subscriptions/listen -----------------------------------------------------------
 
 
-async def test_listen_drives_updates_and_list_changes(modern):
+async def test_listen_drives_updates_and_list_changes(modern, logs):
     async with Toolbox([spec(modern)], ping_interval=None) as tb:
         client = tb.clients["sdk"]
         before = http(modern, "/stats")["listen"]
-        assert await tb.subscribe("mem://watched")
-        assert "mem://watched" in client._listening
+        assert await tb.subscribe("mem://watched")  # True: a listen stream honours it
+        assert "mem://watched" in client.subscriptions
+        assert events(logs, "mcp.listen.open")[-1]["uris"] == 1
         with pytest.raises(ValueError):
             await tb.subscribe("mem://items/{id}")
         await asyncio.to_thread(http, modern, "/update?value=v-2026", "POST")
@@ -233,10 +233,14 @@ async def test_listen_drives_updates_and_list_changes(modern):
         assert (server, uri, obs.text) == ("sdk", "mem://watched", "v-2026")
         # list changes arrive on the same stream
         grown = (await tb.call("sdk__grow")).text
-        await eventually(lambda: f"sdk__{grown}" in tb.tools)
+        await until(lambda: f"sdk__{grown}" in tb.tools)
         assert (await tb.call(f"sdk__{grown}")).text == grown
+        opened = len(events(logs, "mcp.listen.open"))
         await tb.unsubscribe("mem://watched")
-        await eventually(lambda: "mem://watched" not in client._listening)
+        assert "mem://watched" not in client.subscriptions
+        # the stream is re-opened without it
+        await until(lambda: [e for e in events(logs, "mcp.listen.open")[opened:]
+                             if e["uris"] == 0], what="a listen stream without the URI")
         await asyncio.to_thread(http, modern, "/update?value=unwatched", "POST")
         assert http(modern, "/stats")["listen"] > before
 
@@ -299,7 +303,7 @@ async def test_catalogue_ttl_is_honoured(tmp_path):
             await asyncio.to_thread(peer.kill)
             await asyncio.to_thread(peer.start)
             opens = c.listen_opens
-            await eventually(lambda: c.listen_opens > opens, limit=40)
+            await until(lambda: c.listen_opens > opens, limit=40)
             async with asyncio.timeout(20):
                 assert await c.updates.get() == ("sdk", "mem://watched")
             # ... but the catalogue, fresh for an hour, is not re-listed
@@ -307,7 +311,7 @@ async def test_catalogue_ttl_is_honoured(tmp_path):
             # a list_changed overrides the ttl
             version = c.tools_version
             grown = (await c.call_tool("grow")).text
-            await eventually(lambda: grown in c.tools)
+            await until(lambda: grown in c.tools)
             assert c.tools_version == version + 1
     finally:
         peer.stop()
@@ -320,7 +324,7 @@ async def test_catalogue_without_ttl_is_relisted_after_a_lost_stream(tmp_path):
             await c.subscribe("mem://watched")
             await asyncio.to_thread(peer.kill)
             await asyncio.to_thread(peer.start)
-            await eventually(lambda: http(peer, "/stats")["tools_list"] >= 1, limit=40)
+            await until(lambda: http(peer, "/stats")["tools_list"] >= 1, limit=40)
     finally:
         peer.stop()
 
@@ -359,7 +363,7 @@ async def test_reactive_daemon_and_await_resource_on_listen(logs):
             async with asyncio.timeout(30), cond:
                 await cond.wait_for(lambda: any(w.get(A) == 3 for w in wakes))
             # self-subscribe: the first run queued B; it is applied after the run
-            await eventually(lambda: B in daemon.watched)
+            await until(lambda: B in daemon.watched)
             await asyncio.to_thread(http, srv, f"/bump?uri={B}&times=1", "POST")
             async with asyncio.timeout(30), cond:
                 await cond.wait_for(lambda: any(w.get(B) == 1 for w in wakes))
@@ -368,12 +372,15 @@ async def test_reactive_daemon_and_await_resource_on_listen(logs):
         assert "resources/subscribe" not in stats["wire"]  # listen, not subscribe
         assert stats["wire"].get("subscriptions/listen", 0) >= 2
         # await_resource on top of the same client
+        honoured = len([e for e in events(logs, "mcp.listen.open") if e["uris"]])
         async with Toolbox([ServerSpec(name="w", url=srv.url)], run_id="t",
                            ping_interval=None) as tb, watch_updates(tb) as waiters, \
                 asyncio.TaskGroup() as tg:
             waiting = tg.create_task(await_resource(tb, waiters, A, 60))
             client = tb.clients["w"]
-            await eventually(lambda: A in client._listening and waiters.waiting(A))
+            await until(lambda: waiters.waiting(A) and honoured < len(
+                [e for e in events(logs, "mcp.listen.open") if e["uris"]]),
+                what=f"a listen stream honouring {A}")
             await asyncio.to_thread(http, srv, f"/bump?uri={A}&times=1", "POST")
             updated, obs = await waiting
             assert updated is True and json.loads(obs.text)["value"] == 4

@@ -11,7 +11,6 @@ tested against real peers (test_client_sdk.py, test_client_everything.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +18,9 @@ import orjson
 import peers
 import pytest
 from aiohttp import web
+from logcapture import events
 from peers import free_port
+from waiting import until
 
 from agentd import __version__
 from agentd.config import ServerSpec
@@ -143,15 +144,6 @@ async def fault():
     yield make
     for s in servers:
         await s.stop()
-
-
-async def eventually(pred: Callable[[], bool], limit: float = 20.0) -> None:
-    """Wait for a condition (bounded; not a timing assertion)."""
-    async with asyncio.timeout(limit):
-        while True:
-            if pred():
-                return
-            await asyncio.sleep(0.02)
 
 
 def client(server: FaultServer, **kw: Any) -> MCPClient:
@@ -379,14 +371,14 @@ async def test_stale_server_is_reconnected(fault):
     s.handlers["ping"] = ping
     async with client(s, ping_interval=0.05, ping_timeout=0.05) as c:
         inits = s.methods().count("initialize")
-        await eventually(lambda: s.methods().count("initialize") > inits)
+        await until(lambda: s.methods().count("initialize") > inits)
         state["hang"] = False
-        await eventually(lambda: c.connected)
+        await until(lambda: c.connected)
         assert (await c.call_tool("t")).text == "ok"
     assert s.methods().count("ping") >= 3
 
 
-async def test_json_answer_to_a_notification_and_get_400_tolerated(fault):
+async def test_json_answer_to_a_notification_and_get_400_tolerated(fault, logs):
     s = await fault(session=None)
 
     async def json_for_notes(msg, request):
@@ -400,9 +392,11 @@ async def test_json_answer_to_a_notification_and_get_400_tolerated(fault):
     s.get_handler = bad_get
     async with client(s) as c:
         assert (await c.call_tool("t")).text == "ok"
-        with contextlib.suppress(Exception):
-            await asyncio.sleep(0.05)
-        assert c._transport.get_offered is False
+        [note] = await until(lambda: events(logs, "mcp.stream.not_offered"),
+                             what="the GET stream taken as not offered")
+        assert note["status"] == 400
+        assert c.connected and len(s.gets) == 1  # tolerated: no reconnect, no retry
+        assert (await c.call_tool("t")).text == "ok"
 
 
 async def test_resources_list_changed_relists_when_advertised(fault):
@@ -418,7 +412,7 @@ async def test_resources_list_changed_relists_when_advertised(fault):
     async with client(s) as c:
         assert s.methods().count("resources/list") == 1
         await c.call_tool("t")
-        await eventually(lambda: s.methods().count("resources/list") == 2)
+        await until(lambda: s.methods().count("resources/list") == 2)
 
 
 async def test_tools_audit_logged_once_per_listing(fault):
@@ -470,7 +464,7 @@ async def test_tls_verified_with_custom_ca(fault, tmp_path):
             pass
 
 
-async def test_get_404_on_a_live_session_means_no_get_stream(fault):
+async def test_get_404_on_a_live_session_means_no_get_stream(fault, logs):
     s = await fault()
 
     async def no_route(_, request):
@@ -478,7 +472,9 @@ async def test_get_404_on_a_live_session_means_no_get_stream(fault):
 
     s.get_handler = no_route
     async with client(s) as c:
-        await eventually(lambda: c._transport.get_offered is False)
+        [note] = await until(lambda: events(logs, "mcp.stream.not_offered"),
+                             what="the GET stream taken as not offered")
+        assert note["status"] == 404
         assert (await c.call_tool("t")).text == "ok"
         assert c.connected
     assert s.methods().count("initialize") == 1  # no re-initialize loop
@@ -495,7 +491,7 @@ async def test_abandoned_call_notifies_cancelled_on_the_wire(fault):
         with pytest.raises(ToolFault) as err:
             await c.call_tool("t", {}, time_limit=0.2)
         assert err.value.retryable
-        await eventually(lambda: "notifications/cancelled" in s.methods())
+        await until(lambda: "notifications/cancelled" in s.methods())
     call = next(m for meth, m, _ in s.seen if meth == "tools/call")
     note = next(m for meth, m, _ in s.seen if meth == "notifications/cancelled")
     assert note["params"] == {"requestId": call["id"], "reason": "timeout"}
@@ -521,7 +517,7 @@ async def test_calls_in_flight_when_the_session_is_replaced_fail_instead_of_hang
     s.handlers["tools/call"] = call
     async with client(s) as c:
         hung = asyncio.create_task(c.call_tool("t", {"mode": "hang"}))
-        await eventually(lambda: s.methods().count("tools/call") == 1)
+        await until(lambda: s.methods().count("tools/call") == 1)
         assert (await c.call_tool("t", {})).text == "ok"  # 404 -> re-initialize -> re-sent
         with pytest.raises(ToolFault) as err:
             await hung
@@ -556,7 +552,7 @@ async def test_mutual_tls_presents_the_client_certificate(fault, tmp_path):
 # ------------------------------------------------------------------ progress
 
 
-async def test_hostile_progress_is_dropped_and_the_call_completes(fault):
+async def test_hostile_progress_is_dropped_and_the_call_completes(fault, debug_logs):
     """Progress no conforming server sends -- foreign and malformed tokens, values
     that are not numbers, go backwards, are not finite, or carry no params -- before
     the answer: nothing raises, nothing of it refreshes the call, the answer
@@ -595,7 +591,9 @@ async def test_hostile_progress_is_dropped_and_the_call_completes(fault):
         # dropped: the foreign tokens ("1", True, 10,000 characters), no token, no or
         # bad params, and 1e999 (not a JSON number msgspec takes); 4, "six" and
         # null were the call's own token, not progress (logged as stalled)
-        assert c._watches.unknown == 7
+        ignored = events(debug_logs, "mcp.progress.ignored")
+        assert len(ignored) == 7 and ignored[-1]["unknown"] == 7
+        assert {e["why"] for e in ignored} == {"malformed", "unknown token"}
         assert (await c.call_tool("t")).text == "survived"  # and again: nothing stuck
 
 
@@ -627,8 +625,6 @@ async def test_get_stream_offered_then_refused_is_a_lost_stream_not_a_quiet_drop
     (not the session: a ping says that is alive): logged as a lost stream and
     recovered once, then taken as "not offered" -- never silently deaf, never a
     reconnect loop."""
-    from logcapture import events
-
     s = await fault()
 
     async def once(_, request):
@@ -643,7 +639,8 @@ async def test_get_stream_offered_then_refused_is_a_lost_stream_not_a_quiet_drop
 
     s.get_handler = once
     async with client(s) as c:
-        await eventually(lambda: c._transport.get_offered is False)
+        await until(lambda: events(logs, "mcp.stream.not_offered"),
+                    what="the GET stream taken as not offered")
         assert (await c.call_tool("t")).text == "ok"
         assert len(s.gets) == 3  # the stream, its refused reconnect, one after recovery
     assert s.methods().count("initialize") == 1  # the session was alive: no re-initialize
@@ -656,15 +653,13 @@ async def test_a_call_waiting_on_a_long_reconnect_backoff_has_it_tried_at_once(f
     """The server was down long enough for the reconnect backoff to grow past
     how long a call waits (reconnect_wait): a call made once it is back has the
     next attempt made at once, instead of failing while the backoff sleeps."""
-    from logcapture import events
-
     s = await fault()
     slow = RetryPolicy(base=0.01, cap=0.05, reconnect_base=60, reconnect_cap=120,
                        reconnect_wait=20)  # every backoff sleep outlasts a call's wait
     async with client(s, policy=slow, ping_interval=0.05) as c:
         assert (await c.call_tool("t")).text == "ok"
         await s.stop()
-        await eventually(lambda: bool(events(logs, "mcp.reconnect.failed")))
+        await until(lambda: bool(events(logs, "mcp.reconnect.failed")))
         await s.start()  # back, while the recovery sleeps its (long) backoff
         assert (await c.call_tool("t")).text == "ok"
         assert c.connected

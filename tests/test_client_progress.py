@@ -30,7 +30,8 @@ from peers import (
     python_peer,
     require_modules,
 )
-from tree_helpers import make_config, precompile, until
+from tree_helpers import make_config, precompile
+from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.config import ServerSpec
@@ -169,16 +170,17 @@ async def test_a_servers_own_limit_overrides_the_runs(legacy_sdk):
 
 async def test_progress_on_the_get_stream_refreshes_the_call(legacy_sdk):
     async with client(legacy_sdk, ToolLimits(idle=IDLE, total=60)) as c:
-        assert c._transport is not None and c._transport.get_offered
+        await until(lambda: http(legacy_sdk)["get_streams"] >= 1, what="the GET stream asked for")
         obs = await released_after(legacy_sdk, c, "heartbeat_get", 4)
         assert not obs.is_error and obs.text.startswith("released after"), obs.text
 
 
-async def test_progress_for_a_token_we_never_sent_is_dropped(legacy_sdk):
+async def test_progress_for_a_token_we_never_sent_is_dropped(legacy_sdk, debug_logs):
     async with client(legacy_sdk, ToolLimits(idle=IDLE, total=60)) as c:
         obs = await c.call_tool("stray", {})
         assert obs.text == "stray sent" and not obs.is_error
-        assert c._watches.unknown == 1
+        [ignored] = events(debug_logs, "mcp.progress.ignored")
+        assert ignored["why"] == "unknown token" and ignored["unknown"] == 1
         assert (await c.call_tool("echo", {"text": "x"})).text == "x"
 
 

@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 from peers import python_peer, require_modules
+from waiting import until
 
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, RequiredServerFailed, Toolbox, ToolFault
@@ -43,16 +44,6 @@ def post(peer, path: str) -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{peer.port}{path}", method="POST")
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
-
-
-async def eventually(pred, what: str, limit: float = 20.0):
-    """Wait for a condition (a bounded wait, not a timing assertion)."""
-    async with asyncio.timeout(limit):
-        while True:
-            value = await pred() if asyncio.iscoroutinefunction(pred) else pred()
-            if value:
-                return value
-            await asyncio.sleep(0.05)
 
 
 def spec(peer, name="sdk", **kw) -> ServerSpec:
@@ -150,7 +141,7 @@ async def test_tools_list_changed_relists(sdk_server):
     async with Toolbox([spec(sdk_server)], ping_interval=None) as tb:
         assert not any(q.startswith("sdk__grown_") for q in tb.tools)
         grown = (await tb.call("sdk__grow")).text
-        await eventually(lambda: f"sdk__{grown}" in tb.tools, "re-listed tools")
+        await until(lambda: f"sdk__{grown}" in tb.tools, what="re-listed tools")
         assert (await tb.call(f"sdk__{grown}")).text == grown
 
 
@@ -160,14 +151,15 @@ async def test_abandoned_call_sends_cancelled(sdk_server):
         with pytest.raises(ToolFault) as err:
             await c.call_tool("slow", {"seconds": 60}, time_limit=0.5)
         assert err.value.retryable
-        await eventually(lambda: stats(sdk_server)["cancelled"] > before, "server-side cancel")
+        await until(lambda: stats(sdk_server)["cancelled"] > before, what="server-side cancel")
         # cancelling the calling task is an abandonment too
+        calls = stats(sdk_server)["calls"]
         task = asyncio.create_task(c.call_tool("slow", {"seconds": 60}))
-        await asyncio.sleep(0.3)
+        await until(lambda: stats(sdk_server)["calls"] > calls, what="the slow call in flight")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await eventually(lambda: stats(sdk_server)["cancelled"] > before + 1, "second cancel")
+        await until(lambda: stats(sdk_server)["cancelled"] > before + 1, what="second cancel")
         assert (await c.call_tool("echo", {"text": "still fine"})).text == "still fine"
 
 
@@ -204,13 +196,13 @@ async def test_server_killed_mid_call_then_restarted():
     try:
         async with MCPClient(spec(peer), ping_interval=None) as c:
             task = asyncio.create_task(c.call_tool("slow", {"seconds": 60}))
-            await eventually(lambda: stats(peer)["calls"] >= 1, "call in flight")
+            await until(lambda: stats(peer)["calls"] >= 1, what="call in flight")
             await asyncio.to_thread(peer.kill)
             with pytest.raises(ToolFault) as err:
                 await task
             assert err.value.retryable
             await asyncio.to_thread(peer.start)
-            await eventually(lambda: c.connected, "reconnected", limit=30)
+            await until(lambda: c.connected, what="reconnected", limit=30)
             assert (await c.call_tool("echo", {"text": "back"})).text == "back"
     finally:
         peer.stop()

@@ -37,6 +37,7 @@ import peers
 import pytest
 from aiohttp import web
 from test_reactive_cli import Agentd
+from waiting import until
 
 SYNC_MARK = "LGTM-SYNC-2026"
 ASYNC_MARK = "LGTM-ASYNC-2026"
@@ -227,9 +228,7 @@ async def test_a_2025_parent_drives_and_subscribes_new_worker(agentd_bin, tmp_pa
             handle = r.structured_content["handle"]
             uri = f"agent://subagent/{handle}"
             await c.subscribe_resource(uri)
-            async with asyncio.timeout(120):
-                while uri not in updated:  # noqa: ASYNC110 - the SDK's handler fills it
-                    await asyncio.sleep(0.05)
+            await until(lambda: uri in updated, limit=120, what=f"updated {uri}")
             body = json.loads((await c.read_resource(uri)).contents[0].text)
             assert body["done"] is True and ASYNC_MARK in json.dumps(body["result"])
     finally:

@@ -20,7 +20,8 @@ import venv
 from pathlib import Path
 
 import pytest
-from tree_helpers import make_config, precompile, until
+from tree_helpers import make_config, precompile
+from waiting import until
 
 import agentd
 from agentd.agent.subagents import SpawnRequest

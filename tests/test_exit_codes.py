@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 import urllib.request
 
 import pytest
 from agentd_proc import agentd_env, run_agentd, start_agentd
 from gateway import Gateway, Reply
 from peers import PeerProcess, free_port, python_peer
+from waiting import until
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +30,10 @@ def stats(peer: PeerProcess) -> dict:
 
 async def until_stat(peer: PeerProcess, key: str, before: int) -> int:
     """Readiness wait: the server's counter `key` moved past `before`."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    async def moved() -> int:
         n = (await asyncio.to_thread(stats, peer))[key]
-        if n > before:
-            return n
-        await asyncio.sleep(0.05)
-    return before
+        return n if n > before else 0
+    return await until(moved, limit=15, what=f"the server's {key} past {before}")
 
 
 async def until_cancelled(peer: PeerProcess, before: int) -> int:

@@ -21,6 +21,7 @@ import itertools
 import json
 import re
 import socket
+import sys
 import threading
 
 import orjson
@@ -77,15 +78,13 @@ class _Served:
 
 @pytest.fixture(scope="module")
 def served():
-    sink = agentd_log._sink
-    saved = sink.stream
     s = _Served()
     agentd_log.configure(stream=s.log)
     try:
         yield s
     finally:
         s.stop()
-        agentd_log.configure(stream=saved)
+        agentd_log.configure(stream=sys.stderr)  # where the conftest's `logs` puts it back
 
 
 def exchange(port: int, data: bytes) -> bytes:

@@ -23,6 +23,7 @@ import orjson
 import peers
 from agentd_proc import Agentd, agentd_env, start_agentd
 from peers import free_port
+from waiting import until
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
@@ -366,13 +367,10 @@ async def test_cancel_right_after_spawn_ends_at_the_first_rung(agentd_bin, tmp_p
             handle = _handle(spawned)
             handles.append(handle)
             await call(20 + i, "subagent.cancel", {"handle": handle})
-        async with asyncio.timeout(60):  # hang guard
-            while True:
-                states = [await call(30, "subagent.status", {"handle": h}) for h in handles]
-                if all('"cancelled"' in json.dumps(s) or "cancelled" in json.dumps(s)
-                       for s in states):
-                    break
-                await asyncio.sleep(0.2)
+        async def all_cancelled() -> bool:
+            states = [await call(30, "subagent.status", {"handle": h}) for h in handles]
+            return all("cancelled" in json.dumps(s) for s in states)
+        await until(all_cancelled, what="every cancelled run reads cancelled")
         # SIGTERM during a burst of spawns drains through the first rung too
         for i in range(4):
             await call(40 + i, "subagent.spawn", {"instruction": "think", "async": True})

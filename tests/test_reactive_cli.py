@@ -11,13 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import orjson
 import peers
 import pytest
+from waiting import until_sync
 
 A, B = "watch://counter/a", "watch://counter/b"
 WAIT = 60.0
@@ -45,26 +45,28 @@ class Agentd:
                 out.append(rec)
         return out
 
+    def _waited(self, ready, what: str):
+        """`until_sync` on ``ready``, failing early when the process has exited;
+        a failure carries the tail of its stderr."""
+        def check():
+            value = ready()
+            if not value and self.proc.poll() is not None:
+                raise AssertionError(f"exited {self.proc.poll()} first")
+            return value
+        try:
+            return until_sync(check, limit=WAIT, what=what)
+        except AssertionError as exc:
+            tail = "\n".join(self.err.read_text().splitlines()[-30:])
+            raise AssertionError(f"{what}: {exc}; stderr tail:\n{tail}") from None
+
     def wait_event(self, name: str, pred=lambda r: True, count: int = 1) -> list[dict]:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            hits = [r for r in self.events(name) if pred(r)]
-            if len(hits) >= count:
-                return hits
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no {count}x {name} (exit {self.proc.poll()}); stderr tail:\n"
-                             + "\n".join(self.err.read_text().splitlines()[-30:]))
+        def hits() -> list[dict]:
+            found = [r for r in self.events(name) if pred(r)]
+            return found if len(found) >= count else []
+        return self._waited(hits, f"{count}x {name}")
 
     def wait_until(self, pred) -> None:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if pred():
-                return
-            time.sleep(0.05)
-        raise AssertionError("condition not reached; stderr tail:\n"
-                             + "\n".join(self.err.read_text().splitlines()[-30:]))
+        self._waited(pred, "the condition")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:

@@ -22,6 +22,7 @@ import orjson
 import peers
 import pytest
 from logcapture import events
+from waiting import until
 
 from agentd.agent.selftools import SelfTools
 from agentd.config import ServerSpec
@@ -76,12 +77,6 @@ class Recorder:
 async def ready(daemon: ReactiveDaemon) -> None:
     async with asyncio.timeout(WAIT):
         await daemon.ready.wait()
-
-
-async def eventually(pred) -> None:
-    async with asyncio.timeout(WAIT):
-        while not pred():  # noqa: ASYNC110 - polling state another task changes
-            await asyncio.sleep(0.01)
 
 
 async def post(url: str) -> dict:
@@ -279,7 +274,7 @@ async def test_self_subscribe_applied_after_run(logs) -> None:
             await post(f"{base}/bump?uri={B}&times=1")  # not watched yet: no wake
             await post(f"{base}/bump?uri={A}&times=1")
             await rec.until(lambda: rec.last(A) == 1)
-            await eventually(lambda: B in daemon.watched)
+            await until(lambda: B in daemon.watched)
             await post(f"{base}/bump?uri={B}&times=1")
             await rec.until(lambda: rec.last(B) == 2)
             stop.set()
@@ -371,7 +366,7 @@ async def test_await_resource_wakes_on_update_and_times_out(logs) -> None:
                 asyncio.TaskGroup() as tg:
             client = tb.clients["watched"]
             waiting = tg.create_task(await_resource(tb, waiters, A, 60))
-            await eventually(lambda: A in client.subscriptions and waiters.waiting(A))
+            await until(lambda: A in client.subscriptions and waiters.waiting(A))
             await post(f"{base}/bump?uri={A}&times=2")
             updated, obs = await waiting
             assert updated is True
@@ -411,7 +406,7 @@ async def test_overflowing_pending_set_resyncs_every_watched_uri(logs) -> None:
             await rec.until(lambda: len(rec.wakes) == 1)
             await post(f"{base}/bump?uri={A}&times=2")  # pending: A
             await post(f"{base}/bump?uri={B}&times=4")  # beyond capacity: resync
-            await eventually(lambda: daemon.router.core.received == 7)
+            await until(lambda: daemon.router.core.received == 7)
             gate.set()
             await rec.until(lambda: len(rec.wakes) == 2)
             stop.set()
@@ -527,7 +522,7 @@ async def test_naming_the_server_resolves_it(unlisted, logs):
             awaiting = await_resource_tool(tb, waiters)
             task = tg.create_task(awaiting.handler({"uri": A, "timeout": WAIT,
                                                     "server": "watched"}))
-            await eventually(lambda: A in tb.clients["watched"].subscriptions)
+            await until(lambda: A in tb.clients["watched"].subscriptions)
             bumped = await post(f"http://127.0.0.1:{watched.port}/bump?uri={A}&times=1")
             waited = await task
         assert not waited.is_error, waited.text

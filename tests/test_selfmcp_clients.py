@@ -25,6 +25,7 @@ from pathlib import Path
 import peers
 import pytest
 from test_reactive_cli import Agentd
+from waiting import until
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 from mcp import Client  # noqa: E402
@@ -80,15 +81,6 @@ class Updates:
                 await self.changed.wait()
 
 
-async def until_async(predicate, tries: int = 1200) -> bool:
-    """Await `predicate()` until true; bounded (a bound, not an assertion of speed)."""
-    for _ in range(tries):  # a real child process: bounded
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return await predicate()
-
-
 async def spawn_and_subscribe(call_tool, read_resource, subscribe, updates: Updates, *,
                               late: bool) -> dict:
     """spawn {async} -> (late: until done) -> subscribe -> updated -> read; the body."""
@@ -100,7 +92,7 @@ async def spawn_and_subscribe(call_tool, read_resource, subscribe, updates: Upda
         async def done() -> bool:
             st = await call_tool("subagent.status", {"handle": handle})
             return st.structured_content["done"]
-        assert await until_async(done)
+        await until(done, limit=60, what="the run is done")
     before = updates.uris.count(uri)
     await subscribe(uri)
     await updates.wait_for(uri)
@@ -141,7 +133,7 @@ async def test_official_sdk_auto_late_listen(worker):
         async def done() -> bool:
             st = await c.call_tool("subagent.status", {"handle": handle})
             return st.structured_content["done"]
-        assert await until_async(done)
+        await until(done, limit=60, what="the run is done")
         events = []
         async with c.listen(resource_subscriptions=[uri, *REFUSED[::2]]) as sub:
             assert sub.honored.resource_subscriptions == [uri]
@@ -186,7 +178,7 @@ async def test_fastmcp_auto_speaks_2026(worker):
         async def done() -> bool:
             st = await c.call_tool("subagent.status", {"handle": handle})
             return st.structured_content["done"]
-        assert await until_async(done)
+        await until(done, limit=60, what="the run is done")
         contents = await c.read_resource(f"agent://subagent/{handle}")
         assert json.loads(contents[0].text) == {"handle": handle, **DONE}
 

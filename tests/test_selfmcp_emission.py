@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Callable
 
 import pytest
@@ -22,6 +23,7 @@ except ImportError:  # pragma: no cover
     pytest.skip("the official MCP Python SDK (mcp) is not installed", allow_module_level=True)
 
 from local_connection import LocalConnection
+from waiting import until
 
 from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.mcp.http_server import serve
@@ -229,8 +231,9 @@ async def test_eviction_by_count_and_ttl():
     conn2 = await local(SelfMCP(be2, terminal_ttl=0.0))
     await spawn(conn2, instruction="x", **{"async": True})
     await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})  # running: kept
-    be2.finish("served.1", "r")
-    await asyncio.sleep(0.01)  # any later look is past a TTL of 0
+    be2.finish("served.1", "r")  # terminal now: its callback ran, its end is stamped
+    ended = time.monotonic()
+    await until(lambda: time.monotonic() > ended, what="a later moment")  # past a TTL of 0
     with pytest.raises(ProtocolError) as e:
         await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})
     assert e.value.code == -32002

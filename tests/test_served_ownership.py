@@ -12,7 +12,6 @@ cancels its run.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import ssl
@@ -20,6 +19,7 @@ import ssl
 import peers
 import pytest
 from test_reactive_cli import Agentd
+from waiting import until
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 httpx2 = peers.import_peer("httpx2")
@@ -109,12 +109,11 @@ async def _kept_apart(url: str, a_ctx, b_ctx, a_bearer=None, b_bearer=None) -> N
         assert not mine.is_error and mine.structured_content["status"] == "running"
 
         nested = f"{handle}.1"
-        for _ in range(600):  # until the served run has spawned its own child
+        async def nested_status():  # once the served run has spawned its own child
             r = await a.call_tool("subagent.status", {"handle": nested})
-            if not r.is_error:
-                break
-            await asyncio.sleep(0.1)
-        assert not r.is_error and r.structured_content["status"] == "running"
+            return None if r.is_error else r
+        r = await until(nested_status, what=f"{nested} spawned")
+        assert r.structured_content["status"] == "running"
 
         theirs = await _unknown_answers(b, handle)
         never = await _unknown_answers(b, "served.77")

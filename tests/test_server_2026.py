@@ -18,6 +18,7 @@ import json
 import aiohttp
 import pytest
 from test_selfmcp_emission import ScriptedBackend
+from waiting import until
 
 from agentd.mcp.handler import Handler
 from agentd.mcp.http_server import Limits, serve
@@ -438,11 +439,7 @@ async def test_thousand_concurrent_listens_are_bounded(selfmcp, http):
             r.close()
     canary.release()
     # the slots come back once the streams are gone
-    for _ in range(100):
-        if not selfmcp.server.listeners:
-            break
-        await asyncio.sleep(0.05)
-    assert not selfmcp.server.listeners
+    await until(lambda: not selfmcp.server.listeners, what="the listen slots freed")
     again = await open_listen(http, url, "again", resourceSubscriptions=["agent://status"])
     assert again.status == 200
     again.release()

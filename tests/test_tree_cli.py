@@ -9,7 +9,8 @@ import signal
 import sys
 
 import pytest
-from tree_helpers import precompile, running, until
+from tree_helpers import precompile, running
+from waiting import until
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -112,12 +112,12 @@ async def test_channel_pipelines_requests_over_real_pipes():
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     seen: list[Incoming] = []
-    three = asyncio.Event()
+    reached = {3: asyncio.Event(), 4: asyncio.Event()}  # so many requests seen
 
     def arrived(ev: Incoming) -> None:
         seen.append(ev)
-        if len(seen) == 3:
-            three.set()
+        if len(seen) in reached:
+            reached[len(seen)].set()
 
     parent = Channel(ControlSession("parent"), up_r, down_w, lambda ev: None)
     child = Channel(ControlSession("child"), down_r, up_w, arrived)
@@ -128,7 +128,7 @@ async def test_channel_pipelines_requests_over_real_pipes():
                                                                   instruction="x"))
         ran = parent.request("child/run", MessageParams("go"))
         shut = parent.request("child/shutdown")
-        await asyncio.wait_for(three.wait(), 10)
+        await asyncio.wait_for(reached[3].wait(), 10)
         assert [ev.method for ev in seen] == ["child/configure", "child/run", "child/shutdown"]
         shut.cancel()
         child.respond(seen[1].id, RunOutcome(status="completed", result="done"))
@@ -136,7 +136,12 @@ async def test_channel_pipelines_requests_over_real_pipes():
         child.respond(seen[2].id, {})  # too late: dropped, not an error
         assert (await ran).result == "done"
         assert (await configured) == {"pid": 7, "protocol": 1}
-        await asyncio.sleep(0.05)
+        # one more exchange: its answer follows the late one on the pipe, so once it is
+        # in, the parent has read (and dropped) the late one
+        probe = parent.request("child/shutdown")
+        await asyncio.wait_for(reached[4].wait(), 10)
+        child.respond(seen[3].id, {})
+        assert (await probe) == {}
         assert parent.failure is None and not parent.closed.is_set()
         assert parent.session.pending == 0
     finally:

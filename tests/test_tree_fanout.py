@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tree_helpers import exists, make_config, precompile, until
+from tree_helpers import exists, make_config, precompile
+from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.tree.supervisor import Supervisor

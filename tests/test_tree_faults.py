@@ -16,7 +16,8 @@ import sys
 import textwrap
 
 import pytest
-from tree_helpers import exists, make_config, precompile, running, until
+from tree_helpers import exists, forkservers, make_config, precompile, running
+from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.tree.childflags import FAULT_ENV, LEAN
@@ -81,7 +82,7 @@ async def test_child_ignoring_sigterm_gets_sigkill_within_the_drain(tmp_path, sp
         monkeypatch.delenv(FAULT_ENV)
         assert await until(lambda: sup.process(ack.handle) is not None)
         proc = sup.process(ack.handle)
-        assert await until(lambda: sup._nodes[ack.handle].first_frame is not None)
+        assert await until(lambda: sup.timing(ack.handle)[1] is not None)
         state = await sup.cancel(ack.handle)
         assert state.status == "cancelled"
         assert proc.returncode == -signal.SIGKILL
@@ -107,14 +108,14 @@ PARENT = textwrap.dedent("""
     from agentd.config import Config
     from agentd.agent.subagents import SpawnRequest
     from agentd.tree.supervisor import Supervisor
+    from waiting import until
 
     async def main():
         cfg = Config(intelligence=sys.argv[1], spawn=sys.argv[2])
         async with Supervisor(cfg) as sup:
             for i in range(3):
                 await sup.spawn("0", SpawnRequest(f"w{i}", mode="warm"))
-            while len(sup.live_pids()) < 3:
-                await asyncio.sleep(0.05)
+            await until(lambda: len(sup.live_pids()) == 3, what="three live children")
             print(json.dumps(sup.live_pids()), flush=True)
             await asyncio.sleep(3600)
 
@@ -128,7 +129,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 async def test_parent_sigkilled_children_exit(tmp_path, spawn):
     cfg = make_config(tmp_path)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    tests = os.path.join(ROOT, "tests")  # tests/waiting.py
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, tests, env.get("PYTHONPATH")) if p)
     parent = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PARENT, cfg.intelligence, spawn,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
@@ -145,14 +147,14 @@ async def test_parent_sigkilled_children_exit(tmp_path, spawn):
 async def test_forkserver_killed_children_fail_and_it_restarts(tmp_path):
     async with Supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
         ack = await sup.spawn("0", SpawnRequest("session", mode="warm"))
-        assert await until(lambda: sup._nodes[ack.handle].idle.is_set())
-        server = sup._spawner.server(LEAN)._pid  # a playback child with no server: lean
+        assert await until(lambda: sup.status(ack.handle).result is not None)
+        server = forkservers()[LEAN]  # a playback child with no server: lean
         os.kill(server, signal.SIGKILL)
         assert await until(lambda: sup.status(ack.handle).done)
         assert sup.status(ack.handle).status == "failed"
         st = await sup.spawn("0", SpawnRequest("after the restart"))
         assert st.status == "completed"
-        assert sup._spawner.server(LEAN)._pid != server
+        assert forkservers()[LEAN] != server
 
 
 @pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"jsonrpc": "2.0"}',

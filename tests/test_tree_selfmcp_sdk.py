@@ -2,7 +2,8 @@
 
 sync, async (+ subscribe, `updated`, read), warm + send, status, cancel of a
 3-level subtree (no process of it left in /proc), each cap's refusal text and
-a scope widening refused — all as a peer sees them, over Streamable HTTP.
+a scope widening refused — all as a peer sees them, over Streamable HTTP, from
+`selfmcp.serve(config, ...)`: the entry `agentd --serve-mcp` uses.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import json
 import peers
 import pytest
 from peers import free_port
-from tree_helpers import exists, make_config, precompile, until
+from tree_helpers import exists, make_config, precompile
+from waiting import until
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 
 from mcp import ClientSession, types  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from agentd.config import ServeSpec  # noqa: E402
-from agentd.tree.selfmcp import serve_self_mcp  # noqa: E402
+from agentd.config import parse_serve  # noqa: E402
+from agentd.tree import selfmcp  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
@@ -55,25 +57,23 @@ def add_tree_scripts(path: str) -> None:
 
 @contextlib.asynccontextmanager
 async def served(tmp_path, *, scope=None, **over):
-    cfg = make_config(tmp_path, **over)
-    add_tree_scripts(cfg.intelligence.removeprefix("playback:"))
+    """The tree served the way `agentd --serve-mcp` serves it (`selfmcp.serve`)."""
     port = free_port()
-    spec = ServeSpec(url=f"http://127.0.0.1:{port}", scheme="http", host="127.0.0.1", port=port)
-    async with Supervisor(cfg, scope=scope) as sup:
-        runner = await serve_self_mcp(spec, sup)
-        try:
-            updates: asyncio.Queue[str] = asyncio.Queue()
+    cfg = make_config(tmp_path, serve=parse_serve(f"http://127.0.0.1:{port}", None, None,
+                                                  None, None), **over)
+    add_tree_scripts(cfg.intelligence.removeprefix("playback:"))
+    async with Supervisor(cfg, scope=scope) as sup, \
+            selfmcp.serve(cfg, run_id="r", backend=sup) as runner:
+        updates: asyncio.Queue[str] = asyncio.Queue()
 
-            async def on_message(message) -> None:
-                if isinstance(message, types.ResourceUpdatedNotification):
-                    updates.put_nowait(str(message.params.uri))
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                updates.put_nowait(str(message.params.uri))
 
-            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams, \
-                    ClientSession(streams[0], streams[1], message_handler=on_message) as client:
-                await client.initialize()
-                yield sup, client, updates
-        finally:
-            await runner.stop()
+        async with streamable_http_client(runner.url) as streams, \
+                ClientSession(streams[0], streams[1], message_handler=on_message) as client:
+            await client.initialize()
+            yield sup, client, updates
 
 
 def text(result) -> str:
@@ -91,6 +91,7 @@ async def test_sdk_sync_async_subscribe_warm_status(tmp_path):
         assert r.structured_content == {"handle": "served.1", "status": "completed",
                                         "done": True, "partial": False,
                                         "result": '{"ok": true}'}
+        assert text(r) == '{"ok": true}'  # the text content is the result itself
 
         r = await client.call_tool("subagent.spawn", {"instruction": "later", "async": True})
         ack = r.structured_content
@@ -123,8 +124,7 @@ async def test_sdk_cancel_three_level_subtree(tmp_path):
         top = r.structured_content["handle"]
         handles = [top, f"{top}.1", f"{top}.1.1"]
         assert await until(lambda: all(sup.process(h) for h in handles), limit=120)
-        assert await until(lambda: sup.status(handles[-1]).result is not None
-                           or sup._nodes[handles[-1]].idle.is_set(), limit=120)
+        assert await until(lambda: sup.status(handles[-1]).result is not None, limit=120)
         pids = [sup.process(h).pid for h in handles]
         assert all(exists(p) for p in pids)
         r = await client.call_tool("subagent.cancel", {"handle": top})

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from tree_helpers import exists, make_config, parent_of, precompile, running, until
+from tree_helpers import exists, make_config, parent_of, precompile, running
+from waiting import until
 
 from agentd.agent.subagents import SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.tree.supervisor import Supervisor

@@ -15,7 +15,8 @@ import sys
 import pytest
 from conftest import ROOT
 from peers import python_peer, require_modules
-from tree_helpers import make_config, precompile, until
+from tree_helpers import forkservers, make_config, precompile
+from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.config import ServerSpec
@@ -48,17 +49,17 @@ async def test_children_fork_from_the_template_they_need(tmp_path):
                           mcp=(ServerSpec(name="sdk", url=peer.url),))
         async with Supervisor(cfg) as sup:
             plain = await sup.spawn("0", SpawnRequest("no tools", tool_scope=(), mode="warm"))
-            assert await until(lambda: sup._nodes[plain.handle].idle.is_set())
-            assert set(sup._spawner._servers) == {LEAN}  # the net one is started on demand
-            lean = sup._spawner.server(LEAN)._pid
+            assert await until(lambda: sup.status(plain.handle).result is not None)
+            assert set(forkservers()) == {LEAN}  # the net one is started on demand
+            lean = forkservers()[LEAN]
             assert _ppid(sup.process(plain.handle).pid) == lean
             assert "aiohttp" not in _maps(lean) and "jsonschema_rs" not in _maps(lean)
 
             # a child with a server in scope forks from `lean` too: its MCP calls and
             # model calls are brokered by this process (agentd.tree.broker)
             tooled = await sup.spawn("0", SpawnRequest("with the sdk server", mode="warm"))
-            assert await until(lambda: sup._nodes[tooled.handle].idle.is_set())
-            assert set(sup._spawner._servers) == {LEAN}
+            assert await until(lambda: sup.status(tooled.handle).result is not None)
+            assert set(forkservers()) == {LEAN}
             assert _ppid(sup.process(tooled.handle).pid) == lean
             assert sup.status(tooled.handle).status == "running"
             assert sup.status(tooled.handle).result == '{"ok": true}'
@@ -110,15 +111,15 @@ async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path
     cfg = make_config(tmp_path, spawn="forkserver")
     async with Supervisor(cfg) as sup:
         st = await sup.spawn("0", SpawnRequest("idle", mode="warm"))
-        assert await until(lambda: sup._nodes[st.handle].idle.is_set())
+        assert await until(lambda: sup.status(st.handle).result is not None)
         bit = 1 << (signal.SIGCHLD - 1)
-        assert "LD_BIND_NOW=1" in _environ(sup._spawner.server(LEAN)._pid)  # bound before forking
-        assert _signal_masks(sup._spawner.server(LEAN)._pid)["SigCgt"] & bit
+        assert "LD_BIND_NOW=1" in _environ(forkservers()[LEAN])  # bound before forking
+        assert _signal_masks(forkservers()[LEAN])["SigCgt"] & bit
         child = _signal_masks(sup.process(st.handle).pid)
         assert not child["SigCgt"] & bit and not child["SigIgn"] & bit
         # signals are blocked only around a batch of forks: neither keeps them blocked
         assert child["SigBlk"] == 0
-        assert _signal_masks(sup._spawner.server(LEAN)._pid)["SigBlk"] == 0
+        assert _signal_masks(forkservers()[LEAN])["SigBlk"] == 0
 
 
 _BARE_FORK = """

@@ -1,12 +1,10 @@
-"""Shared helpers of the tree tests: playback scripts, /proc checks, bounded polling."""
+"""Shared helpers of the tree tests: playback scripts, /proc checks (polling: tests/waiting.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import compileall
 import json
 import os
-import time
 from pathlib import Path
 
 import agentd
@@ -87,6 +85,20 @@ def parent_of(pid: int) -> int | None:
     return None if info is None else info[1]
 
 
+def forkservers() -> dict[str, int]:
+    """The live forkservers of this test process, template -> pid (from /proc: a
+    forkserver is our child whose command line says `--forkserver --template T`)."""
+    out = {}
+    for pid in children_of(os.getpid()):
+        info = _stat(pid)
+        if info is None or info[0] in "ZX":
+            continue
+        argv = info[2].split(b"\0")
+        if b"--forkserver" in argv and b"--template" in argv:
+            out[argv[argv.index(b"--template") + 1].decode()] = pid
+    return out
+
+
 def proc_state(pid: int) -> str | None:
     """The /proc state letter of a subagent process, or None if it is gone.
 
@@ -113,16 +125,6 @@ def exists(pid: int) -> bool:
 
 def running(pid: int) -> bool:
     return proc_state(pid) not in (None, "Z", "X")
-
-
-async def until(predicate, limit: float = 60.0, step: float = 0.05) -> bool:
-    """Poll `predicate` until true; bounded (a bound, not an assertion of speed)."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(step)
-    return predicate()
 
 
 def children_of(pid: int) -> list[int]:

@@ -62,5 +62,10 @@ class FlowGate:
             self.pauses += 1
 
     @property
+    def paused(self) -> bool:
+        """Whether a pause is in force now: no new attempt of the tree goes out."""
+        return self._resume_at > asyncio.get_running_loop().time()
+
+    @property
     def inflight(self) -> int:
         return self.max_inflight - self._slots._value
