@@ -9,7 +9,7 @@ closes the connections.  Nothing it starts outlives it.
 
 The protocol rules live in :mod:`agentd.mcp.client_session` (sans-IO); HTTP
 and SSE in :mod:`agentd.mcp.http_transport`; the fault policy in
-:mod:`agentd.mcp.retry`.  See ``docs/client.md``.
+:mod:`agentd.mcp.faults`.  See ``docs/client.md``.
 """
 
 from __future__ import annotations
@@ -57,9 +57,7 @@ from agentd.mcp.client_session import (
     Resolved,
 )
 from agentd.mcp.content import render_content, render_item
-from agentd.mcp.negotiate import renegotiate_for_updates
-from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
-from agentd.mcp.retry import (
+from agentd.mcp.faults import (
     IDEMPOTENT_METHODS,
     HTTPStatusError,
     RetryPolicy,
@@ -68,9 +66,9 @@ from agentd.mcp.retry import (
     TransportError,
     classify,
     no_answer,
-    resend_delay,
-    resource_missing,
 )
+from agentd.mcp.negotiate import renegotiate_for_updates
+from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
 from agentd.mcp.schema import Validator, schemas
 from agentd.obs import trace
 from agentd.obs.calls import McpCall
@@ -903,40 +901,44 @@ class MCPClient(UpdateChannel):
     async def _retrying(self, method: str,
                         build: Callable[[], tuple[int | str, bytes, Any]],
                         time_limit: float | None, *, idempotent: bool,
-                        watch: CallWatch | None = None) -> msgspec.Raw:
-        """THE retry loop of this client (every request and every tools/call):
-        ``build`` makes each send anew, with a fresh JSON-RPC id; the policy of
-        :mod:`agentd.mcp.retry` decides on a re-send, a reconnect or a fault."""
+                        watch: CallWatch | None = None, listed: bool = True) -> msgspec.Raw:
+        """THE place the fault policy (:mod:`agentd.mcp.faults`) is applied, for
+        every request and every tools/call, the root's and the broker's alike:
+        ``build`` makes each send anew, with a fresh JSON-RPC id; ``classify``
+        decides on a re-send (one wait before it: Retry-After, else the backoff),
+        a reconnect, or the :class:`ToolFault` the caller gets (its ``cause``
+        says what the run does).  ``listed``: a tools/call of a tool the server
+        listed.  Nothing above this re-sends a request."""
+        policy = self.policy
         attempt = 0
         while True:
             attempt += 1
-            if not self._connected.is_set():
-                await self._wait_connected()
-            rid, data, headers = build()
             gen = self.generation
             try:
+                if not self._connected.is_set():
+                    await self._wait_connected()
+                rid, data, headers = build()
+                gen = self.generation
                 return await self._send(rid, data, method, time_limit, headers, watch)
             except TimeoutError:
                 raise ToolFault(self.name, f"{method} timed out after {time_limit:g}s",
                                 retryable=True, method=method, cause="timeout") from None
-            except (TransportError, SessionExpired, HTTPStatusError, RPCError) as exc:
-                d = classify(exc, idempotent=idempotent)
+            except (TransportError, SessionExpired, HTTPStatusError, RPCError,
+                    ToolFault) as exc:
+                d = classify(exc, idempotent=idempotent, method=method, listed=listed)
                 if d.reconnect and gen == self.generation:  # not already reconnected
                     expired = isinstance(exc, SessionExpired)
                     self._trigger_recover(expired=expired, reason=f"{method}: {d.reason}",
                                           event=_EXPIRED if expired else "mcp.disconnected")
-                if d.resend and attempt < self.policy.max_attempts:
+                if d.resend and attempt < policy.max_attempts:
                     self.log.info("mcp.retry", method=method, attempt=attempt, reason=d.reason)
-                    if not d.reconnect:
-                        await asyncio.sleep(resend_delay(exc, self.policy.backoff(attempt)))
+                    if not d.reconnect:  # a reconnect is waited for, not slept on
+                        await policy.sleep(policy.delay(d, attempt))
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)
-                missing = (method == mt.RESOURCES_READ and isinstance(exc, RPCError)
-                           and resource_missing(exc))
                 raise ToolFault(self.name, f"{method}: {d.reason}", retryable=d.retryable,
-                                code=code, method=method,
-                                cause="missing" if missing else "") from None
+                                code=code, method=method, cause=d.cause) from None
 
     def _decode(self, raw: msgspec.Raw, type_: type, method: str) -> Any:
         try:
@@ -1014,7 +1016,8 @@ class MCPClient(UpdateChannel):
                      revision=self.protocol_version) as rec:  # span, count, latency
             try:
                 if not self._session.stateless:
-                    raw = await self._call(name_json, args_json, time_limit, watch=watch)
+                    raw = await self._call(name_json, args_json, time_limit, watch=watch,
+                                           listed=tool is not None)
                     return rec.done(self._tool_observation(name, tool, raw))
                 raw = await self._call_stateless(name, args, name_json, args_json, time_limit,
                                                  watch)
@@ -1046,7 +1049,8 @@ class MCPClient(UpdateChannel):
         while True:
             try:
                 raw = await self._call(name_json, args_json, time_limit,
-                                       self._call_headers(name, args), extra, watch)
+                                       self._call_headers(name, args), extra, watch,
+                                       listed=name in self.tools)
             except ToolFault as exc:
                 if exc.code != m26.HEADER_MISMATCH or relisted:
                     raise
@@ -1084,7 +1088,7 @@ class MCPClient(UpdateChannel):
 
     async def _call(self, name_json: bytes, args_json: bytes, time_limit: float | None,
                     headers: list[tuple[str, str]] | tuple = (), extra: bytes = b"",
-                    watch: CallWatch | None = None) -> msgspec.Raw:
+                    watch: CallWatch | None = None, listed: bool = True) -> msgspec.Raw:
         session = self._session
 
         def build() -> tuple[int | str, bytes, Any]:
@@ -1096,7 +1100,7 @@ class MCPClient(UpdateChannel):
             return rid, data, headers
 
         return await self._retrying(mt.TOOLS_CALL, build, time_limit, idempotent=False,
-                                    watch=watch)
+                                    watch=watch, listed=listed)
 
     def _tool_observation(self, name: str, tool: ToolInfo | None, raw: msgspec.Raw
                           ) -> Observation:
@@ -1171,7 +1175,7 @@ class MCPClient(UpdateChannel):
     async def read_resource(self, uri: str, *, time_limit: float | None = None) -> Observation:
         """``resources/read``: text items as text, blobs described (base64 in ``content``).
 
-        A missing resource (:func:`~agentd.mcp.retry.resource_missing`) is an
+        A missing resource (:func:`~agentd.mcp.faults.resource_missing`) is an
         ``is_error`` observation naming the URI, never a fault.
         """
         params: Any = mt.ReadResourceParams(uri=uri)
@@ -1181,7 +1185,7 @@ class MCPClient(UpdateChannel):
                 raw = await self._request(mt.RESOURCES_READ, params, time_limit=time_limit,
                                           name=uri)
             except ToolFault as exc:
-                if exc.cause == "missing":  # retry.resource_missing: an answer, not a fault
+                if exc.cause == "missing":  # faults.resource_missing: an answer, not a fault
                     self.log.info("mcp.resource.missing", uri=uri[:300], code=exc.code)
                     return Observation(f"resource not found: {uri}", is_error=True)
                 raise
