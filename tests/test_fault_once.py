@@ -130,9 +130,9 @@ def test_the_retry_after_travels_in_the_decision_and_is_the_one_delay() -> None:
     assert 0.5 <= backoff <= 1.0  # full jitter of the capped exponential
 
 
-def test_a_tool_the_server_never_listed_is_the_models_to_fix() -> None:
-    d = classify(RPCError(-32602, "bad"), idempotent=False, method="tools/call", listed=False)
-    assert not d.abort and not d.resend
+def test_invalid_params_are_the_models_to_fix_except_on_a_listed_tool() -> None:
+    d = classify(RPCError(-32602, "bad"), idempotent=True, method="resources/read")
+    assert not d.abort and not d.resend and not d.retryable
 
 
 # ------------------------------------------------------------------ the root's toolbox

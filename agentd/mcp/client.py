@@ -901,14 +901,12 @@ class MCPClient(UpdateChannel):
     async def _retrying(self, method: str,
                         build: Callable[[], tuple[int | str, bytes, Any]],
                         time_limit: float | None, *, idempotent: bool,
-                        watch: CallWatch | None = None, listed: bool = True) -> msgspec.Raw:
-        """THE place the fault policy (:mod:`agentd.mcp.faults`) is applied, for
-        every request and every tools/call, the root's and the broker's alike:
-        ``build`` makes each send anew, with a fresh JSON-RPC id; ``classify``
-        decides on a re-send (one wait before it: Retry-After, else the backoff),
-        a reconnect, or the :class:`ToolFault` the caller gets (its ``cause``
-        says what the run does).  ``listed``: a tools/call of a tool the server
-        listed.  Nothing above this re-sends a request."""
+                        watch: CallWatch | None = None) -> msgspec.Raw:
+        """THE place the fault policy (:mod:`agentd.mcp.faults`) is applied, to
+        every request, the root's and the broker's: ``build`` makes each send
+        anew (a fresh JSON-RPC id); ``classify`` decides on a re-send (one wait
+        before it), a reconnect, or the ToolFault whose ``cause`` says what the
+        run does.  Nothing above this re-sends a request."""
         policy = self.policy
         attempt = 0
         while True:
@@ -925,7 +923,7 @@ class MCPClient(UpdateChannel):
                                 retryable=True, method=method, cause="timeout") from None
             except (TransportError, SessionExpired, HTTPStatusError, RPCError,
                     ToolFault) as exc:
-                d = classify(exc, idempotent=idempotent, method=method, listed=listed)
+                d = classify(exc, idempotent=idempotent, method=method)
                 if d.reconnect and gen == self.generation:  # not already reconnected
                     expired = isinstance(exc, SessionExpired)
                     self._trigger_recover(expired=expired, reason=f"{method}: {d.reason}",
@@ -1016,8 +1014,7 @@ class MCPClient(UpdateChannel):
                      revision=self.protocol_version) as rec:  # span, count, latency
             try:
                 if not self._session.stateless:
-                    raw = await self._call(name_json, args_json, time_limit, watch=watch,
-                                           listed=tool is not None)
+                    raw = await self._call(name_json, args_json, time_limit, watch=watch)
                     return rec.done(self._tool_observation(name, tool, raw))
                 raw = await self._call_stateless(name, args, name_json, args_json, time_limit,
                                                  watch)
@@ -1049,8 +1046,7 @@ class MCPClient(UpdateChannel):
         while True:
             try:
                 raw = await self._call(name_json, args_json, time_limit,
-                                       self._call_headers(name, args), extra, watch,
-                                       listed=name in self.tools)
+                                       self._call_headers(name, args), extra, watch)
             except ToolFault as exc:
                 if exc.code != m26.HEADER_MISMATCH or relisted:
                     raise
@@ -1088,7 +1084,7 @@ class MCPClient(UpdateChannel):
 
     async def _call(self, name_json: bytes, args_json: bytes, time_limit: float | None,
                     headers: list[tuple[str, str]] | tuple = (), extra: bytes = b"",
-                    watch: CallWatch | None = None, listed: bool = True) -> msgspec.Raw:
+                    watch: CallWatch | None = None) -> msgspec.Raw:
         session = self._session
 
         def build() -> tuple[int | str, bytes, Any]:
@@ -1100,7 +1096,7 @@ class MCPClient(UpdateChannel):
             return rid, data, headers
 
         return await self._retrying(mt.TOOLS_CALL, build, time_limit, idempotent=False,
-                                    watch=watch, listed=listed)
+                                    watch=watch)
 
     def _tool_observation(self, name: str, tool: ToolInfo | None, raw: msgspec.Raw
                           ) -> Observation:

@@ -30,30 +30,8 @@ through ``MCPClient._retrying``, the one place this policy is applied.  There
     optional one leaves the catalogue; any other cause is a notice for the
     model and the run goes on.  :func:`kind` reads it for the loggers.
 
-The table (docs/faults.md has the same, with what the run does):
-
-===============================================  ==========  =========  =========  ===========
-fault                                            re-sent     reconnect  retryable  when given up
-===============================================  ==========  =========  =========  ===========
-connect refused / DNS / TLS handshake            yes         yes        yes        abort
-TLS certificate verification failed              no          no         no         abort
-no reconnect within ``reconnect_wait``           no          (running)  yes        abort
-server gone: stale (3 missed pings)              no          no         no         abort
-connection lost mid-request, stream cut          idempotent  yes        yes        notice
-session unknown (404, or 400 saying so)          yes         re-init    yes        notice
-HTTP 429, 502, 503, 504                          yes         no         yes        notice
-other HTTP 5xx                                   idempotent  no         yes        notice
-HTTP 401, 403 (credentials refused)              no          no         no         abort
-other HTTP 4xx                                   no          no         no         notice
-JSON-RPC -32022 unsupported protocol version     yes         yes        yes        notice
--32601/-32602 on a tools/call of a listed tool   no          no         no         abort
--32700/-32600/-32601/-32602/-32002               no          no         no         notice
-JSON-RPC -32603, -32000..-32099                  idempotent  no         yes        notice
-any other JSON-RPC code                          no          no         no         notice
-timeout (the call's time limit)                  no          no         yes        notice
-a byte bound crossed (an SSE event too large)    no          no         no         notice
-the client closed (a drain)                      no          no         no         notice
-===============================================  ==========  =========  =========  ===========
+The table of every fault, with what the run does, is docs/faults.md; the
+rules below are that table, row by row.
 
 Nothing here touches a socket; the sleep is the policy's (injectable).
 """
@@ -230,14 +208,14 @@ def _is_tls(text: str) -> bool:
     return any(m in low for m in _TLS_MARKERS)
 
 
-def classify(fault: BaseException, *, idempotent: bool, method: str = "",
-             listed: bool = True) -> Decision:
-    """THE disposition of a fault (the module table).
+def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Decision:
+    """THE disposition of a fault (docs/faults.md, the table).
 
     ``idempotent``: the request may run twice without harm.  ``method`` names
-    it (a -32601/-32602 on ``tools/call`` of a ``listed`` tool -- one in the
-    server's own ``tools/list`` -- contradicts the server's catalogue;
-    ``resources/read`` has its own "missing" answer).  A :class:`ToolFault`
+    it: a -32601/-32602 answering ``tools/call`` contradicts the server's own
+    catalogue (agentd calls only the tools a server listed: the loop and the
+    broker refuse any other name), and ``resources/read`` has its own "missing"
+    answer.  A :class:`ToolFault`
     here is one the client itself made while waiting on its connection (the
     server gone or closed, or no reconnect within ``reconnect_wait``).
     """
@@ -274,7 +252,7 @@ def classify(fault: BaseException, *, idempotent: bool, method: str = "",
         text = f"JSON-RPC {c}: {fault.message}"
         if c == UNSUPPORTED_PROTOCOL_VERSION:  # refused before it ran: negotiate again
             return Decision(True, True, True, text)
-        if c in (METHOD_NOT_FOUND, INVALID_PARAMS) and method == "tools/call" and listed:
+        if c in (METHOD_NOT_FOUND, INVALID_PARAMS) and method == "tools/call":
             return Decision(False, False, False, f"JSON-RPC {c} for a tool the server "
                                                  f"listed: {fault.message}", "refused")
         if method == "resources/read" and resource_missing(fault):
