@@ -242,3 +242,30 @@ async def test_a_subagents_brokered_call_goes_through_the_same_policy(
     assert done.result["result"] == "done"
     assert calls(server) == 3  # reset: once; 503: once more, then the answer
     assert [e["reason"] for e in done.events("mcp.retry")] == ["HTTP 503"]
+
+
+@pytest.mark.timeout(180)
+async def test_an_abort_met_by_a_subagents_call_ends_the_run(
+        fault, agentd_bin, tmp_path) -> None:  # noqa: F811
+    """A 401 answering a subagent's call of a required server: not re-sent, and
+    the root's run ends (exit 1) naming the server, as for the root's own call."""
+    precompile()
+    server = await fault()
+    server.handlers["tools/call"] = status(401)
+    play = _playback(tmp_path, [
+        {"name": "root", "match": "[root]", "turns": [
+            {"tool_calls": [{"name": "agentd__subagent_spawn",
+                             "arguments": {"instruction": "[child] call t"}}]},
+            {"content": "must not be reached"}]},
+        {"name": "child", "match": "[child]", "turns": [
+            {"tool_calls": [{"name": "f__t", "arguments": {}}]},
+            {"content": "child done"}]},
+    ])
+    done = await run_agentd(agentd_bin, [
+        "--instruction", "[root] delegate", "--intelligence", f"playback:{play}",
+        "--mcp", f"f={server.url}", "--ping-interval", "60"], env=agentd_env(), limit=150)
+    assert done.rc == 1, done.stderr[-3000:]
+    assert done.result["status"] == "failed" and done.result["result"]["server"] == "f"
+    assert "401" in done.result["result"]["fault"]
+    assert calls(server) == 1
+    assert done.events("mcp.required_lost")

@@ -188,8 +188,9 @@ class Broker:
             log.warning("subagent.io_refused", handle=handle, tool=req.name,
                         reason="not in tool_scope")
             raise self._scope_error(f"tool {req.name!r}")
-        obs = await tb.clients[entry.server].call_tool(entry.tool.name, req.arguments,
-                                                        time_limit=req.time_limit)
+        # through the root's toolbox: the client's fault decision and its outcome
+        # for the run (an abort cause) apply to a subagent's call as to the root's
+        obs = await tb.call(req.name, req.arguments, time_limit=req.time_limit)
         structured = getattr(obs, "structured", None)
         return IoObservation(obs.text, bool(obs.is_error), structured)
 
@@ -225,7 +226,7 @@ class Broker:
             return Observation(str(exc), is_error=True)
         except NoOwner:
             return Observation(f"resource not found: {uri}", is_error=True)
-        return await owner.read_resource(uri)
+        return await self.toolbox.read_resource(uri, server=owner.name)  # as _call
 
     async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
                          server: str | None) -> bool:
@@ -240,7 +241,7 @@ class Broker:
         if key not in self._subs:
             already = uri in getattr(owner, "subscriptions", ())
             if not already:
-                if not await owner.subscribe(uri):
+                if not await self.toolbox.subscribe(uri, server=owner.name):  # as _call
                     return False
                 self._made.add(key)
             self._subs[key] = set()
