@@ -242,7 +242,7 @@ def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Dec
         if s in _NOT_PROCESSED_STATUSES:
             return Decision(True, True, False, f"HTTP {s}", after=fault.retry_after)
         if s >= 500:
-            return Decision(True, idempotent, False, f"HTTP {s}")
+            return Decision(True, idempotent, False, f"HTTP {s}", after=fault.retry_after)
         if s in _REFUSED_STATUSES:
             return Decision(False, False, False,
                             f"HTTP {s} after the handshake (credentials refused)", "refused")
