@@ -189,7 +189,7 @@ def parse_retry_after(value: str | None, *, cap: float = RETRY_AFTER_CAP,
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What the client does about one fault (see the module table)."""
+    """What the client does about one fault (docs/faults.md, the table)."""
 
     retryable: bool
     resend: bool
@@ -215,9 +215,9 @@ def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Dec
     it: a -32601/-32602 answering ``tools/call`` contradicts the server's own
     catalogue (agentd calls only the tools a server listed: the loop and the
     broker refuse any other name), and ``resources/read`` has its own "missing"
-    answer.  A :class:`ToolFault`
-    here is one the client itself made while waiting on its connection (the
-    server gone or closed, or no reconnect within ``reconnect_wait``).
+    answer.  A :class:`ToolFault` here is one the client itself made while
+    waiting on its connection (the server gone or closed, or no reconnect
+    within ``reconnect_wait``).
     """
     if isinstance(fault, ToolFault):
         if not fault.retryable:  # gone, stale or closed: its cause says which
