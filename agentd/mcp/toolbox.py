@@ -337,8 +337,8 @@ class Toolbox:
             log.warning("mcp.fault", server=client.name, what=what, kind=outcome,
                         cause=exc.cause, fault=exc.message[:300])
             if outcome == "abort":
-                return await self._abort(client.name, exc.message.removeprefix(
-                    f"{exc.method}: " if exc.method else ""))
+                return await self._abort(client.name,
+                                         exc.message.removeprefix(f"{exc.method}: "))
             raise
 
     async def _abort(self, server: str, reason: str) -> Observation:
