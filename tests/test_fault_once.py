@@ -191,6 +191,24 @@ async def test_an_abort_cause_ends_the_run_without_a_resend(fault) -> None:  # n
     assert "401" in info.value.fault and not info.value.handshake
 
 
+async def test_a_server_that_stays_unreachable_is_an_abort(fault) -> None:  # noqa: F811
+    """The server goes away: a read (idempotent, so re-sent whether its
+    connection was refused or lost) waits for the reconnect at most
+    ``reconnect_wait``, then meets an abort cause (``unreachable``)."""
+    server = await fault(caps={"tools": {}, "resources": {}})
+    sleeps = Sleeps()
+    tb = Toolbox([ServerSpec(name="f", url=server.url)], ping_interval=None,
+                 policy=policy(sleeps, reconnect_wait=0.5))
+    async with tb:
+        await server.stop()  # the port refuses from now on
+        with pytest.raises(RequiredServerLost) as info:
+            await tb.read_resource("r://x", server="f")
+        assert tb.lost.done()
+    assert "resources/read" not in server.methods()
+    assert sleeps.delays == []  # a reconnect is waited for, not slept on
+    assert "server gone past the retry budget" in info.value.fault
+
+
 # ------------------------------------------------------------------ through the console script
 
 
