@@ -20,7 +20,7 @@ the text). `classify()` is the one lookup the entry points use.
     │   └── BrokerError                  the broker answers a child with one
     ├── MCPError                         the MCP client, server engine and auth
     │   ├── ToolFault                    a protocol/transport fault of a call
-    │   └── RequiredServerFailed         exit 6 (agentd.mcp.toolbox)
+    │   └── RequiredServerLost           exit 1, or 6 at the handshake (agentd.mcp.faults)
     ├── IntelligenceError
     │   └── IntelligenceUnavailable      exit 5 (agentd.intelligence.base)
     ├── TreeError                        subagents, the control wire, spawners
@@ -30,7 +30,7 @@ the text). `classify()` is the one lookup the entry points use.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from agentd.exitcodes import ExitCode
 
@@ -52,8 +52,8 @@ __all__ = [
 class AgentdError(Exception):
     """The root: every error agentd raises on purpose."""
 
-    exit_code: ClassVar[ExitCode] = ExitCode.FAILED
-    event: ClassVar[str | None] = None  # None: `run.failed`, "Class: text"
+    exit_code: ExitCode = ExitCode.FAILED  # a class's; an instance may narrow it
+    event: str | None = None  # None: `run.failed`, "Class: text"
 
 
 def classify(exc: BaseException) -> tuple[ExitCode, str, str]:
@@ -95,7 +95,7 @@ class MCPError(AgentdError):
 class ToolFault(MCPError):
     """A protocol or transport fault: never shown to the model as tool output.
 
-    ``retryable`` follows the documented policy (:mod:`agentd.mcp.retry`);
+    ``retryable`` follows the documented policy (:mod:`agentd.mcp.faults`);
     ``code`` is the JSON-RPC error code or HTTP status when there was one.
     """
 
@@ -107,8 +107,9 @@ class ToolFault(MCPError):
         self.retryable = retryable
         self.code = code
         self.method = method
-        # "timeout", "stale", "gone", "closed", "missing" (resources/read: no such
-        # resource, agentd.mcp.retry.resource_missing) or "" (agentd.mcp.faults)
+        # the policy's cause (agentd.mcp.faults): "timeout", "closed", "missing"
+        # (resources/read: no such resource), "" or an abort cause ("stale",
+        # "gone", "refused", "unreachable": the server cannot be used any more)
         self.cause = cause
 
 

@@ -33,10 +33,10 @@ from agentd.mcp import stateless_session as stateless
 from agentd.mcp.call_limits import parse_progress
 from agentd.mcp.client_2026 import ttl_ms
 from agentd.mcp.client_session import ClientSession
+from agentd.mcp.faults import parse_retry_after
 from agentd.mcp.oauth import discovery
 from agentd.mcp.oauth.challenge import parse_challenge
 from agentd.mcp.oauth.http import check_url, origin
-from agentd.mcp.retry import parse_retry_after
 from agentd.mcp.schema import Validator, schemas
 from agentd.tree.control import ControlSession
 from agentd.wire import a2a as w

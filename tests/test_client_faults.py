@@ -24,8 +24,8 @@ from waiting import until
 
 from agentd import __version__
 from agentd.config import ServerSpec
-from agentd.mcp import HandshakeError, MCPClient, RequiredServerFailed, Toolbox, ToolFault
-from agentd.mcp.retry import RetryPolicy
+from agentd.mcp import HandshakeError, MCPClient, RequiredServerLost, Toolbox, ToolFault
+from agentd.mcp.faults import RetryPolicy
 
 Handler = Callable[[dict, web.Request], Awaitable[Any]]
 FAST = RetryPolicy(base=0.01, cap=0.05, reconnect_base=0.02, reconnect_cap=0.2,
@@ -211,7 +211,7 @@ async def test_never_answering_initialize(fault):
     assert "initialize" in str(err.value)
     assert "notifications/cancelled" not in s.methods()  # initialize is never cancelled
     spec = ServerSpec(name="hung", url=s.url)
-    with pytest.raises(RequiredServerFailed):
+    with pytest.raises(RequiredServerLost):
         async with Toolbox([spec], init_timeout=0.3, ping_interval=None):
             pass
     opt = ServerSpec(name="hung", url=s.url, required=False)

@@ -15,7 +15,7 @@ from peers import python_peer, require_modules
 from waiting import until
 
 from agentd.config import ServerSpec
-from agentd.mcp import MCPClient, RequiredServerFailed, Toolbox, ToolFault
+from agentd.mcp import MCPClient, RequiredServerLost, Toolbox, ToolFault
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -182,7 +182,7 @@ async def test_toolbox_qualified_names_across_servers(sdk_server, sdk_json_serve
 async def test_required_and_optional_servers(sdk_server):
     dead = ServerSpec(name="dead", url="http://127.0.0.1:9/mcp")
     optional = ServerSpec(name="dead", url="http://127.0.0.1:9/mcp", required=False)
-    with pytest.raises(RequiredServerFailed) as err:
+    with pytest.raises(RequiredServerLost) as err:
         async with Toolbox([spec(sdk_server), dead], ping_interval=None):
             pass
     assert err.value.server == "dead"

@@ -16,7 +16,7 @@ from agentd.mcp.client_session import (
     Reply,
     Resolved,
 )
-from agentd.mcp.retry import (
+from agentd.mcp.faults import (
     HTTPStatusError,
     RetryPolicy,
     RPCError,

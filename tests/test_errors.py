@@ -13,7 +13,6 @@ from agentd.errors import AgentdError, PeerError, RemoteError, RPCError, classif
 from agentd.exitcodes import ExitCode
 from agentd.intelligence.base import IntelligenceUnavailable
 from agentd.mcp.faults import RequiredServerLost
-from agentd.mcp.toolbox import RequiredServerFailed
 from agentd.wire.jsonrpc import ProtocolError
 
 
@@ -46,10 +45,10 @@ def test_the_peer_errors_share_one_base() -> None:
     assert str(RemoteError(-32010, "spawn refused: x")) == "spawn refused: x"
 
 
-def test_classify_is_one_lookup_on_the_class() -> None:
+def test_classify_is_one_lookup_on_the_error() -> None:
     assert classify(IntelligenceUnavailable("down")) == (
         ExitCode.INTELLIGENCE, "intelligence.unavailable", "down")
-    assert classify(RequiredServerFailed("fs", "refused"))[:2] == (
+    assert classify(RequiredServerLost("fs", "refused", handshake=True))[:2] == (
         ExitCode.MCP_REQUIRED, "mcp.required_failed")
     assert classify(RequiredServerLost("fs", "gone"))[:2] == (
         ExitCode.FAILED, "mcp.required_lost")

@@ -139,18 +139,18 @@ def test_retry_after_is_one_overflow_safe_parser() -> None:
     """Both clients' `Retry-After` (delta-seconds or an HTTP-date), clamped to the
     caller's cap; the clock is injected."""
     from agentd.intelligence import openai
-    from agentd.mcp import retry
+    from agentd.mcp import faults
 
-    assert openai.parse_retry_after is retry.parse_retry_after  # one function, two callers
-    p = retry.parse_retry_after
+    assert openai.parse_retry_after is faults.parse_retry_after  # one function, two callers
+    p = faults.parse_retry_after
     now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
     assert p("3") == 3.0 and p(" 0 ") == 0.0 and p("-5") == 0.0
     assert p("Wed, 21 Oct 2015 07:28:10 GMT", now=now) == 10.0
     assert p("Wed, 21 Oct 2015 07:28:10 GMT", now=now + 60) == 0.0  # in the past
-    assert p("Wed, 21 Oct 2015 08:28:00 GMT", now=now) == retry.RETRY_AFTER_CAP
+    assert p("Wed, 21 Oct 2015 08:28:00 GMT", now=now) == faults.RETRY_AFTER_CAP
     assert p("Wed, 21 Oct 2015 08:28:00 GMT", now=now, cap=60.0) == 60.0
-    assert p("1e999") == retry.RETRY_AFTER_CAP and p("-inf") == 0.0
+    assert p("1e999") == faults.RETRY_AFTER_CAP and p("-inf") == 0.0
     for junk in (None, "", "soon", "nan", "Fri, 31 Dec 99999999999 23:59:59 GMT",
                  "Mon, 01 Jan 99999999999999999999999 00:00:00 GMT"):
         assert p(junk) is None, junk
-    assert p("9" * 10_000) == retry.RETRY_AFTER_CAP  # read 64 characters: a number, capped
+    assert p("9" * 10_000) == faults.RETRY_AFTER_CAP  # read 64 characters: a number, capped

@@ -32,8 +32,8 @@ from gateway import Gateway, Reply
 from hostile_sse_server import SESSION, HostileGateway, HostileMCP
 
 from agentd import config as cfg
+from agentd.mcp.faults import HTTPStatusError, TransportError, classify
 from agentd.mcp.http_transport import StreamableHTTPTransport
-from agentd.mcp.retry import HTTPStatusError, PeerLimitExceeded, classify
 
 LIMIT = 8 * 1024 * 1024  # a small event bound keeps the test cheap
 SLACK_KIB = 32 * 1024
@@ -139,12 +139,12 @@ async def _transport(mcp: HostileMCP, bounds: cfg.StreamBounds) -> StreamableHTT
 
 
 async def test_an_endless_event_on_the_get_stream_ends_it_with_the_limit() -> None:
-    """The standalone GET stream: listen() raises PeerLimitExceeded at the bound
+    """The standalone GET stream: listen() raises TransportError (its limit named) at the bound
     (the client then logs mcp.disconnected and reconnects under its backoff)."""
     async with HostileMCP(get_flood=True) as mcp:
         t = await _transport(mcp, cfg.StreamBounds(event_bytes=1 << 20))
         try:
-            with pytest.raises(PeerLimitExceeded) as info:
+            with pytest.raises(TransportError) as info:
                 await asyncio.wait_for(t.listen(), 60)  # hang guard
         finally:
             await t.close()
@@ -164,7 +164,7 @@ async def test_a_chunked_json_answer_is_bounded() -> None:
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigjson", "arguments": {}}})
         try:
-            with pytest.raises(PeerLimitExceeded) as info:
+            with pytest.raises(TransportError) as info:
                 await asyncio.wait_for(t.post(body, answer), 120)  # hang guard
         finally:
             await t.close()

@@ -42,7 +42,7 @@ from agentd.errors import RPCError
 from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.catalogue import ToolExcluded, admit, prune_deep
 from agentd.mcp.client_session import ClientSession, Resolved
-from agentd.mcp.retry import resource_missing
+from agentd.mcp.faults import resource_missing
 from agentd.wire import mcp_types as mt
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"

@@ -29,8 +29,8 @@ from logcapture import events
 
 from agentd.config import ServerSpec
 from agentd.mcp import Toolbox
+from agentd.mcp.faults import SessionExpired
 from agentd.mcp.http_transport import StreamableHTTPTransport
-from agentd.mcp.retry import SessionExpired
 
 A = "watch://counter/a"
 DOC = "demo://resource/static/document/architecture.md"

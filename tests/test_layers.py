@@ -65,7 +65,6 @@ LAYERS: dict[str, int] = {
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.auth": 3,
     "agentd.mcp.oauth": 3,
-    "agentd.mcp.retry": 3,
     "agentd.mcp.faults": 3,
     "agentd.mcp.http_checks": 3,
     "agentd.mcp.http_limits": 3,

@@ -125,7 +125,7 @@ def test_unknown_session(status, body, had, expect):
 
 def test_a_mid_run_32022_is_resent_after_negotiating_again():
     from agentd.errors import RPCError
-    from agentd.mcp.retry import classify
+    from agentd.mcp.faults import classify
 
     d = classify(RPCError(-32022, "Unsupported protocol version",
                           {"supported": ["2025-11-25"]}), idempotent=False)

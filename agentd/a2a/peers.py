@@ -2,8 +2,8 @@
 
 `A2APeers(specs, ...)` is an async context manager beside the MCP Toolbox. On
 entry every peer's Agent Card is fetched and validated; a required peer that
-fails is `RequiredPeerFailed` (a `RequiredServerFailed`: exit 6, before the
-intelligence is called), an optional one is logged and left out.
+fails is `RequiredPeerFailed` (a `RequiredServerLost` at the handshake: exit 6,
+before the intelligence is called), an optional one is logged and left out.
 
 Following a task. `follow()` drives one task to a *settled* state -- terminal
 (completed, failed, canceled, rejected) or interrupted (input-required,
@@ -44,7 +44,7 @@ import msgspec
 from agentd.a2a.client import A2AClient, A2AError, CardError, TaskNotFound
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.log import log
-from agentd.mcp.toolbox import RequiredServerFailed
+from agentd.mcp.faults import RequiredServerLost
 from agentd.wire import a2a as w
 
 __all__ = ["SCHEME", "A2APeers", "Delegation", "RequiredPeerFailed", "task_uri"]
@@ -60,12 +60,11 @@ MAX_TRACKED: Final = 1024  # async tasks remembered per run (oldest settled drop
 _log = log.bind(component="a2a")
 
 
-class RequiredPeerFailed(RequiredServerFailed):
+class RequiredPeerFailed(RequiredServerLost):
     """A required A2A peer's Agent Card could not be had: exit 6."""
 
     def __init__(self, peer: str, reason: str) -> None:
-        Exception.__init__(self, f"required A2A peer {peer!r} failed: {reason}")
-        self.server = peer
+        super().__init__(peer, reason, handshake=True, what="A2A peer")
 
 
 def task_uri(peer: str, task_id: str) -> str:

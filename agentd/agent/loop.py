@@ -11,8 +11,9 @@ given keeps the steps, usage and last words for the partial result.
 Observations: a tool's result — `isError` content, -32002, argument-validation
 failures — goes back to the model fenced as untrusted data, cut to
 `observation_bytes` with a clear marker. A protocol/transport fault (`ToolFault`,
-after the client's own retry policy) is never shown as tool output: the model
-gets an `[agentd]` notice that the call failed, outside any fence.
+the client's decision under the one fault policy, agentd.mcp.faults: any
+re-send is already made) is never shown as tool output: the model gets an
+`[agentd]` notice that the call failed, outside any fence.
 
 Logs: `intelligence.turn`, `tool.call`, `tool.result` (sizes, durations, no
 bodies at info level; bodies at debug for audit).
@@ -335,8 +336,7 @@ class Loop:
                 note = (f"the call to {name} failed with a protocol or transport fault "
                         f"({_fault_text(exc)}); this is not output from the tool")
                 log.warning("tool.fault", step=step, tool=name, call_id=call.id,
-                            fault=_fault_text(exc),
-                            retryable=bool(getattr(exc, "retryable", False)))
+                            fault=_fault_text(exc), retryable=exc.retryable, cause=exc.cause)
             else:
                 text = obs.text or ""
                 structured = obs.structured

@@ -494,7 +494,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     else:
         log.error(event, error=message)
     failure: dict[str, Any] = {"error": message}
-    if isinstance(leaf, RequiredServerLost):  # name the server and the fault
+    if isinstance(leaf, RequiredServerLost) and not leaf.handshake:  # name server and fault
         failure.update(server=leaf.server, fault=leaf.fault)
     return _result(run_id, "failed", False, failure, state), code, state
 

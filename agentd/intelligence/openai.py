@@ -43,7 +43,7 @@ from agentd.intelligence.base import (
     Usage,
 )
 from agentd.log import log
-from agentd.mcp.retry import parse_retry_after
+from agentd.mcp.faults import parse_retry_after
 from agentd.obs import trace
 from agentd.wire.guard import FAULT_TEXT_MAX, PEER_FAULTS, fault_text
 from agentd_native import SSEEventTooLarge

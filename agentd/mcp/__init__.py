@@ -20,9 +20,9 @@ _EXPORTS = {
     "Capabilities": "agentd.mcp.client_session",
     "Toolbox": "agentd.mcp.toolbox",
     "ToolEntry": "agentd.mcp.toolbox",
-    "RequiredServerFailed": "agentd.mcp.toolbox",
+    "RequiredServerLost": "agentd.mcp.faults",
     "qualify": "agentd.mcp.toolbox",
-    "RetryPolicy": "agentd.mcp.retry",
+    "RetryPolicy": "agentd.mcp.faults",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -9,7 +9,7 @@ closes the connections.  Nothing it starts outlives it.
 
 The protocol rules live in :mod:`agentd.mcp.client_session` (sans-IO); HTTP
 and SSE in :mod:`agentd.mcp.http_transport`; the fault policy in
-:mod:`agentd.mcp.retry`.  See ``docs/client.md``.
+:mod:`agentd.mcp.faults`.  See ``docs/client.md``.
 """
 
 from __future__ import annotations
@@ -57,9 +57,7 @@ from agentd.mcp.client_session import (
     Resolved,
 )
 from agentd.mcp.content import render_content, render_item
-from agentd.mcp.negotiate import renegotiate_for_updates
-from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
-from agentd.mcp.retry import (
+from agentd.mcp.faults import (
     IDEMPOTENT_METHODS,
     HTTPStatusError,
     RetryPolicy,
@@ -68,9 +66,9 @@ from agentd.mcp.retry import (
     TransportError,
     classify,
     no_answer,
-    resend_delay,
-    resource_missing,
 )
+from agentd.mcp.negotiate import renegotiate_for_updates
+from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
 from agentd.mcp.schema import Validator, schemas
 from agentd.obs import trace
 from agentd.obs.calls import McpCall
@@ -904,39 +902,41 @@ class MCPClient(UpdateChannel):
                         build: Callable[[], tuple[int | str, bytes, Any]],
                         time_limit: float | None, *, idempotent: bool,
                         watch: CallWatch | None = None) -> msgspec.Raw:
-        """THE retry loop of this client (every request and every tools/call):
-        ``build`` makes each send anew, with a fresh JSON-RPC id; the policy of
-        :mod:`agentd.mcp.retry` decides on a re-send, a reconnect or a fault."""
+        """THE place the fault policy (:mod:`agentd.mcp.faults`) is applied, to
+        every request, the root's and the broker's: ``build`` makes each send
+        anew (a fresh JSON-RPC id); ``classify`` decides on a re-send (one wait
+        before it), a reconnect, or the ToolFault whose ``cause`` says what the
+        run does.  Nothing above this re-sends a request."""
+        policy = self.policy
         attempt = 0
         while True:
             attempt += 1
-            if not self._connected.is_set():
-                await self._wait_connected()
-            rid, data, headers = build()
             gen = self.generation
             try:
+                if not self._connected.is_set():
+                    await self._wait_connected()
+                rid, data, headers = build()
+                gen = self.generation
                 return await self._send(rid, data, method, time_limit, headers, watch)
             except TimeoutError:
                 raise ToolFault(self.name, f"{method} timed out after {time_limit:g}s",
                                 retryable=True, method=method, cause="timeout") from None
-            except (TransportError, SessionExpired, HTTPStatusError, RPCError) as exc:
-                d = classify(exc, idempotent=idempotent)
+            except (TransportError, SessionExpired, HTTPStatusError, RPCError,
+                    ToolFault) as exc:
+                d = classify(exc, idempotent=idempotent, method=method)
                 if d.reconnect and gen == self.generation:  # not already reconnected
                     expired = isinstance(exc, SessionExpired)
                     self._trigger_recover(expired=expired, reason=f"{method}: {d.reason}",
                                           event=_EXPIRED if expired else "mcp.disconnected")
-                if d.resend and attempt < self.policy.max_attempts:
+                if d.resend and attempt < policy.max_attempts:
                     self.log.info("mcp.retry", method=method, attempt=attempt, reason=d.reason)
-                    if not d.reconnect:
-                        await asyncio.sleep(resend_delay(exc, self.policy.backoff(attempt)))
+                    if not d.reconnect:  # a reconnect is waited for, not slept on
+                        await policy.sleep(policy.delay(d, attempt))
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)
-                missing = (method == mt.RESOURCES_READ and isinstance(exc, RPCError)
-                           and resource_missing(exc))
                 raise ToolFault(self.name, f"{method}: {d.reason}", retryable=d.retryable,
-                                code=code, method=method,
-                                cause="missing" if missing else "") from None
+                                code=code, method=method, cause=d.cause) from None
 
     def _decode(self, raw: msgspec.Raw, type_: type, method: str) -> Any:
         try:
@@ -1171,7 +1171,7 @@ class MCPClient(UpdateChannel):
     async def read_resource(self, uri: str, *, time_limit: float | None = None) -> Observation:
         """``resources/read``: text items as text, blobs described (base64 in ``content``).
 
-        A missing resource (:func:`~agentd.mcp.retry.resource_missing`) is an
+        A missing resource (:func:`~agentd.mcp.faults.resource_missing`) is an
         ``is_error`` observation naming the URI, never a fault.
         """
         params: Any = mt.ReadResourceParams(uri=uri)
@@ -1181,7 +1181,7 @@ class MCPClient(UpdateChannel):
                 raw = await self._request(mt.RESOURCES_READ, params, time_limit=time_limit,
                                           name=uri)
             except ToolFault as exc:
-                if exc.cause == "missing":  # retry.resource_missing: an answer, not a fault
+                if exc.cause == "missing":  # faults.resource_missing: an answer, not a fault
                     self.log.info("mcp.resource.missing", uri=uri[:300], code=exc.code)
                     return Observation(f"resource not found: {uri}", is_error=True)
                 raise

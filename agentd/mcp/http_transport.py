@@ -24,8 +24,9 @@ session layer decides what it is.
   stream, for the client to recover), never a quiet return.
 * Every SSE stream is parsed within ``bounds`` (:class:`~agentd.config.StreamBounds`):
   an event past ``event_bytes`` drops that stream and raises
-  :class:`PeerLimitExceeded` (unless the awaited answer came before it); the
-  server's ``retry`` is clamped, so a reconnection is never put off for ages.
+  :class:`TransportError` with its ``limit`` set (unless the awaited answer came
+  before it); the server's ``retry`` is clamped, so a reconnection is never put
+  off for ages.
   A JSON answer body (an error body of a stateless server's included) is read
   up to ``answer_bytes`` only (``--mcp-max-bytes``).
 * :meth:`close` DELETEs the session (best effort) and closes the connector.
@@ -52,14 +53,13 @@ from yarl import URL
 
 from agentd import __version__
 from agentd.config import StreamBounds
-from agentd.mcp.negotiate import unknown_session
-from agentd.mcp.retry import (
+from agentd.mcp.faults import (
     HTTPStatusError,
-    PeerLimitExceeded,
     SessionExpired,
     TransportError,
     parse_retry_after,
 )
+from agentd.mcp.negotiate import unknown_session
 from agentd.obs import trace
 from agentd_native import SSEEventTooLarge, SSEParser
 
@@ -106,8 +106,8 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
         while chunk := await resp.content.readany():
             size += len(chunk)
             if size > limit:
-                raise PeerLimitExceeded(f"answer past {limit} bytes (mcp_max_bytes); dropped",
-                                        limit="mcp_max_bytes", size=size)
+                raise TransportError(f"answer past {limit} bytes (mcp_max_bytes); dropped",
+                                     sent=True, limit="mcp_max_bytes", size=size)
             chunks.append(chunk)
     except (aiohttp.ClientError, OSError) as exc:
         raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
@@ -404,7 +404,7 @@ class StreamableHTTPTransport:
         """Feed one SSE response's events to on_message until EOF, a cut, or done().
 
         Returns whether any event arrived.  An event past the bound raises
-        :class:`PeerLimitExceeded` once the events before it are delivered (none
+        :class:`TransportError` (``limit`` set) once the events before it are delivered (none
         if they answered ``done``: then the stream is just over).
         """
         got = False
@@ -423,9 +423,9 @@ class StreamableHTTPTransport:
                             on_message(ev.data)
                     if done is not None and done():
                         break
-                    raise PeerLimitExceeded(
+                    raise TransportError(
                         f"SSE event past {exc.limit} bytes (sse_event_bytes); stream dropped",
-                        limit="sse_event_bytes", size=exc.size) from None
+                        sent=True, limit="sse_event_bytes", size=exc.size) from None
                 for ev in events:
                     got = True
                     if ev.data and (ev.event == "message" or not ev.event):

@@ -2,7 +2,7 @@
 
 An async context manager over ``MCPClient`` instances (one per ``ServerSpec``),
 connected concurrently.  A required server that fails its handshake raises
-:class:`RequiredServerFailed` (the CLI maps it to exit 6, before the
+:class:`RequiredServerLost` with ``handshake`` set (exit 6, before the
 intelligence is called); an optional one is logged (``mcp.server.omitted``) and
 left out.
 
@@ -29,24 +29,21 @@ from agentd.config import (
     ServerSpec,
 )
 from agentd.errors import MCPError, ToolFault
-from agentd.exitcodes import ExitCode
 from agentd.log import log
-from agentd.mcp.faults import RequiredServerLost, Verdict, call_with_policy
+from agentd.mcp.faults import RequiredServerLost, RetryPolicy, kind
 from agentd.mcp.seams import AgentToolbox, ResourceServer
 from agentd.mcp.updates import UpdateQueue
 
 if TYPE_CHECKING:
-    # The client (its session, retry and schema modules with it) is imported where
+    # The client (its session and schema modules with it) is imported where
     # a Toolbox connects or answers: the ownership rule alone (`owner_of`, which a
     # brokered child and the reactive side import) needs none of it.
     from agentd.mcp.client import MCPClient, Observation, ResourceInfo, ToolInfo
-    from agentd.mcp.retry import RetryPolicy
 
 __all__ = [
     "MAX_TOOL_NAME",
     "AmbiguousOwner",
     "NoOwner",
-    "RequiredServerFailed",
     "RequiredServerLost",
     "ToolEntry",
     "ToolFault",
@@ -58,18 +55,6 @@ __all__ = [
 
 MAX_TOOL_NAME: Final = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-class RequiredServerFailed(MCPError):
-    """A required MCP server failed its handshake: the run aborts with exit 6."""
-
-    exit_code = ExitCode.MCP_REQUIRED
-    event = "mcp.required_failed"
-
-    def __init__(self, server: str, reason: str) -> None:
-        super().__init__(f"required MCP server {server!r} failed: {reason}")
-        self.server = server
-        self.reason = reason
 
 
 def qualify(server: str, tool: str, taken: set[str] | None = None) -> str:
@@ -259,7 +244,7 @@ class Toolbox:
                 if spec.required:
                     log.error("mcp.server.failed", server=spec.name, required=True,
                               error=str(exc)[:500])
-                    raise RequiredServerFailed(spec.name, str(exc))
+                    raise RequiredServerLost(spec.name, str(exc), handshake=True)
                 self.omitted[spec.name] = str(exc)
                 log.warning("mcp.server.omitted", server=spec.name, error=str(exc)[:500])
         except BaseException:
@@ -334,24 +319,28 @@ class Toolbox:
         client = self.clients[entry.server]
         return await self._guarded(
             client, lambda: client.call_tool(entry.tool.name, arguments, time_limit=time_limit),
-            what=f"tools/call {entry.tool.name}", listed=entry.tool.name in client.tools)
+            what=f"tools/call {entry.tool.name}")
 
     # ------------------------------------------------------------ fault policy
 
     def _spec(self, server: str) -> ServerSpec | None:
         return next((s for s in self.specs if s.name == server), None)
 
-    async def _guarded(self, client: MCPClient, op: Any, *, what: str, listed: bool = True
-                       ) -> Any:
-        """``op`` under the run-level fault policy (agentd.mcp.faults)."""
-        name = client.name
-
-        async def on_abort(verdict: Verdict, fault: BaseException) -> Any:
-            return await self._abort(name, verdict.reason)
-
-        return await call_with_policy(op, server=name, what=what, fault_type=ToolFault,
-                                      listed=listed, connected=lambda: client.connected,
-                                      on_abort=on_abort)
+    async def _guarded(self, client: MCPClient, op: Any, *, what: str) -> Any:
+        """``op``, with the outcome of the fault policy applied to the run: the
+        client already decided (and made any re-send: nothing here sends again);
+        an abort cause ends the run or drops the server, any other fault goes
+        on to the caller (the agent loop makes it the model's notice)."""
+        try:
+            return await op()
+        except ToolFault as exc:
+            outcome = kind(exc)
+            log.warning("mcp.fault", server=client.name, what=what, kind=outcome,
+                        cause=exc.cause, fault=exc.message[:300])
+            if outcome == "abort":
+                return await self._abort(client.name,
+                                         exc.message.removeprefix(f"{exc.method}: "))
+            raise
 
     async def _abort(self, server: str, reason: str) -> Observation:
         """An abort-class fault: a required server ends the run; an optional one

@@ -51,7 +51,7 @@ from agentd.config import (
 from agentd.errors import ReactiveError
 from agentd.exitcodes import ExitCode
 from agentd.log import log
-from agentd.mcp.faults import classify as classify_fault
+from agentd.mcp.faults import kind as fault_kind
 from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
 from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of, resource_servers
 from agentd.obs import health, trace
@@ -204,9 +204,8 @@ class ReactiveDaemon:
         try:
             ok = await owner.subscribe(uri)
         except Exception as exc:  # a server refusing the URI is not fatal
-            verdict = classify_fault(exc, connected=owner.connected)
             return await self._fallback(uri, owner.name, origin, "failed",
-                                        f"the subscribe failed ({verdict.kind}): "
+                                        f"the subscribe failed ({fault_kind(exc)}): "
                                         f"{type(exc).__name__}: {exc}"[:300])
         if ok is False:
             return await self._fallback(uri, owner.name, origin, "not_honoured",
@@ -302,11 +301,10 @@ class ReactiveDaemon:
             except Exception as exc:
                 # Not handed to the model as state: the client re-subscribes and
                 # synthesizes an update on reconnect, so this URI wakes again.
-                # The one fault table (agentd.mcp.faults) names the kind; the
+                # The client's decision (agentd.mcp.faults) names the kind; the
                 # daemon never ends on it: it reconnects with backoff instead.
-                verdict = classify_fault(exc, connected=client.connected)
                 _log.warning("reactive.read.failed", uri=uri, server=server,
-                             kind=verdict.kind, error=f"{type(exc).__name__}: {exc}"[:300])
+                             kind=fault_kind(exc), error=f"{type(exc).__name__}: {exc}"[:300])
                 if self.poller is not None and self.modes.get(uri) == "poll":
                     self.poller.plan.invalidate(uri)  # no reconnect re-delivers it: a poll will
                 continue

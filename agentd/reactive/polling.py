@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 
 from agentd.log import log
-from agentd.mcp.faults import classify as classify_fault
+from agentd.mcp.faults import kind as fault_kind
 from agentd.mcp.seams import Observed
 
 __all__ = ["Change", "PollPlan", "Poller"]
@@ -186,7 +186,7 @@ class Poller:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a fault is logged, the next poll tries again
-            kind = classify_fault(exc).kind
+            kind = fault_kind(exc)
             if self.plan.failed(uri):
                 _log.warning("reactive.poll.failed", uri=uri, kind=kind,
                              error=f"{type(exc).__name__}: {exc}"[:300])

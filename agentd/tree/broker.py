@@ -186,9 +186,11 @@ class Broker:
             log.warning("subagent.io_refused", handle=handle, tool=req.name,
                         reason="not in tool_scope")
             return self._scope_error(f"tool {req.name!r}")
-        obs = await tb.clients[entry.server].call_tool(entry.tool.name, req.arguments,
-                                                        time_limit=req.time_limit)
-        return IoObservation(obs.text, bool(obs.is_error), obs.structured)
+        # through the root's toolbox: the client's fault decision and its outcome
+        # for the run (an abort cause) apply to a subagent's call as to the root's
+        obs = await tb.call(req.name, req.arguments, time_limit=req.time_limit)
+        structured = getattr(obs, "structured", None)
+        return IoObservation(obs.text, bool(obs.is_error), structured)
 
     async def _delegate(self, handle: str, scope: frozenset[str],
                         req: IoDelegate) -> IoObservation | ErrorObject:
@@ -222,7 +224,10 @@ class Broker:
             return Observation(f"resource not found: {uri}", is_error=True)
         if isinstance(owner, ErrorObject):
             return owner
-        obs: Observation = await owner.read_resource(uri)
+        if isinstance(owner, MCPClient) and self.toolbox is not None:
+            # through the root's toolbox, as _call: the one fault decision applies
+            return await self.toolbox.read_resource(uri, server=owner.name)
+        obs: Observation = await owner.read_resource(uri)  # an A2A peer's resources
         return obs
 
     async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
@@ -242,7 +247,10 @@ class Broker:
             # no subscriptions of the root's: the broker makes each one)
             already = isinstance(owner, MCPClient) and uri in owner.subscriptions
             if not already:
-                if not await owner.subscribe(uri):
+                made = (await self.toolbox.subscribe(uri, server=owner.name)
+                        if isinstance(owner, MCPClient) and self.toolbox is not None
+                        else await owner.subscribe(uri))  # as _read
+                if not made:
                     return False
                 self._made.add(key)
             self._subs[key] = set()
