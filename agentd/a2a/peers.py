@@ -46,6 +46,7 @@ from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.log import log
 from agentd.mcp.toolbox import RequiredServerFailed
 from agentd.wire import a2a as w
+from agentd.wire.shapes import Observed, ResourceInfo
 
 __all__ = ["SCHEME", "A2APeers", "Delegation", "RequiredPeerFailed", "task_uri"]
 
@@ -150,18 +151,6 @@ class _Caps(msgspec.Struct, frozen=True):
     resources: bool = True
 
 
-class _Res(msgspec.Struct, frozen=True):
-    uri: str
-
-
-class _Obs(msgspec.Struct):
-    """Shaped like the MCP client's Observation (text, is_error, structured)."""
-
-    text: str
-    is_error: bool = False
-    structured: Any = None
-
-
 class PeerSource:
     """One peer as the reactive layer sees a resource server (see module doc)."""
 
@@ -177,9 +166,9 @@ class PeerSource:
         self.updates: Any = peers.updates
 
     @property
-    def resources(self) -> list[_Res]:
-        return [_Res(task_uri(d.peer, d.task_id)) for d in self._peers.tracked.values()
-                if d.peer == self.name]
+    def resources(self) -> list[ResourceInfo]:
+        return [ResourceInfo(server=self.name, uri=task_uri(d.peer, d.task_id))
+                for d in self._peers.tracked.values() if d.peer == self.name]
 
     async def subscribe(self, uri: str) -> bool:
         d = self._peers.tracked.get(uri)
@@ -196,7 +185,7 @@ class PeerSource:
     async def unsubscribe(self, uri: str) -> None:
         self.subscriptions.discard(uri)
 
-    async def read_resource(self, uri: str) -> _Obs:
+    async def read_resource(self, uri: str) -> Observed:
         return await self._peers.read_resource(uri)
 
     async def update_channel(self) -> str | None:
@@ -462,26 +451,26 @@ class A2APeers:
         _log.info("a2a.task.cancel", peer=client.name, task_id=d.task_id, state=d.state)
 
     # ------------------------------------------------------------ resources
-    async def read_resource(self, uri: str) -> _Obs:
+    async def read_resource(self, uri: str) -> Observed:
         """The current state of an a2a:// task: a fresh GetTask (the last known state
         if the peer cannot answer)."""
         parsed = parse_uri(uri)
         if parsed is None:
-            return _Obs(f"resource not found: {uri}", is_error=True)
+            return Observed(f"resource not found: {uri}", is_error=True)
         peer, task_id = parsed
         client = self.clients.get(peer)
         if client is None:
-            return _Obs(f"resource not found: {uri} (no A2A peer {peer!r})", is_error=True)
+            return Observed(f"resource not found: {uri} (no A2A peer {peer!r})", is_error=True)
         d = self.tracked.get(uri) or Delegation(peer=peer, task_id=task_id)
         try:
             d.absorb(await client.get_task(task_id))
         except A2AError as exc:
             if uri not in self.tracked:
-                return _Obs(f"resource not found: {uri}: {exc}", is_error=True)
+                return Observed(f"resource not found: {uri}: {exc}", is_error=True)
             d.error = str(exc)
         body = d.body()
         # w.encode (msgspec): the body holds the peer's task, of any depth or integer
-        return _Obs(w.encode(body).decode(), is_error=False, structured=body)
+        return Observed(w.encode(body).decode(), is_error=False, structured=body)
 
 
 class WithPeers:
@@ -500,7 +489,7 @@ class WithPeers:
 
     @property
     def clients(self) -> dict[str, Any]:
-        return {**getattr(self._toolbox, "clients", {}), **self.peers.sources}
+        return {**self._toolbox.clients, **self.peers.sources}
 
     async def read_resource(self, uri: str, **kw: Any) -> Any:
         if uri.startswith(SCHEME):

@@ -30,21 +30,18 @@ from typing import Any
 from agentd.errors import PeerError, ToolFault
 from agentd.intelligence.base import CeilingReached, IntelligenceUnavailable
 from agentd.log import log
-from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of
+from agentd.mcp.toolbox import Unowned, owner_of
 from agentd.tree.control import (
     IO_CEILING,
     IO_FAULT,
     IO_SCOPE,
     IO_UNAVAILABLE,
     Catalogue,
-    CatalogueResource,
-    CatalogueTool,
     IoCall,
     IoComplete,
     IoCompletion,
     IoDelegate,
     IoDone,
-    IoObservation,
     IoRead,
     IoRequest,
     IoResult,
@@ -52,6 +49,7 @@ from agentd.tree.control import (
     IoUnsubscribe,
     IoUpdated,
 )
+from agentd.wire.shapes import Observed
 
 __all__ = ["Broker", "BrokerError"]
 
@@ -133,14 +131,8 @@ class Broker:
         if hit is not None and hit[0] == key:
             return hit[1]
         cat = Catalogue(
-            tools=tuple(CatalogueTool(qualified=q, server=e.server, name=e.tool.name,
-                                      description=e.tool.description or "",
-                                      input_schema=e.tool.input_schema or {})
-                        for q, e in tools.items() if e.server in scope),
-            resources=tuple(CatalogueResource(server=r.server, uri=r.uri, name=r.name,
-                                              description=r.description or "",
-                                              mime_type=r.mime_type or "", size=r.size)
-                            for r in tb.resources if r.server in scope),
+            tools=tuple(e for e in tools.values() if e.server in scope),
+            resources=tuple(r for r in tb.resources if r.server in scope),
             instructions={n: t for n, t in tb.instructions.items() if n in scope},
             a2a_peers=tuple(p for p in getattr(getattr(tb, "peers", None), "clients", ())
                             if p in scope))
@@ -165,7 +157,7 @@ class Broker:
                 return await self._call(handle, scope, req)
             if isinstance(req, IoRead):
                 obs = await self._read(scope, req.uri, req.server)
-                return IoObservation(obs.text, bool(obs.is_error), None)
+                return Observed(obs.text, obs.is_error)  # a read carries no structured body
             if isinstance(req, IoSubscribe):
                 return IoDone(await self._subscribe(handle, scope, req.uri, req.server))
             if isinstance(req, IoUnsubscribe):
@@ -180,7 +172,7 @@ class Broker:
     def _scope_error(self, what: str) -> BrokerError:
         return BrokerError(IO_SCOPE, f"{what} is not in this subagent's tool_scope")
 
-    async def _call(self, handle: str, scope: frozenset[str], req: IoCall) -> IoObservation:
+    async def _call(self, handle: str, scope: frozenset[str], req: IoCall) -> Observed:
         tb = self.toolbox
         entry = tb.tools.get(req.name) if tb is not None else None
         if entry is None or entry.server not in scope:
@@ -188,13 +180,12 @@ class Broker:
             log.warning("subagent.io_refused", handle=handle, tool=req.name,
                         reason="not in tool_scope")
             raise self._scope_error(f"tool {req.name!r}")
-        obs = await tb.clients[entry.server].call_tool(entry.tool.name, req.arguments,
+        obs = await tb.clients[entry.server].call_tool(entry.name, req.arguments,
                                                         time_limit=req.time_limit)
-        structured = getattr(obs, "structured", None)
-        return IoObservation(obs.text, bool(obs.is_error), structured)
+        return obs.bare()
 
     async def _delegate(self, handle: str, scope: frozenset[str],
-                        req: IoDelegate) -> IoObservation:
+                        req: IoDelegate) -> Observed:
         """A subagent's a2a.delegate, on the root's peers, if the peer is in its scope."""
         from agentd.agent.a2a_delegate import DelegateArgs, delegate
 
@@ -206,39 +197,35 @@ class Broker:
         obs = await delegate(peers, DelegateArgs({
             "peer": req.peer, "message": req.message, "async": req.mode_async,
             "task_id": req.task_id, "context_id": req.context_id}))
-        return IoObservation(obs.text, bool(obs.is_error), obs.structured)
+        return obs.bare()
 
     def _owner(self, scope: frozenset[str], uri: str, server: str | None, *,
                subscribe: bool = False) -> Any:
-        """The toolbox's one ownership rule over this subagent's scope; a named
-        server outside the scope is a scope error. Raises NoOwner/AmbiguousOwner."""
+        """The toolbox's one ownership rule over this subagent's scope (its owner,
+        or its `Unowned` refusal); a named server outside the scope is a scope error."""
         clients = self._clients(scope)
         if server is not None and server not in clients:
             raise self._scope_error(f"server {server!r}")
         return owner_of(uri, clients.values(), server, subscribe=subscribe)
 
     async def _read(self, scope: frozenset[str], uri: str, server: str | None) -> Any:
-        from agentd.mcp.client import Observation
-        try:
-            owner = self._owner(scope, uri, server)
-        except AmbiguousOwner as exc:
-            return Observation(str(exc), is_error=True)
-        except NoOwner:
-            return Observation(f"resource not found: {uri}", is_error=True)
+        owner = self._owner(scope, uri, server)
+        if isinstance(owner, Unowned):
+            return Observed(owner.reason if owner.ambiguous else f"resource not found: {uri}",
+                            is_error=True)
         return await owner.read_resource(uri)
 
     async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
                          server: str | None) -> bool:
-        try:
-            owner = self._owner(scope, uri, server, subscribe=True)
-        except AmbiguousOwner as exc:
-            raise BrokerError(IO_FAULT, str(exc)) from None
-        except NoOwner as exc:
-            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle, reason=exc.reason)
+        owner = self._owner(scope, uri, server, subscribe=True)
+        if isinstance(owner, Unowned):
+            if owner.ambiguous:
+                raise BrokerError(IO_FAULT, owner.reason) from None
+            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle, reason=owner.reason)
             return False
         key = (owner.name, uri)
         if key not in self._subs:
-            already = uri in getattr(owner, "subscriptions", ())
+            already = uri in owner.subscriptions
             if not already:
                 if not await owner.subscribe(uri):
                     return False

@@ -1,0 +1,133 @@
+"""One shape per concept (agentd/wire/shapes.py), end to end, against a real server.
+
+A tool the official Python SDK server lists reaches the model's tool list at
+the root and, over a real control-wire frame, a brokered child's tool list as
+the very same `ToolEntry` objects: the broker's catalogue holds the toolbox's
+entries themselves (identity, not equality: nothing converted them), the frame
+carries the keys the control wire always carried, and both sides offer the
+model byte-identical definitions. A real call's observation crosses the wire
+the same way.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import orjson
+import pytest
+from peers import python_peer, require_modules
+
+from agentd.agent import prompt as P
+from agentd.agent.loop import Actions, toolbox_resources
+from agentd.agent.selftools import SelfTools
+from agentd.config import ServerSpec
+from agentd.intelligence.base import FunctionDef, ToolDef
+from agentd.mcp.toolbox import Toolbox
+from agentd.tree.broker import Broker
+from agentd.tree.brokered import BrokeredToolbox
+from agentd.tree.control import ChildConfig, ControlSession, Incoming, IoCall, Reply
+from agentd.wire.shapes import Observation, Observed, ResourceInfo, ToolEntry
+
+SCOPE = frozenset({"sdk"})
+CATALOGUE_TOOL_KEYS = ["qualified", "server", "name", "description", "input_schema"]
+CATALOGUE_RESOURCE_KEYS = ["server", "uri", "name", "description", "mime_type", "size"]
+
+
+@pytest.fixture(scope="module")
+def sdk_server():
+    require_modules("mcp", "uvicorn", "starlette")
+    with python_peer("sdk_servers.py") as peer:
+        yield peer
+
+
+def configure_frame(catalogue) -> tuple[bytes, ChildConfig]:
+    """The `child/configure` frame a parent sends, and what the child decodes of it."""
+    parent, child = ControlSession("parent"), ControlSession("child")
+    _, frame = parent.request("child/configure", ChildConfig(
+        handle="0.1", depth=1, instruction="x", brokered=True, catalogue=catalogue))
+    (event,) = child.feed(frame)
+    assert isinstance(event, Incoming) and isinstance(event.params, ChildConfig)
+    return frame, event.params
+
+
+def frame_json(frame: bytes) -> dict:
+    """A control-wire frame's JSON body (after its length prefix)."""
+    return orjson.loads(frame[frame.index(b"{"):])
+
+
+async def test_a_listed_tool_is_one_shape_from_the_server_to_the_model_and_the_child(
+        sdk_server) -> None:
+    async with Toolbox([ServerSpec(name="sdk", url=sdk_server.url)], ping_interval=None) as tb:
+        entry = tb.tools["sdk__echo"]
+        assert type(entry) is ToolEntry
+        assert (entry.qualified, entry.server, entry.name) == ("sdk__echo", "sdk", "echo")
+        assert entry.description == "Echo the text back."
+        assert entry.input_schema == tb.clients["sdk"].tools["echo"].input_schema
+
+        broker = Broker(intelligence=None, toolbox=tb)
+        cat = broker.catalogue(SCOPE)
+        assert cat is not None
+        # the catalogue holds the toolbox's own objects: no converter in between
+        assert [id(t) for t in cat.tools] == [id(t) for t in tb.tools.values()]
+        assert [id(r) for r in cat.resources] == [id(r) for r in tb.resources]
+        assert all(type(r) is ResourceInfo for r in cat.resources)
+
+        frame, configured = configure_frame(cat)
+        wire = frame_json(frame)["params"]["catalogue"]
+        # the control wire's keys, in their order, as before the shapes were merged
+        assert all(list(t) == CATALOGUE_TOOL_KEYS for t in wire["tools"])
+        assert all(list(r) == CATALOGUE_RESOURCE_KEYS for r in wire["resources"])
+        assert {"qualified": "sdk__echo", "server": "sdk", "name": "echo",
+                "description": "Echo the text back.",
+                "input_schema": entry.input_schema} in wire["tools"]
+        greeting = next(r for r in wire["resources"] if r["uri"] == "mem://greeting")
+        assert greeting == {"server": "sdk", "uri": "mem://greeting", "name": "greeting",
+                            "description": "A friendly greeting", "mime_type": "text/plain",
+                            "size": 5}
+
+        # the child decodes the same shape, equal field for field
+        assert configured.catalogue is not None
+        assert configured.catalogue.tools == cat.tools
+        assert configured.catalogue.resources == cat.resources
+        child_tb = BrokeredToolbox(None, configured.catalogue)  # type: ignore[arg-type]
+        assert child_tb.tools == tb.tools
+
+        # the model's tool list: the same bytes at the root and in the child
+        root = Actions(tb, SelfTools(subagents=False))
+        below = Actions(child_tb, SelfTools(subagents=False))
+        assert msgspec.json.encode(root.defs) == msgspec.json.encode(below.defs)
+        echo = next(d for d in root.defs if d.function.name == "sdk__echo")
+        assert echo == ToolDef(function=FunctionDef(
+            name="sdk__echo",
+            description=P.fence("tool-description", "Echo the text back.", server="sdk",
+                                tool="sdk__echo"),
+            parameters=entry.input_schema))
+        own = next(d for d in root.defs if d.function.name == "agentd__read_resource")
+        assert not own.function.description.startswith(P.FENCE_OPEN)  # agentd's own text
+        assert toolbox_resources(tb) == toolbox_resources(child_tb)
+        assert P.system_prompt(resources=toolbox_resources(tb)) == \
+            P.system_prompt(resources=toolbox_resources(child_tb))
+
+
+async def test_an_observation_crosses_the_control_wire_as_the_one_shape(sdk_server) -> None:
+    async with Toolbox([ServerSpec(name="sdk", url=sdk_server.url)], ping_interval=None) as tb:
+        direct = await tb.call("sdk__weather", {"city": "Oslo"})
+        assert type(direct) is Observation and direct.content  # the raw blocks stay here
+        assert direct.structured == {"temperature": 22.5, "city": "Oslo"}
+
+        parent, child = ControlSession("parent"), ControlSession("child")
+        _, ask = child.request("io/request", IoCall("sdk__weather", {"city": "Oslo"}))
+        (incoming,) = parent.feed(ask)
+        assert isinstance(incoming, Incoming) and isinstance(incoming.params, IoCall)
+        answer = await Broker(intelligence=None, toolbox=tb).serve("0.1", SCOPE,
+                                                                   incoming.params)
+        assert type(answer) is Observed
+        frame = parent.response(incoming.id, answer)
+        assert frame_json(frame)["result"] == {"kind": "observation", "text": direct.text,
+                                               "is_error": False,
+                                               "structured": direct.structured}
+        (reply,) = child.feed(frame)
+        assert isinstance(reply, Reply) and type(reply.result) is Observed
+        assert reply.result == direct.bare()
+        assert P.observation("sdk__weather", reply.result.text, is_error=reply.result.is_error,
+                             limit=4096) == P.observation("sdk__weather", direct.text,
+                                                          is_error=direct.is_error, limit=4096)
