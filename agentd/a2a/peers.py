@@ -36,17 +36,21 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from agentd.a2a.client import A2AClient, A2AError, CardError, TaskNotFound
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.log import log
+from agentd.mcp.seams import AgentToolbox, ResourceServer
 from agentd.mcp.toolbox import RequiredServerFailed
 from agentd.wire import a2a as w
-from agentd.wire.shapes import Observed, ResourceInfo
+from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
+
+if TYPE_CHECKING:
+    from agentd.mcp.faults import RequiredServerLost
 
 __all__ = ["SCHEME", "A2APeers", "Delegation", "RequiredPeerFailed", "task_uri"]
 
@@ -478,36 +482,61 @@ class WithPeers:
     are declared: everything is the Toolbox's, except that `clients` also lists
     each peer's resource source and `a2a://` URIs are read, subscribed and
     unsubscribed through the peers. The Toolbox's own methods still see only
-    the MCP clients."""
+    the MCP clients. Every member of the `AgentToolbox` seam is spelled out
+    here (no attribute forwarding: the type checker holds it to the seam)."""
 
-    def __init__(self, toolbox: Any, peers: A2APeers) -> None:
+    def __init__(self, toolbox: AgentToolbox, peers: A2APeers) -> None:
         self._toolbox = toolbox
         self.peers = peers
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._toolbox, name)
+    @property
+    def tools(self) -> Mapping[str, ToolEntry]:
+        return self._toolbox.tools
 
     @property
-    def clients(self) -> dict[str, Any]:
+    def resources(self) -> Sequence[ResourceInfo]:
+        return self._toolbox.resources
+
+    @property
+    def instructions(self) -> Mapping[str, str]:
+        return self._toolbox.instructions
+
+    @property
+    def updates(self) -> asyncio.Queue[tuple[str, str]]:
+        return self._toolbox.updates
+
+    @property
+    def lost(self) -> asyncio.Future[RequiredServerLost] | None:
+        return self._toolbox.lost
+
+    def take_notices(self) -> list[tuple[str, str]]:
+        return self._toolbox.take_notices()
+
+    @property
+    def clients(self) -> dict[str, ResourceServer]:
         return {**self._toolbox.clients, **self.peers.sources}
 
-    async def read_resource(self, uri: str, **kw: Any) -> Any:
+    async def call(self, qualified_name: str,
+                   arguments: Mapping[str, Any] | None = None) -> Observed:
+        return await self._toolbox.call(qualified_name, arguments)
+
+    async def read_resource(self, uri: str, *, server: str | None = None) -> Observed:
         if uri.startswith(SCHEME):
             return await self.peers.read_resource(uri)
-        return await self._toolbox.read_resource(uri, **kw)
+        return await self._toolbox.read_resource(uri, server=server)
 
-    async def subscribe(self, uri: str, **kw: Any) -> bool:
+    async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
         parsed = parse_uri(uri)
         if parsed is not None:
             source = self.peers.sources.get(parsed[0])
             return bool(source is not None and await source.subscribe(uri))
-        return await self._toolbox.subscribe(uri, **kw)
+        return await self._toolbox.subscribe(uri, server=server)
 
-    async def unsubscribe(self, uri: str, **kw: Any) -> None:
+    async def unsubscribe(self, uri: str, *, server: str | None = None) -> None:
         parsed = parse_uri(uri)
         if parsed is not None:
             source = self.peers.sources.get(parsed[0])
             if source is not None:
                 await source.unsubscribe(uri)
             return
-        await self._toolbox.unsubscribe(uri, **kw)
+        await self._toolbox.unsubscribe(uri, server=server)

@@ -215,10 +215,10 @@ async def watch_updates(toolbox: AgentToolbox | None) -> AsyncIterator[Waiters]:
     from agentd.reactive.router import Router
 
     waiters = Waiters()
-    updates = getattr(toolbox, "updates", None)
-    if updates is None:
+    if toolbox is None:
         yield waiters
         return
+    updates = toolbox.updates
     router = Router(0.0, claim=waiters.claim)
     async with asyncio.TaskGroup() as tg:
         pump = tg.create_task(router.pump(updates))
