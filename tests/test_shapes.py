@@ -131,3 +131,40 @@ async def test_an_observation_crosses_the_control_wire_as_the_one_shape(sdk_serv
         assert P.observation("sdk__weather", reply.result.text, is_error=reply.result.is_error,
                              limit=4096) == P.observation("sdk__weather", direct.text,
                                                           is_error=direct.is_error, limit=4096)
+
+
+class Caps(msgspec.Struct, frozen=True):
+    resources: bool = True
+    resources_subscribe: bool = True
+
+
+class Listing(msgspec.Struct):
+    """Data for the pure ownership rule: what `owner_of` reads of a server
+    (`ResourceServer`'s name, capabilities and resource lines); no peer."""
+
+    name: str
+    capabilities: Caps = Caps()
+    resources: list[ResourceInfo] = msgspec.field(default_factory=list)
+
+
+def test_the_ownership_rule_returns_its_refusal_instead_of_raising() -> None:
+    from agentd.mcp.toolbox import Unowned, owner_of
+
+    a = Listing("a", resources=[ResourceInfo(server="a", uri="mem://x")])
+    b = Listing("b", resources=[ResourceInfo(server="b", uri="mem://x")])
+    quiet = Listing("quiet", Caps(resources_subscribe=False))
+    assert owner_of("mem://x", [a, quiet]) is a
+    assert owner_of("mem://x", [a, b], "b") is b
+    both = owner_of("mem://x", [a, b])
+    assert isinstance(both, Unowned) and both.ambiguous and both.candidates == ("a", "b")
+    assert both.reason == ("ambiguous resource mem://x: listed by 2 servers (a, b); name one "
+                           "with the 'server' argument")
+    named = owner_of("mem://x", [a], "nope")
+    assert isinstance(named, Unowned) and not named.ambiguous
+    assert named.reason == "no connected server is named 'nope' (connected: a)"
+    assert owner_of("mem://y", [quiet]) is quiet  # the only server serving resources
+    refused = owner_of("mem://y", [quiet], subscribe=True)
+    assert isinstance(refused, Unowned) and "does not advertise resources.subscribe" in \
+        refused.reason
+    nobody = owner_of("mem://y", [])
+    assert nobody == Unowned("mem://y", "no MCP server is declared")
