@@ -88,7 +88,7 @@ async def test_a_listed_tool_is_one_shape_from_the_server_to_the_model_and_the_c
         assert configured.catalogue is not None
         assert configured.catalogue.tools == cat.tools
         assert configured.catalogue.resources == cat.resources
-        child_tb = BrokeredToolbox(None, configured.catalogue)  # type: ignore[arg-type]
+        child_tb = BrokeredToolbox(None, configured.catalogue)  # no channel: only its catalogue is read
         assert child_tb.tools == tb.tools
 
         # the model's tool list: the same bytes at the root and in the child
