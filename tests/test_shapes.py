@@ -6,10 +6,15 @@ the very same `ToolEntry` objects: the broker's catalogue holds the toolbox's
 entries themselves (identity, not equality: nothing converted them), the frame
 carries the keys the control wire always carried, and both sides offer the
 model byte-identical definitions. A real call's observation crosses the wire
-the same way.
+the same way. The seams' declared members are read, not probed: readiness asks
+the toolbox which required servers are down.
 """
 
 from __future__ import annotations
+
+import asyncio
+import os
+import signal
 
 import msgspec
 import orjson
@@ -168,3 +173,22 @@ def test_the_ownership_rule_returns_its_refusal_instead_of_raising() -> None:
         refused.reason
     nobody = owner_of("mem://y", [])
     assert nobody == Unowned("mem://y", "no MCP server is declared")
+
+
+async def test_readiness_reads_the_required_servers_down_from_the_toolbox() -> None:
+    """A required server that stops answering (SIGSTOP: the kernel still accepts)
+    goes stale; the toolbox's `lost` resolves, and `required_down()` names it."""
+    require_modules("mcp", "uvicorn", "starlette")
+    with python_peer("fault_peers.py", "--legacy") as srv:
+        assert srv.proc is not None
+        async with Toolbox([ServerSpec(name="srv", url=srv.url)], ping_interval=0.3,
+                           reconnect_stale=False) as tb:
+            assert tb.required_down() == [] and tb.lost is not None
+            os.kill(srv.proc.pid, signal.SIGSTOP)
+            try:
+                async with asyncio.timeout(60):  # a bound, not a timing assertion
+                    lost = await tb.lost
+            finally:
+                os.kill(srv.proc.pid, signal.SIGCONT)
+            assert lost.server == "srv" and "stale" in lost.fault
+            assert tb.required_down() == ["srv"]

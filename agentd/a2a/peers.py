@@ -512,6 +512,9 @@ class WithPeers:
     def take_notices(self) -> list[tuple[str, str]]:
         return self._toolbox.take_notices()
 
+    def required_down(self) -> list[str]:
+        return self._toolbox.required_down()
+
     @property
     def clients(self) -> dict[str, ResourceServer]:
         return {**self._toolbox.clients, **self.peers.sources}

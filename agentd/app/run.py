@@ -348,12 +348,10 @@ async def _serve_metrics(stack: contextlib.AsyncExitStack, config: Config) -> No
     stack.push_async_callback(listener.stop)
 
 
-def _required_down(toolbox: Any) -> str | None:
+def _required_down(toolbox: AgentToolbox | None) -> str | None:
     """Readiness: the required MCP servers that are not connected now (names only)."""
-    down = [name for name, c in (getattr(toolbox, "clients", None) or {}).items()
-            if getattr(getattr(c, "spec", None), "required", False)
-            and (getattr(c, "gone", None) or not getattr(c, "connected", True))]
-    return f"required MCP servers not connected: {', '.join(sorted(down))}" if down else None
+    down = toolbox.required_down() if toolbox is not None else []
+    return f"required MCP servers not connected: {', '.join(down)}" if down else None
 
 
 async def execute(config: Config, *, run_id: str, handle: str = "0",

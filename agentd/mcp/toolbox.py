@@ -353,6 +353,12 @@ class Toolbox:
         out, self._gone_notices = self._gone_notices, []
         return out
 
+    def required_down(self) -> list[str]:
+        """The required servers not connected now (given up, or between reconnects):
+        what readiness reports, by name only."""
+        return sorted(n for n, c in self.clients.items()
+                      if c.spec.required and (c.gone or not c.connected))
+
     def owner(self, uri: str, server: str | None = None, *, subscribe: bool = False
               ) -> MCPClient | Unowned:
         """The client serving ``uri`` by the one rule (:func:`owner_of`), or its refusal."""

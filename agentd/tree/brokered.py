@@ -91,6 +91,9 @@ class BrokeredToolbox:
     def take_notices(self) -> list[tuple[str, str]]:
         return []
 
+    def required_down(self) -> list[str]:
+        return []
+
     def updated(self, ev: IoUpdated) -> None:
         """The parent routed an update of a resource this child subscribed to."""
         self.updates.put_nowait((ev.server, ev.uri))
