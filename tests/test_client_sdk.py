@@ -14,6 +14,7 @@ import pytest
 from peers import python_peer, require_modules
 from waiting import until
 
+from agentd.agent import prompt as P
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, RequiredServerLost, Toolbox, ToolFault
 
@@ -175,8 +176,10 @@ async def test_toolbox_qualified_names_across_servers(sdk_server, sdk_json_serve
             if entry.name == "echo":
                 assert (await tb.call(q, {"text": entry.server})).text == entry.server
         assert (await tb.call("nope__nope")).is_error
-        assert "Be kind to the tools." in tb.prompt_material()
-        assert "untrusted" in tb.prompt_material()
+        # the servers' instructions reach the model only through the prompt's one fence
+        text = P.system_prompt(instructions=tb.instructions, resources=tb.resources)
+        for server in ("a.b", "a_b"):
+            assert P.fence("server-instructions", "Be kind to the tools.", server=server) in text
 
 
 async def test_required_and_optional_servers(sdk_server):

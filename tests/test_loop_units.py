@@ -16,6 +16,7 @@ from agentd.agent.subagents import (
     Unavailable,
     UnknownHandle,
 )
+from agentd.wire.shapes import ResourceInfo, ToolEntry
 
 
 def test_fence_labels_and_defangs() -> None:
@@ -43,21 +44,23 @@ def test_cut_utf8_on_a_character_boundary() -> None:
 
 def test_tool_defs_fence_server_text_but_not_self_tools() -> None:
     defs = P.tool_defs([
-        P.ToolEntry(name="s__t", description="desc", input_schema={"type": "string"},
-                    server="s"),
-        P.ToolEntry(name="agentd__x", description="mine", input_schema=None, trusted=True),
-    ])
+        ToolEntry(qualified="s__t", server="s", name="t", description="desc",
+                  input_schema={"type": "string"})])
+    defs += P.tool_defs([ToolEntry(qualified="agentd__x", server="agentd", name="x",
+                                   description="mine")], trusted=True)
+    assert defs[0].function.name == "s__t"
     assert defs[0].function.description == P.fence("tool-description", "desc", server="s",
                                                    tool="s__t")
     assert defs[0].function.parameters == P.EMPTY_SCHEMA  # not an object schema
+    assert defs[1].function.name == "agentd__x"
     assert defs[1].function.description == "mine"
 
 
 def test_system_prompt_catalogue_never_has_bodies() -> None:
     text = P.system_prompt(
         instructions={"fs": "use me", "quiet": None},
-        resources=[P.ResourceEntry(server="fs", uri="file:///a", name="a", mime_type="text/x",
-                                   size=3, description="first\nfile")],
+        resources=[ResourceInfo(server="fs", uri="file:///a", name="a", mime_type="text/x",
+                                size=3, description="first\nfile")],
         output_contract="JSON {}")
     assert "Output contract" in text and "JSON {}" in text
     assert P.fence("server-instructions", "use me", server="fs") in text
@@ -135,7 +138,7 @@ async def test_without_the_tree_spawn_is_refused_as_a_tool_result() -> None:
     res = await st.call("agentd__subagent_spawn", {"instruction": "x"})
     assert res.is_error and res.text == Unavailable.REASON
     assert (await st.call("agentd__subagent_cancel", {"handle": "0.1"})).is_error
-    names = {e.name for e in st.entries()}
+    names = {e.qualified for e in st.entries()}
     assert {"agentd__read_resource", "agentd__subscribe", "agentd__unsubscribe",
             "agentd__subagent_spawn", "agentd__subagent_send", "agentd__subagent_status",
             "agentd__subagent_cancel"} == names

@@ -26,7 +26,7 @@ from waiting import until
 
 from agentd.agent.selftools import SelfTools
 from agentd.config import ServerSpec
-from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, Toolbox, owner_of
+from agentd.mcp.toolbox import Toolbox, Unowned, owner_of
 from agentd.reactive.awaiting import await_resource_tool, watch_updates
 from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun
 from agentd.reactive.router import Wake
@@ -451,17 +451,17 @@ async def test_unlisted_uri_on_two_resource_servers_is_one_error_everywhere(unli
         assert A not in [r.uri for r in tb.resources]
         # the rule itself, for every purpose
         for purpose in (False, True):
-            with pytest.raises(AmbiguousOwner) as e:
-                owner_of(A, tb.clients.values(), subscribe=purpose)
-            assert str(e.value) == AMBIGUOUS and e.value.candidates == ("plain", "watched")
+            refused = owner_of(A, tb.clients.values(), subscribe=purpose)
+            assert isinstance(refused, Unowned) and refused.ambiguous
+            assert refused.reason == AMBIGUOUS and refused.candidates == ("plain", "watched")
         # read: the self-tool's observation
         tools = SelfTools(resources=tb)
         read = await tools.call("agentd__read_resource", {"uri": A})
         assert read.is_error and read.text == AMBIGUOUS
-        # subscribe: the toolbox raises it, the daemon logs it and sends nothing
-        with pytest.raises(AmbiguousOwner) as e:
-            await tb.subscribe(A)
-        assert str(e.value) == AMBIGUOUS
+        # subscribe: the toolbox declines and says why, the daemon logs it; nothing is sent
+        assert await tb.subscribe(A) is False
+        (declined,) = events(logs, "mcp.subscribe.no_owner")
+        assert declined["reason"] == AMBIGUOUS and declined["candidates"] == ["plain", "watched"]
         daemon = ReactiveDaemon(tb, never_woken, debounce=0.0)
         queued = await tools.call("agentd__subscribe", {"uri": A})
         assert not queued.is_error  # spec §2.4: queued, judged when applied
@@ -493,8 +493,8 @@ async def test_naming_the_server_resolves_it(unlisted, logs):
             assert json.loads(read.text)["uri"] == A
         missing = await tools.call("agentd__read_resource", {"uri": A, "server": "nope"})
         assert missing.is_error and "no connected server is named 'nope'" in missing.text
-        with pytest.raises(NoOwner):
-            owner_of(A, tb.clients.values(), "nope")
+        missing_owner = owner_of(A, tb.clients.values(), "nope")
+        assert isinstance(missing_owner, Unowned) and not missing_owner.ambiguous
 
         # a self-subscribe naming its server reaches the daemon with that server
         queued = await tools.call("agentd__subscribe", {"uri": A, "server": "watched"})

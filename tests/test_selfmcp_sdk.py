@@ -214,7 +214,7 @@ async def test_detach_is_the_loops_alone(served, tmp_path) -> None:
     loop_table = spawn_tools.tools(spawn_tools.LOOP_MODES)
     assert {n: s for n, s in listed.items() if n != "status"} == \
         {n: t.input_schema for n, t in served_table.items()}
-    offered = {e.name: e.input_schema for e in tools.entries()}
+    offered = {e.qualified: e.input_schema for e in tools.entries()}
     assert {n: offered[qualified(n)] for n in loop_table} == \
         {n: t.input_schema for n, t in loop_table.items()}
 

@@ -16,13 +16,14 @@ import orjson
 
 from agentd.a2a.client import A2AError
 from agentd.a2a.peers import A2APeers, Delegation
-from agentd.mcp.selftool import SelfObservation, error
+from agentd.mcp.selftool import error
 from agentd.wire import a2a as w
+from agentd.wire.shapes import Observed
 
 NAME = "a2a.delegate"
 
 
-def render(d: Delegation) -> SelfObservation:
+def render(d: Delegation) -> Observed:
     """The observation of a settled (or acknowledged) delegation."""
     body = d.body()
     lines = [f"A2A task {d.task_id} on peer {d.peer}: {body['state']}"]
@@ -37,7 +38,7 @@ def render(d: Delegation) -> SelfObservation:
                      f"with agentd__a2a_delegate {{peer: {d.peer!r}, task_id: {d.task_id!r}, "
                      f"context_id: {d.context_id!r}, message: ...}}.")
     failed = (d.state in w.TERMINAL and d.state != w.COMPLETED) or d.state == "unknown"
-    return SelfObservation(text="\n".join(lines), is_error=failed, structured=body)
+    return Observed(text="\n".join(lines), is_error=failed, structured=body)
 
 
 class DelegateArgs:
@@ -66,7 +67,7 @@ class DelegateArgs:
         self.context_id: str | None = ids["context_id"] or None
 
 
-async def delegate(peers: A2APeers, a: DelegateArgs) -> SelfObservation:
+async def delegate(peers: A2APeers, a: DelegateArgs) -> Observed:
     """Perform one delegation on the run's peers (the root's, or for a subagent the
     root's through the broker, which checked the scope); the observation."""
     try:
@@ -76,7 +77,7 @@ async def delegate(peers: A2APeers, a: DelegateArgs) -> SelfObservation:
         return error(f"{NAME}: {exc}")
     if a.mode_async and not d.settled:
         body = d.body()
-        return SelfObservation(
+        return Observed(
             text=(f"A2A task {d.task_id} accepted by peer {a.peer} ({body['state']}); "
                   f"read or await {body['uri']} for its result: "
                   + orjson.dumps(body).decode()),

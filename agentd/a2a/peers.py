@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -45,7 +45,9 @@ from agentd.a2a.client import A2AClient, A2AError, CardError, TaskNotFound
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.log import log
 from agentd.mcp.faults import RequiredServerLost
+from agentd.mcp.seams import AgentToolbox, ResourceServer
 from agentd.wire import a2a as w
+from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 
 __all__ = ["SCHEME", "A2APeers", "Delegation", "RequiredPeerFailed", "task_uri"]
 
@@ -149,18 +151,6 @@ class _Caps(msgspec.Struct, frozen=True):
     resources: bool = True
 
 
-class _Res(msgspec.Struct, frozen=True):
-    uri: str
-
-
-class _Obs(msgspec.Struct):
-    """Shaped like the MCP client's Observation (text, is_error, structured)."""
-
-    text: str
-    is_error: bool = False
-    structured: Any = None
-
-
 class PeerSource:
     """One peer as the reactive layer sees a resource server (see module doc)."""
 
@@ -176,9 +166,9 @@ class PeerSource:
         self.updates: Any = peers.updates
 
     @property
-    def resources(self) -> list[_Res]:
-        return [_Res(task_uri(d.peer, d.task_id)) for d in self._peers.tracked.values()
-                if d.peer == self.name]
+    def resources(self) -> list[ResourceInfo]:
+        return [ResourceInfo(server=self.name, uri=task_uri(d.peer, d.task_id))
+                for d in self._peers.tracked.values() if d.peer == self.name]
 
     async def subscribe(self, uri: str) -> bool:
         d = self._peers.tracked.get(uri)
@@ -195,7 +185,7 @@ class PeerSource:
     async def unsubscribe(self, uri: str) -> None:
         self.subscriptions.discard(uri)
 
-    async def read_resource(self, uri: str) -> _Obs:
+    async def read_resource(self, uri: str) -> Observed:
         return await self._peers.read_resource(uri)
 
     async def update_channel(self) -> str | None:
@@ -461,26 +451,26 @@ class A2APeers:
         _log.info("a2a.task.cancel", peer=client.name, task_id=d.task_id, state=d.state)
 
     # ------------------------------------------------------------ resources
-    async def read_resource(self, uri: str) -> _Obs:
+    async def read_resource(self, uri: str) -> Observed:
         """The current state of an a2a:// task: a fresh GetTask (the last known state
         if the peer cannot answer)."""
         parsed = parse_uri(uri)
         if parsed is None:
-            return _Obs(f"resource not found: {uri}", is_error=True)
+            return Observed(f"resource not found: {uri}", is_error=True)
         peer, task_id = parsed
         client = self.clients.get(peer)
         if client is None:
-            return _Obs(f"resource not found: {uri} (no A2A peer {peer!r})", is_error=True)
+            return Observed(f"resource not found: {uri} (no A2A peer {peer!r})", is_error=True)
         d = self.tracked.get(uri) or Delegation(peer=peer, task_id=task_id)
         try:
             d.absorb(await client.get_task(task_id))
         except A2AError as exc:
             if uri not in self.tracked:
-                return _Obs(f"resource not found: {uri}: {exc}", is_error=True)
+                return Observed(f"resource not found: {uri}: {exc}", is_error=True)
             d.error = str(exc)
         body = d.body()
         # w.encode (msgspec): the body holds the peer's task, of any depth or integer
-        return _Obs(w.encode(body).decode(), is_error=False, structured=body)
+        return Observed(w.encode(body).decode(), is_error=False, structured=body)
 
 
 class WithPeers:
@@ -488,36 +478,64 @@ class WithPeers:
     are declared: everything is the Toolbox's, except that `clients` also lists
     each peer's resource source and `a2a://` URIs are read, subscribed and
     unsubscribed through the peers. The Toolbox's own methods still see only
-    the MCP clients."""
+    the MCP clients. Every member of the `AgentToolbox` seam is spelled out
+    here (no attribute forwarding: the type checker holds it to the seam)."""
 
-    def __init__(self, toolbox: Any, peers: A2APeers) -> None:
+    def __init__(self, toolbox: AgentToolbox, peers: A2APeers) -> None:
         self._toolbox = toolbox
         self.peers = peers
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._toolbox, name)
+    @property
+    def tools(self) -> Mapping[str, ToolEntry]:
+        return self._toolbox.tools
 
     @property
-    def clients(self) -> dict[str, Any]:
-        return {**getattr(self._toolbox, "clients", {}), **self.peers.sources}
+    def resources(self) -> Sequence[ResourceInfo]:
+        return self._toolbox.resources
 
-    async def read_resource(self, uri: str, **kw: Any) -> Any:
+    @property
+    def instructions(self) -> Mapping[str, str]:
+        return self._toolbox.instructions
+
+    @property
+    def updates(self) -> asyncio.Queue[tuple[str, str]]:
+        return self._toolbox.updates
+
+    @property
+    def lost(self) -> asyncio.Future[RequiredServerLost] | None:
+        return self._toolbox.lost
+
+    def take_notices(self) -> list[tuple[str, str]]:
+        return self._toolbox.take_notices()
+
+    def required_down(self) -> list[str]:
+        return self._toolbox.required_down()
+
+    @property
+    def clients(self) -> dict[str, ResourceServer]:
+        return {**self._toolbox.clients, **self.peers.sources}
+
+    async def call(self, qualified_name: str, arguments: Mapping[str, Any] | None = None,
+                   *, time_limit: float | None = None) -> Observed:
+        return await self._toolbox.call(qualified_name, arguments, time_limit=time_limit)
+
+    async def read_resource(self, uri: str, *, server: str | None = None) -> Observed:
         if uri.startswith(SCHEME):
             return await self.peers.read_resource(uri)
-        return await self._toolbox.read_resource(uri, **kw)
+        return await self._toolbox.read_resource(uri, server=server)
 
-    async def subscribe(self, uri: str, **kw: Any) -> bool:
+    async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
         parsed = parse_uri(uri)
         if parsed is not None:
             source = self.peers.sources.get(parsed[0])
             return bool(source is not None and await source.subscribe(uri))
-        return await self._toolbox.subscribe(uri, **kw)
+        return await self._toolbox.subscribe(uri, server=server)
 
-    async def unsubscribe(self, uri: str, **kw: Any) -> None:
+    async def unsubscribe(self, uri: str, *, server: str | None = None) -> None:
         parsed = parse_uri(uri)
         if parsed is not None:
             source = self.peers.sources.get(parsed[0])
             if source is not None:
                 await source.unsubscribe(uri)
             return
-        await self._toolbox.unsubscribe(uri, **kw)
+        await self._toolbox.unsubscribe(uri, server=server)

@@ -49,6 +49,7 @@ from agentd.log import log
 from agentd.obs import metrics, trace
 from agentd.output import Usage
 from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd.wire.shapes import ResourceInfo, ToolEntry
 
 if TYPE_CHECKING:  # types only: a brokered child runs this loop without the HTTP stack
     from agentd.mcp.seams import AgentToolbox, Observed
@@ -99,7 +100,7 @@ class Actions:
         self.selftools = selftools
         self._catalogue: object = None
         self.mcp_names: set[str] = set()
-        self.entries: list[P.ToolEntry] = []
+        self.entries: list[ToolEntry] = []
         self.defs: list[ToolDef] = []
         self.refresh()
 
@@ -109,18 +110,17 @@ class Actions:
         if catalogue is self._catalogue and self.defs:
             return self.defs
         self._catalogue = catalogue
-        entries = list(self.selftools.entries())
-        names: set[str] = set()
-        for e in toolbox_entries(self.toolbox):
-            if e.name in self.selftools:
-                log.warning("tool.shadowed", tool=e.name,
+        own = self.selftools.entries()
+        offered: list[ToolEntry] = []
+        for e in (catalogue or {}).values():
+            if e.qualified in self.selftools:
+                log.warning("tool.shadowed", tool=e.qualified,
                             reason="the name is taken by an agentd self-tool")
                 continue
-            names.add(e.name)
-            entries.append(e)
-        self.mcp_names = names
-        self.entries = entries
-        self.defs = P.tool_defs(entries)
+            offered.append(e)
+        self.mcp_names = {e.qualified for e in offered}
+        self.entries = own + offered
+        self.defs = P.tool_defs(own, trusted=True) + P.tool_defs(offered)
         return self.defs
 
     async def call(self, name: str, arguments: dict[str, Any]) -> Observed:
@@ -136,21 +136,8 @@ class Actions:
 
 # --- reading the Toolbox (the MCP client's catalogue) ------------------------------
 
-def toolbox_entries(toolbox: AgentToolbox | None) -> list[P.ToolEntry]:
-    """The Toolbox's qualified tools as prompt entries."""
-    if toolbox is None:
-        return []
-    return [P.ToolEntry(name=qualified, description=t.description,
-                        input_schema=t.input_schema, server=t.server)
-            for qualified, t in toolbox.tools.items()]
-
-
-def toolbox_resources(toolbox: AgentToolbox | None) -> list[P.ResourceEntry]:
-    if toolbox is None:
-        return []
-    return [P.ResourceEntry(server=r.server, uri=r.uri, name=r.name,
-                            description=r.description, mime_type=r.mime_type, size=r.size)
-            for r in toolbox.resources]
+def toolbox_resources(toolbox: AgentToolbox | None) -> list[ResourceInfo]:
+    return list(toolbox.resources) if toolbox is not None else []
 
 
 def toolbox_instructions(toolbox: AgentToolbox | None) -> dict[str, str | None]:
@@ -290,8 +277,8 @@ class Loop:
     def _tell_dropped(self, messages: list[Message]) -> None:
         """Optional servers the fault policy left out since the last step: the
         model is told once, fenced (the fault text may carry server words)."""
-        take = getattr(self.actions.toolbox, "take_notices", None)
-        for server, fault in (take() if take is not None else ()):
+        toolbox = self.actions.toolbox
+        for server, fault in (toolbox.take_notices() if toolbox is not None else ()):
             messages.append(user(P.notice(f"MCP server {server!r} was left out of the "
                                           "catalogue; its tools are gone:") + "\n"
                                  + P.fence("fault", fault, server=server)))

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import msgspec
 
 from agentd.intelligence.base import FunctionDef, ToolDef
+from agentd.wire.shapes import ResourceInfo, ToolEntry
 
 FENCE_OPEN = "[UNTRUSTED"
 FENCE_CLOSE = "[END UNTRUSTED]"
@@ -35,27 +33,6 @@ _FORGED = re.compile(r"\[(\s*)((?:END\s+)?UNTRUSTED)", re.IGNORECASE)
 MAX_DESCRIPTION_BYTES = 4096
 MAX_CATALOGUE_ENTRIES = 200
 EMPTY_SCHEMA = {"type": "object", "properties": {}}
-
-
-class ToolEntry(msgspec.Struct, frozen=True):
-    """A tool as the model is offered it (qualified, sanitised name)."""
-
-    name: str
-    description: str | None = None
-    input_schema: dict[str, Any] | None = None
-    server: str = ""
-    trusted: bool = False  # agentd's own self-tools: their descriptions are not fenced
-
-
-class ResourceEntry(msgspec.Struct, frozen=True):
-    """One line of the resource catalogue: never a body."""
-
-    server: str
-    uri: str
-    name: str | None = None
-    description: str | None = None
-    mime_type: str | None = None
-    size: int | None = None
 
 
 def defang(text: str) -> str:
@@ -94,19 +71,20 @@ def _short(text: str | None, limit: int = MAX_DESCRIPTION_BYTES) -> str:
     return cut
 
 
-def tool_defs(tools: Iterable[ToolEntry]) -> list[ToolDef]:
-    """Tools as functions; server-written descriptions fenced."""
+def tool_defs(tools: Iterable[ToolEntry], *, trusted: bool = False) -> list[ToolDef]:
+    """Tools as functions under their qualified names; descriptions fenced as
+    server-written unless `trusted` (agentd's own self-tools)."""
     out: list[ToolDef] = []
     for t in tools:
         schema = t.input_schema if isinstance(t.input_schema, dict) else None
         if not schema or schema.get("type") != "object":
             schema = EMPTY_SCHEMA
-        if t.trusted:
+        if trusted:
             desc = t.description or ""
         else:
             desc = fence("tool-description", _short(t.description) or "(none)",
-                         server=t.server, tool=t.name)
-        out.append(ToolDef(function=FunctionDef(name=t.name, description=desc,
+                         server=t.server, tool=t.qualified)
+        out.append(ToolDef(function=FunctionDef(name=t.qualified, description=desc,
                                                 parameters=schema)))
     return out
 
@@ -129,7 +107,7 @@ answer as a plain message, without calling a tool."""
 
 
 def system_prompt(*, instructions: Mapping[str, str | None] | None = None,
-                  resources: Sequence[ResourceEntry] = (),
+                  resources: Sequence[ResourceInfo] = (),
                   output_contract: str | None = None,
                   max_catalogue: int = MAX_CATALOGUE_ENTRIES) -> str:
     """The system message: rules, output contract, servers, resource catalogue."""
@@ -146,7 +124,7 @@ def system_prompt(*, instructions: Mapping[str, str | None] | None = None,
     if resources:
         lines = ["Resource catalogue (bodies are not included; read one with "
                  "agentd__read_resource {\"uri\": ...}):"]
-        by_server: dict[str, list[ResourceEntry]] = {}
+        by_server: dict[str, list[ResourceInfo]] = {}
         for r in resources:
             by_server.setdefault(r.server, []).append(r)
         for server, entries in by_server.items():
@@ -158,7 +136,7 @@ def system_prompt(*, instructions: Mapping[str, str | None] | None = None,
     return "\n\n".join(parts)
 
 
-def _catalogue_row(r: ResourceEntry) -> str:
+def _catalogue_row(r: ResourceInfo) -> str:
     bits = [f"- uri: {r.uri}"]
     if r.name:
         bits.append(f"name: {r.name}")

@@ -30,11 +30,10 @@ from typing import Any, Protocol
 import orjson
 
 from agentd.agent import spawn_tools
-from agentd.agent.prompt import ToolEntry
 from agentd.agent.spawn_tools import Refusal, str_arg
 from agentd.agent.subagents import SubagentBackend, Unavailable, UnknownHandle
-from agentd.mcp.seams import Observed
-from agentd.mcp.selftool import SERVER, SelfObservation, SelfTool, error, ok
+from agentd.mcp.selftool import SelfTool, error, ok
+from agentd.wire.shapes import Observed, ToolEntry
 
 AGENT_SCHEME = "agent://"
 
@@ -106,9 +105,8 @@ class SelfTools:
         return qualified in self._tools
 
     def entries(self) -> list[ToolEntry]:
-        return [ToolEntry(name=t.qualified, description=t.description,
-                          input_schema=t.input_schema, server=SERVER, trusted=True)
-                for t in self._tools.values()]
+        """The self-tools as offered to the model (agentd's own text: never fenced)."""
+        return [t.entry() for t in self._tools.values()]
 
     async def call(self, qualified: str, arguments: dict[str, Any]) -> Observed:
         tool = self._tools[qualified]
@@ -143,7 +141,7 @@ class SelfTools:
             return error(f"read_resource: no MCP server is connected that serves {uri}")
         return await self.resources.read_resource(uri)
 
-    def _read_agent(self, uri: str) -> SelfObservation:
+    def _read_agent(self, uri: str) -> Observed:
         rest = uri[len(AGENT_SCHEME):]
         if rest == "status":
             body = self.status_body() if self.status_body else {
@@ -158,7 +156,7 @@ class SelfTools:
             return ok(_json(body), body)
         return error(f"read_resource: resource not found: {uri}")
 
-    async def _subscribe(self, args: dict[str, Any]) -> SelfObservation:
+    async def _subscribe(self, args: dict[str, Any]) -> Observed:
         given = str_arg("subscribe", args, "uri")
         named = str_arg("subscribe", args, "server")
         for refused in (given, named):
@@ -185,7 +183,7 @@ class SelfTools:
         else:
             self.subscription_servers[uri] = server
 
-    async def _unsubscribe(self, args: dict[str, Any]) -> SelfObservation:
+    async def _unsubscribe(self, args: dict[str, Any]) -> Observed:
         given = str_arg("unsubscribe", args, "uri")
         if isinstance(given, Refusal):
             return error(given.text)
@@ -228,20 +226,20 @@ class SelfTools:
         self._mine(handle)
         return self.backend.status(handle)
 
-    async def _spawn(self, request: Any) -> SelfObservation:
+    async def _spawn(self, request: Any) -> Observed:
         body = (await self.backend.spawn(self.caller, request)).body()
         return ok(_json(body), body)
 
-    async def _send(self, a: spawn_tools.SendArgs) -> SelfObservation:
+    async def _send(self, a: spawn_tools.SendArgs) -> Observed:
         self._mine(a.handle)
         body = (await self.backend.send(self.caller, a.handle, a.message)).body()
         return ok(_json(body), body)
 
-    async def _status(self, a: spawn_tools.HandleArgs) -> SelfObservation:
+    async def _status(self, a: spawn_tools.HandleArgs) -> Observed:
         body = self._status_of(a.handle).body()
         return ok(_json(body), body)
 
-    async def _cancel(self, a: spawn_tools.HandleArgs) -> SelfObservation:
+    async def _cancel(self, a: spawn_tools.HandleArgs) -> Observed:
         self._mine(a.handle)
         body = (await self.backend.cancel(a.handle)).body()
         return ok(_json(body), body)

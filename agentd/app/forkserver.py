@@ -83,7 +83,6 @@ def _warm_up() -> None:
     from agentd.app.child import first_answer
     from agentd.tree.control import (
         Catalogue,
-        CatalogueTool,
         ChildConfig,
         ControlSession,
         HandleBody,
@@ -92,6 +91,7 @@ def _warm_up() -> None:
         RunOutcome,
         SpawnParams,
     )
+    from agentd.wire.shapes import ToolEntry
 
     parent, child = ControlSession("parent"), ControlSession("child")
     cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up")
@@ -110,7 +110,7 @@ def _warm_up() -> None:
         # brokered, as every child is: its model call goes up the wire (io/request)
         cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
                           intelligence=f"playback:{fh.name}", brokered=True,
-                          catalogue=Catalogue(tools=(CatalogueTool(
+                          catalogue=Catalogue(tools=(ToolEntry(
                               qualified="warm__up", server="warm", name="up",
                               input_schema={"type": "object"}),)))
         configure = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "child/configure",
@@ -144,10 +144,10 @@ async def _warm_wire(cfg) -> None:
         ControlSession,
         IoCall,
         IoCompletion,
-        IoObservation,
         MessageParams,
     )
     from agentd.tree.procs import Channel
+    from agentd.wire.shapes import Observed
 
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
@@ -157,7 +157,7 @@ async def _warm_wire(cfg) -> None:
             return
         req = ev.params
         if isinstance(req, IoCall):
-            parent.respond(ev.id, IoObservation("up"))
+            parent.respond(ev.id, Observed("up"))
         elif any(m.role == "tool" for m in req.messages):
             parent.respond(ev.id, IoCompletion(Completion(content="{}", usage=Usage(3, 2, 5))))
         else:

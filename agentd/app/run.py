@@ -169,11 +169,12 @@ async def _open_a2a(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
     is exit 6); the toolbox then also serves `a2a://` task resources."""
     from agentd.a2a.peers import A2APeers, WithPeers
 
-    config = ctx.config
+    config, toolbox = ctx.config, ctx.toolbox
+    assert toolbox is not None, "the toolbox is opened before the A2A peers"
     peers = await stack.enter_async_context(A2APeers(
         config.a2a_peers, secrets_dir=config.secrets_dir, init_timeout=config.init_timeout,
-        updates=getattr(ctx.toolbox, "updates", None)))
-    ctx.toolbox = WithPeers(ctx.toolbox, peers)
+        updates=toolbox.updates))
+    ctx.toolbox = WithPeers(toolbox, peers)
 
 
 def make_selftools(ctx: RunContext) -> SelfTools:
@@ -249,15 +250,16 @@ async def _run_mode(ctx: RunContext) -> Outcome | RunResult:
     return outcome
 
 
-async def _unless_lost(toolbox: Any, work: Awaitable[Outcome]) -> Outcome:
+async def _unless_lost(toolbox: AgentToolbox | None, work: Awaitable[Outcome]) -> Outcome:
     """Run the loop; a required server lost meanwhile (a stale server, found by
     the pinger, not by a call) ends it with that fault (agentd.mcp.faults)."""
-    lost = getattr(toolbox, "lost", None)
+    lost = toolbox.lost if toolbox is not None else None
     task = asyncio.ensure_future(work)
     if lost is None:
         return await task
     try:
-        await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {task, lost}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not task.done():
             task.cancel()
@@ -346,12 +348,10 @@ async def _serve_metrics(stack: contextlib.AsyncExitStack, config: Config) -> No
     stack.push_async_callback(listener.stop)
 
 
-def _required_down(toolbox: Any) -> str | None:
+def _required_down(toolbox: AgentToolbox | None) -> str | None:
     """Readiness: the required MCP servers that are not connected now (names only)."""
-    down = [name for name, c in (getattr(toolbox, "clients", None) or {}).items()
-            if getattr(getattr(c, "spec", None), "required", False)
-            and (getattr(c, "gone", None) or not getattr(c, "connected", True))]
-    return f"required MCP servers not connected: {', '.join(sorted(down))}" if down else None
+    down = toolbox.required_down() if toolbox is not None else []
+    return f"required MCP servers not connected: {', '.join(down)}" if down else None
 
 
 async def execute(config: Config, *, run_id: str, handle: str = "0",

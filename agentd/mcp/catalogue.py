@@ -23,8 +23,9 @@ from typing import Any, Final
 
 from agentd.config import MAX_SCHEMA_DEPTH_CAP
 from agentd.errors import MCPError
-from agentd.mcp.param_headers import HeaderDeclarationError, ParamHeader, tool_header_declarations
+from agentd.mcp.param_headers import HeaderDeclarationError, tool_header_declarations
 from agentd.wire import mcp_types as mt
+from agentd.wire.shapes import ParamHeader
 
 __all__ = ["PRUNE_DEPTH", "ToolExcluded", "admit", "prune_deep"]
 
@@ -130,6 +131,7 @@ def _check_refs(schema: dict, where: str, refs: list[tuple[str, Any]],
 def admit(tool: mt.Tool, *, headers: bool, tasks: bool, max_depth: int
           ) -> tuple[ParamHeader, ...]:
     """The tool's ``Mcp-Param-*`` declarations if agentd can offer it, else :class:`ToolExcluded`.
+    They go into the tool's one shape as listed (`agentd.wire.shapes.ToolInfo.param_headers`).
 
     ``headers``: the session mirrors ``x-mcp-header`` parameters (2026-07-28);
     ``tasks``: agentd declared tasks support to this server; ``max_depth``:

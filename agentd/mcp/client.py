@@ -19,7 +19,6 @@ import base64
 import contextlib
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -68,8 +67,8 @@ from agentd.mcp.faults import (
     no_answer,
 )
 from agentd.mcp.negotiate import renegotiate_for_updates
-from agentd.mcp.param_headers import ParamHeader, encode_value, param_headers
-from agentd.mcp.schema import Validator, schemas
+from agentd.mcp.param_headers import encode_value, param_headers
+from agentd.mcp.schema import input_validator, output_validator
 from agentd.obs import trace
 from agentd.obs.calls import McpCall
 from agentd.wire import codec
@@ -79,6 +78,7 @@ from agentd.wire.jsonrpc import (
     METHOD_NOT_FOUND,
     ProtocolError,
 )
+from agentd.wire.shapes import Observation, ResourceInfo, ToolInfo
 
 if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
     from agentd.mcp.http_transport import StreamableHTTPTransport
@@ -103,65 +103,6 @@ DISCOVER_TIMEOUT: Final = 3.0  # the server/discover probe: a server that cannot
 MAX_INPUT_ROUNDS: Final = 10  # MRTR: input_required answers per request before giving up
 _MAX_AUDIT_TEXT: Final = 2000
 _EXPIRED: Final = "mcp.session.expired"  # the server no longer knows our session
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """What the model sees of a tool call or a resource read.
-
-    ``text`` renders every content block; ``is_error`` is the tool's own
-    ``isError`` (or an argument/URI problem the model can fix); ``structured``
-    is ``structuredContent`` (validated; None below 2025-06-18); ``content``
-    keeps the raw blocks (or resource contents) for richer consumers.
-    """
-
-    text: str
-    is_error: bool = False
-    structured: Any = None
-    content: tuple = ()
-
-
-@dataclass(slots=True)
-class ToolInfo:
-    """A server's tool as listed.  ``description``/``annotations`` are untrusted."""
-
-    name: str
-    input_schema: dict[str, Any]
-    description: str = ""
-    title: str = ""
-    output_schema: dict[str, Any] | None = None
-    annotations: dict[str, Any] = field(default_factory=dict)
-    name_json: bytes = b""
-    name_header: str = ""  # Mcp-Name (2026-07-28), encoded as the revision says
-    param_headers: tuple[ParamHeader, ...] = ()  # its x-mcp-header declarations
-    _input: Validator | bool | None = False  # False: not compiled yet
-    _output: Validator | bool | None = False
-
-    def input_validator(self) -> Validator | None:
-        v = self._input
-        if v is False:
-            v = self._input = schemas.get(self.input_schema, what=f"inputSchema of {self.name}")
-        return v  # type: ignore[return-value]
-
-    def output_validator(self) -> Validator | None:
-        v = self._output
-        if v is False:
-            v = self._output = schemas.get(self.output_schema,
-                                           what=f"outputSchema of {self.name}")
-        return v  # type: ignore[return-value]
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceInfo:
-    """A catalogue entry (never a body)."""
-
-    server: str
-    uri: str
-    name: str
-    title: str = ""
-    description: str = ""
-    mime_type: str = ""
-    size: int | None = None
 
 
 def _s(v: Any) -> str:
@@ -1001,7 +942,7 @@ class MCPClient(UpdateChannel):
             return Observation(wired, is_error=True)
         args, args_json = wired
         if tool is not None:
-            v = tool.input_validator()
+            v = input_validator(tool)
             if v is not None and not v.is_valid(args):
                 errs = v.errors(args)
                 return Observation(f"arguments do not match the input schema of tool {name}: "
@@ -1112,7 +1053,7 @@ class MCPClient(UpdateChannel):
                     raise ToolFault(self.name, f"tool {name} declares an outputSchema but "
                                     "returned no structuredContent", retryable=False,
                                     method=mt.TOOLS_CALL)
-                v = tool.output_validator()
+                v = output_validator(tool)
                 if v is not None and not v.is_valid(sc):
                     raise ToolFault(self.name, f"structuredContent of tool {name} does not "
                                     "match its outputSchema: " + "; ".join(v.errors(sc)),
@@ -1149,7 +1090,7 @@ class MCPClient(UpdateChannel):
         if ttl is not None:
             self._expires["resources"] = time.monotonic() + ttl / 1000
         self.resources = [ResourceInfo(
-            server=self.name, uri=r.uri, name=r.name, title=_s(r.title),
+            server=self.name, uri=r.uri, name=r.name,
             description=_s(r.description), mime_type=_s(r.mimeType),
             size=r.size if isinstance(r.size, int) else None) for r in res]
         return self.resources

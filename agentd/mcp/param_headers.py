@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from agentd.errors import MCPError
+from agentd.wire.shapes import ParamHeader
 
 __all__ = [
     "HeaderDeclarationError",
@@ -41,23 +42,6 @@ _PRIMITIVES: Final = frozenset({"string", "integer", "boolean"})
 
 class HeaderDeclarationError(MCPError, ValueError):
     """A tool's ``x-mcp-header`` declarations break the revision's constraints."""
-
-
-class ParamHeader(tuple):
-    """``(header_name, path)``: ``Mcp-Param-{name}`` and the ``properties`` chain."""
-
-    __slots__ = ()
-
-    def __new__(cls, header: str, path: tuple[str, ...]) -> ParamHeader:
-        return tuple.__new__(cls, (header, path))
-
-    @property
-    def header(self) -> str:
-        return self[0]
-
-    @property
-    def path(self) -> tuple[str, ...]:
-        return self[1]
 
 
 def encode_value(value: str) -> str:

@@ -28,8 +28,10 @@ import orjson
 
 from agentd.log import log
 from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd.wire.shapes import ToolInfo
 
-__all__ = ["SchemaCache", "Validator", "describe_errors", "schemas"]
+__all__ = ["SchemaCache", "Validator", "describe_errors", "input_validator",
+           "output_validator", "schemas"]
 
 _MAX_ERRORS: Final = 3
 _MAX_ERROR_CHARS: Final = 300
@@ -142,3 +144,22 @@ class SchemaCache:
 
 schemas = SchemaCache()
 """The process-wide cache every client shares."""
+
+
+def input_validator(tool: ToolInfo) -> Validator | None:
+    """The validator of ``tool``'s ``inputSchema``, looked up once per listed
+    tool and kept on it (a call never serialises the schema again)."""
+    v = tool.input_check
+    if v is False:
+        v = tool.input_check = schemas.get(tool.input_schema,
+                                           what=f"inputSchema of {tool.name}")
+    return v
+
+
+def output_validator(tool: ToolInfo) -> Validator | None:
+    """The validator of ``tool``'s ``outputSchema`` (None without one), kept on it."""
+    v = tool.output_check
+    if v is False:
+        v = tool.output_check = schemas.get(tool.output_schema,
+                                            what=f"outputSchema of {tool.name}")
+    return v

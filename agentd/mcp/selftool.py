@@ -14,34 +14,28 @@ from typing import Any
 
 import msgspec
 
+from agentd.wire.shapes import Observed, ToolEntry
+
 SERVER = "agentd"
 SEP = "__"
 PREFIX = SERVER + SEP
 
 
-class SelfObservation(msgspec.Struct):
-    """Same shape as the MCP client's `Observation` (text, is_error, structured)."""
-
-    text: str
-    is_error: bool = False
-    structured: Any = None
+def ok(text: str, structured: Any = None) -> Observed:
+    return Observed(text, False, structured)
 
 
-def ok(text: str, structured: Any = None) -> SelfObservation:
-    return SelfObservation(text=text, is_error=False, structured=structured)
+def error(text: str) -> Observed:
+    return Observed(text, True)
 
 
-def error(text: str) -> SelfObservation:
-    return SelfObservation(text=text, is_error=True)
-
-
-SelfHandler = Callable[[dict[str, Any]], Awaitable[Any]]
+SelfHandler = Callable[[dict[str, Any]], Awaitable[Observed]]
 
 
 class SelfTool(msgspec.Struct, frozen=True):
     """One self-tool. `name` is the spec name (`subagent.spawn`); the model sees
-    `agentd__subagent_spawn`. The handler returns an object with `text`,
-    `is_error` and `structured` (a SelfObservation or the client's Observation)."""
+    `agentd__subagent_spawn`. The handler returns the observation (`Observed`:
+    `ok`/`error` here, or what a toolbox read answered)."""
 
     name: str
     description: str
@@ -51,3 +45,8 @@ class SelfTool(msgspec.Struct, frozen=True):
     @property
     def qualified(self) -> str:
         return PREFIX + self.name.replace(".", "_").replace("/", "_")
+
+    def entry(self) -> ToolEntry:
+        """This tool as offered to the model, in the one tool shape."""
+        return ToolEntry(qualified=self.qualified, server=SERVER, name=self.name,
+                         description=self.description, input_schema=self.input_schema)

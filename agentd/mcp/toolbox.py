@@ -19,8 +19,9 @@ import asyncio
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import msgspec
 
 from agentd.config import (
     DEFAULT_INIT_TIMEOUT,
@@ -28,26 +29,26 @@ from agentd.config import (
     DEFAULT_SECRETS_DIR,
     ServerSpec,
 )
-from agentd.errors import MCPError, ToolFault
+from agentd.errors import ToolFault
 from agentd.log import log
 from agentd.mcp.faults import RequiredServerLost, RetryPolicy, kind
 from agentd.mcp.seams import AgentToolbox, ResourceServer
 from agentd.mcp.updates import UpdateQueue
+from agentd.wire.shapes import Observation, ResourceInfo, ToolEntry
 
 if TYPE_CHECKING:
     # The client (its session and schema modules with it) is imported where
     # a Toolbox connects or answers: the ownership rule alone (`owner_of`, which a
     # brokered child and the reactive side import) needs none of it.
-    from agentd.mcp.client import MCPClient, Observation, ResourceInfo, ToolInfo
+    from agentd.mcp.client import MCPClient
 
 __all__ = [
     "MAX_TOOL_NAME",
-    "AmbiguousOwner",
-    "NoOwner",
     "RequiredServerLost",
     "ToolEntry",
     "ToolFault",
     "Toolbox",
+    "Unowned",
     "owner_of",
     "qualify",
     "resource_servers",
@@ -80,39 +81,39 @@ def qualify(server: str, tool: str, taken: set[str] | None = None) -> str:
         i += 1
 
 
-class NoOwner(MCPError):
-    """No declared server owns a resource URI (nothing is sent for it)."""
+class Unowned(msgspec.Struct, frozen=True):
+    """The ownership rule's refusal (:func:`owner_of`), returned, never raised:
+    no server owns ``uri``, or several could and the caller named none
+    (``candidates``, sorted: then the caller sees an error naming them, never a
+    guess).  ``reason`` is the whole sentence for the caller; nothing was sent."""
 
-    def __init__(self, uri: str, reason: str) -> None:
-        super().__init__(reason)
-        self.uri = uri
-        self.reason = reason
+    uri: str
+    reason: str
+    candidates: tuple[str, ...] = ()
+
+    @property
+    def ambiguous(self) -> bool:
+        return bool(self.candidates)
 
 
-class AmbiguousOwner(NoOwner):
-    """Several servers could own a URI and the caller named none: an error the
-    caller sees, never a guess. ``candidates`` are their names."""
-
-    def __init__(self, uri: str, candidates: Sequence[str], why: str) -> None:
-        names = ", ".join(sorted(candidates))
-        super().__init__(uri, f"ambiguous resource {uri}: {why} ({names}); name one "
-                              "with the 'server' argument")
-        self.candidates = tuple(sorted(candidates))
+def _ambiguous(uri: str, candidates: Iterable[str], why: str) -> Unowned:
+    names = tuple(sorted(candidates))
+    return Unowned(uri, f"ambiguous resource {uri}: {why} ({', '.join(names)}); name one "
+                        "with the 'server' argument", names)
 
 
 def resource_servers(toolbox: AgentToolbox | None) -> list[ResourceServer]:
-    """The per-server clients behind a toolbox: its ``clients`` mapping (a
-    :class:`Toolbox`, or `WithPeers`, which adds A2A peers' resource sources),
-    none for one without (a brokered child's: its parent decides)."""
-    clients: Mapping[str, ResourceServer] | None = getattr(toolbox, "clients", None)
-    return list(clients.values()) if isinstance(clients, Mapping) else []
+    """The per-server clients behind a toolbox: its ``clients`` (a
+    :class:`Toolbox`'s, or `WithPeers`', which adds A2A peers' resource sources),
+    none for a brokered child's (its parent decides) or no toolbox."""
+    return list(toolbox.clients.values()) if toolbox is not None else []
 
 
 _Server = TypeVar("_Server", bound=ResourceServer)
 
 
 def owner_of(uri: str, clients: Iterable[_Server], server: str | None = None, *,
-             subscribe: bool = False) -> _Server:
+             subscribe: bool = False) -> _Server | Unowned:
     """THE rule for which server owns a resource URI, for reads, subscriptions,
     ``await_resource`` and the reactive daemon alike:
 
@@ -124,61 +125,31 @@ def owner_of(uri: str, clients: Iterable[_Server], server: str | None = None, *,
        owner; a listing owner that cannot is the caller's ``unsupported``).
 
     Several servers listing it, or several serving resources and none listing
-    it, raise :class:`AmbiguousOwner` naming them; no candidate raises
-    :class:`NoOwner`."""
+    it, return an ambiguous :class:`Unowned` naming them; no candidate, an
+    :class:`Unowned` saying why."""
     clients = list(clients)
     if server is not None:
         for c in clients:
             if c.name == server:
                 return c
         known = ", ".join(sorted(c.name for c in clients)) or "none"
-        raise NoOwner(uri, f"no connected server is named {server!r} (connected: {known})")
+        return Unowned(uri, f"no connected server is named {server!r} (connected: {known})")
     listing = [c for c in clients if any(r.uri == uri for r in c.resources)]
     if len(listing) == 1:
         return listing[0]
     if listing:
-        raise AmbiguousOwner(uri, [c.name for c in listing],
-                             f"listed by {len(listing)} servers")
+        return _ambiguous(uri, [c.name for c in listing], f"listed by {len(listing)} servers")
     serving = [c for c in clients if c.capabilities.resources]
     if len(serving) > 1:
-        raise AmbiguousOwner(uri, [c.name for c in serving],
-                             f"no server lists it and {len(serving)} serve resources")
+        return _ambiguous(uri, [c.name for c in serving],
+                          f"no server lists it and {len(serving)} serve resources")
     if not serving:
-        raise NoOwner(uri, "no server serves resources" if clients
-                      else "no MCP server is declared")
+        return Unowned(uri, "no server serves resources" if clients
+                       else "no MCP server is declared")
     if subscribe and not serving[0].capabilities.resources_subscribe:
-        raise NoOwner(uri, f"no server lists it and the only one serving resources "
-                           f"({serving[0].name}) does not advertise resources.subscribe")
+        return Unowned(uri, f"no server lists it and the only one serving resources "
+                            f"({serving[0].name}) does not advertise resources.subscribe")
     return serving[0]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolEntry:
-    """A tool as offered to the model.  ``description`` is untrusted server text."""
-
-    qualified: str
-    server: str
-    tool: ToolInfo
-
-    @property
-    def name(self) -> str:
-        return self.tool.name
-
-    @property
-    def description(self) -> str:
-        return self.tool.description
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return self.tool.input_schema
-
-    def as_function(self) -> dict[str, Any]:
-        """An OpenAI-style ``{"type": "function", ...}`` tool definition."""
-        return {"type": "function", "function": {
-            "name": self.qualified,
-            "description": self.tool.description,
-            "parameters": self.tool.input_schema or {"type": "object"},
-        }}
 
 
 class Toolbox:
@@ -271,7 +242,9 @@ class Toolbox:
                 for info in client.tools.values():
                     q = qualify(name, info.name, taken)
                     taken.add(q)
-                    out[q] = ToolEntry(q, name, info)
+                    out[q] = ToolEntry(qualified=q, server=name, name=info.name,
+                                       description=info.description,
+                                       input_schema=info.input_schema)
             self._tools, self._tools_key = out, key
         return self._tools
 
@@ -288,38 +261,18 @@ class Toolbox:
         """Per-server ``instructions`` (untrusted text)."""
         return {n: c.instructions for n, c in self.clients.items() if c.instructions}
 
-    def prompt_material(self) -> str:
-        """Server instructions and the resource catalogue, fenced and labelled untrusted."""
-        parts: list[str] = []
-        for name, text in self.instructions.items():
-            parts.append(f'<untrusted source="mcp-server:{name}" kind="instructions">\n'
-                         f"{text}\n</untrusted>")
-        if self.resources:
-            lines = []
-            for r in self.resources:
-                meta = ", ".join(x for x in (r.mime_type, f"{r.size} bytes" if r.size else "")
-                                 if x)
-                desc = f" - {r.description}" if r.description else ""
-                lines.append(f"{r.uri} [{r.server}] {r.name}" + (f" ({meta})" if meta else "")
-                             + desc)
-            parts.append('<untrusted kind="resource-catalogue">\n' + "\n".join(lines)
-                         + "\n</untrusted>")
-        return "\n\n".join(parts)
-
     # ------------------------------------------------------------ calls
 
     async def call(self, qualified_name: str, arguments: Mapping[str, Any] | str | bytes | None
                    = None, *, time_limit: float | None = None) -> Observation:
         """Call a tool by qualified name.  An unknown name is an observation."""
-        from agentd.mcp.client import Observation
-
         entry = self.tools.get(qualified_name)
         if entry is None:
             return Observation(f"unknown tool {qualified_name!r}", is_error=True)
         client = self.clients[entry.server]
         return await self._guarded(
-            client, lambda: client.call_tool(entry.tool.name, arguments, time_limit=time_limit),
-            what=f"tools/call {entry.tool.name}")
+            client, lambda: client.call_tool(entry.name, arguments, time_limit=time_limit),
+            what=f"tools/call {entry.name}")
 
     # ------------------------------------------------------------ fault policy
 
@@ -354,8 +307,6 @@ class Toolbox:
                 self.lost.set_result(exc)
             raise exc
         await self.drop(server, reason)
-        from agentd.mcp.client import Observation
-
         return Observation(f"MCP server {server!r} was left out of the catalogue after a "
                            f"fault ({reason}); its tools and resources are no longer "
                            "available.", is_error=True)
@@ -392,36 +343,35 @@ class Toolbox:
         out, self._gone_notices = self._gone_notices, []
         return out
 
+    def required_down(self) -> list[str]:
+        """The required servers not connected now (given up, or between reconnects):
+        what readiness reports, by name only."""
+        return sorted(n for n, c in self.clients.items()
+                      if c.spec.required and (c.gone or not c.connected))
+
     def owner(self, uri: str, server: str | None = None, *, subscribe: bool = False
-              ) -> MCPClient:
-        """The client serving ``uri`` by the one rule (:func:`owner_of`); raises
-        :class:`NoOwner` / :class:`AmbiguousOwner`."""
+              ) -> MCPClient | Unowned:
+        """The client serving ``uri`` by the one rule (:func:`owner_of`), or its refusal."""
         return owner_of(uri, self.clients.values(), server, subscribe=subscribe)
 
     async def read_resource(self, uri: str, *, server: str | None = None) -> Observation:
         """The current body of ``uri`` from its owner; no owner, or an ambiguous
         one, is an error observation (the model can name the server)."""
-        from agentd.mcp.client import Observation
-
-        try:
-            client = self.owner(uri, server)
-        except AmbiguousOwner as exc:
-            return Observation(str(exc), is_error=True)
-        except NoOwner as exc:
-            return Observation(str(exc) if server is not None else f"resource not found: {uri}",
-                               is_error=True)
+        client = self.owner(uri, server)
+        if isinstance(client, Unowned):
+            return Observation(client.reason if client.ambiguous or server is not None
+                               else f"resource not found: {uri}", is_error=True)
         return await self._guarded(client, lambda: client.read_resource(uri),
                                    what=f"resources/read {uri}")
 
     async def subscribe(self, uri: str, *, server: str | None = None) -> bool:
         """Subscribe to a concrete URI on its owner; False when not possible
-        (degraded). An ambiguous owner raises :class:`AmbiguousOwner`."""
-        try:
-            client = self.owner(uri, server, subscribe=True)
-        except AmbiguousOwner:
-            raise
-        except NoOwner as exc:
-            log.warning("mcp.subscribe.no_owner", uri=uri, reason=exc.reason)
+        (degraded): no owner, or an ambiguous one, is logged
+        (``mcp.subscribe.no_owner``, the reason naming the candidates)."""
+        client = self.owner(uri, server, subscribe=True)
+        if isinstance(client, Unowned):
+            log.warning("mcp.subscribe.no_owner", uri=uri, reason=client.reason,
+                        candidates=list(client.candidates))
             return False
         result = await self._guarded(client, lambda: client.subscribe(uri),
                                      what=f"resources/subscribe {uri}")

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from agentd.obs import metrics, trace
+from agentd.wire.shapes import Observed
+
+_Obs = TypeVar("_Obs", bound=Observed)
 
 __all__ = ["McpCall"]
 
@@ -38,11 +41,11 @@ class McpCall:
         self._t0 = time.perf_counter()
         return self
 
-    def done(self, observation: Any, outcome: str | None = None) -> Any:
+    def done(self, observation: _Obs, outcome: str | None = None) -> _Obs:
         """The call answered: record whether the tool said it failed (or, as
         ``outcome``, what else ended it: a tool-call limit)."""
         self.outcome = outcome or (
-            "tool_error" if getattr(observation, "is_error", False) else "ok")
+            "tool_error" if observation.is_error else "ok")
         return observation
 
     def __exit__(self, tp: Any, exc: BaseException | None, tb: Any) -> Literal[False]:

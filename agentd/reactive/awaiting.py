@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.log import log
 from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
-from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of, resource_servers
+from agentd.mcp.toolbox import Unowned, owner_of, resource_servers
 from agentd.reactive.waiters import Waiters
 from agentd.wire.guard import PEER_FAULTS
 
@@ -38,29 +38,28 @@ def _refused(uri: str, cause: str, reason: str, server: str | None = None) -> No
 
 
 async def _subscribe(toolbox: AgentToolbox, uri: str, server: str | None = None
-                     ) -> tuple[ResourceServer | None, bool, bool]:
+                     ) -> tuple[ResourceServer | None, bool, bool] | Unowned:
     """(owner client or None, watched now, subscribed by this call), the owner by
     the toolbox's one rule when the clients are visible. An ambiguous owner, or
-    a named server that is not there, raises (NoOwner): the caller is told.
-    A URI left unwatched is logged once (`reactive.refused`)."""
+    a named server that is not there, is returned (`Unowned`): the caller is
+    told. A URI left unwatched is logged once (`reactive.refused`)."""
     clients = resource_servers(toolbox)
     if not clients:  # e.g. a brokered child's toolbox: its parent applies the rule
         ok = bool(await toolbox.subscribe(uri, server=server))
         if not ok:
             _refused(uri, "not_honoured", "the subscription was not taken", server)
         return None, ok, False
-    try:
-        owner = owner_of(uri, clients, server, subscribe=True)
-    except NoOwner as exc:
-        if isinstance(exc, AmbiguousOwner) or server is not None:
-            raise
-        _refused(uri, "unowned", exc.reason)
+    owner = owner_of(uri, clients, server, subscribe=True)
+    if isinstance(owner, Unowned):
+        if owner.ambiguous or server is not None:
+            return owner
+        _refused(uri, "unowned", owner.reason)
         return None, False, False
     if not owner.capabilities.resources_subscribe:
         _refused(uri, "unsupported", "the server does not advertise resources.subscribe",
                  owner.name)
         return owner, False, False
-    if uri in getattr(owner, "subscriptions", ()):
+    if uri in owner.subscriptions:
         return owner, True, False
     if not await owner.subscribe(uri):
         _refused(uri, "not_honoured", "the server did not take the subscription", owner.name)
@@ -102,7 +101,7 @@ def _terminal(obs: Observed) -> bool:
 
 async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
                          limit: float | None = DEFAULT_TIMEOUT, *,
-                         server: str | None = None) -> tuple[bool | None, Observed]:
+                         server: str | None = None) -> tuple[bool | None, Observed] | Unowned:
     """The `agentd__await_resource` self-tool: `(updated, observation)`;
     `updated` is None when the URI could not be watched and nothing woke it
     (the wait ran to `limit`: the caller tells the model why no update came).
@@ -113,7 +112,8 @@ async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
     fresh from that owner — the observation is its current state either way —
     and drops a subscription it made itself (what stays watched is what the
     flags and `agentd__subscribe` asked for). `server` names the owner; an
-    ambiguous owner raises `AmbiguousOwner` before any wait.
+    ambiguous owner, or a named one that is not there, is returned (`Unowned`)
+    before any wait.
     """
     limit = DEFAULT_TIMEOUT if limit is None else min(max(float(limit), 0.0), MAX_TIMEOUT)
     fut = waiters.register(uri)  # before subscribing: an early update is not missed
@@ -121,12 +121,15 @@ async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
     made = False
     try:
         try:
-            owner, ok, made = await _subscribe(toolbox, uri, server)
-        except NoOwner:
-            raise
+            watch = await _subscribe(toolbox, uri, server)
         except Exception as exc:  # the wait is still honoured
             _refused(uri, "failed", f"the subscribe failed: {type(exc).__name__}: {exc}"[:300])
             ok = False
+        else:
+            if isinstance(watch, Unowned):
+                waiters.release(uri, fut)
+                return watch
+            owner, ok, made = watch
     except BaseException:
         waiters.release(uri, fut)
         raise
@@ -137,11 +140,11 @@ async def await_resource(toolbox: AgentToolbox, waiters: Waiters, uri: str,
             now = await _read(owner, toolbox, uri, server)
             if _terminal(now):
                 log.info("reactive.await", uri=uri, updated=True, already_terminal=True,
-                         server=getattr(owner, "name", None))
+                         server=owner.name if owner is not None else None)
                 return True, now
         updated = await waiters.until(uri, fut, limit)
         log.info("reactive.await", uri=uri, updated=updated, watched=ok,
-                 server=getattr(owner, "name", None))
+                 server=owner.name if owner is not None else None)
         return (updated if ok or updated else None), await _read(owner, toolbox, uri, server)
     finally:
         if made and owner is not None:
@@ -180,11 +183,11 @@ def await_resource_tool(toolbox: AgentToolbox | None, waiters: Waiters) -> SelfT
             return error("await_resource: argument 'server' must be a string")
         if toolbox is None:
             return error(f"await_resource: no MCP server is connected that serves {uri}")
-        try:
-            updated, obs = await await_resource(toolbox, waiters, uri.strip(), limit,
-                                                server=server or None)
-        except NoOwner as exc:
-            return error(str(exc))
+        waited = await await_resource(toolbox, waiters, uri.strip(), limit,
+                                      server=server or None)
+        if isinstance(waited, Unowned):
+            return error(waited.reason)
+        updated, obs = waited
         if updated is None:
             head = (f"not watched: no server can send updates for {uri}, so none came "
                     f"in {limit}s")
@@ -212,10 +215,10 @@ async def watch_updates(toolbox: AgentToolbox | None) -> AsyncIterator[Waiters]:
     from agentd.reactive.router import Router
 
     waiters = Waiters()
-    updates = getattr(toolbox, "updates", None)
-    if updates is None:
+    if toolbox is None:
         yield waiters
         return
+    updates = toolbox.updates
     router = Router(0.0, claim=waiters.claim)
     async with asyncio.TaskGroup() as tg:
         pump = tg.create_task(router.pump(updates))

@@ -53,7 +53,7 @@ from agentd.exitcodes import ExitCode
 from agentd.log import log
 from agentd.mcp.faults import kind as fault_kind
 from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
-from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, owner_of, resource_servers
+from agentd.mcp.toolbox import Unowned, owner_of, resource_servers
 from agentd.obs import health, trace
 from agentd.output import RunResult, Usage
 from agentd.reactive.polling import Poller
@@ -187,17 +187,15 @@ class ReactiveDaemon:
         if origin == "self" and len(self.self_watched) >= self.max_subscriptions:
             return self._refuse(uri, origin, "cap",
                                 f"--max-subscriptions ({self.max_subscriptions}) reached")
-        try:
-            owner = owner_of(uri, resource_servers(self.toolbox), server, subscribe=True)
-        except NoOwner as exc:
-            ambiguous = isinstance(exc, AmbiguousOwner)
-            if origin == "flag" and ambiguous:
+        owner = owner_of(uri, resource_servers(self.toolbox), server, subscribe=True)
+        if isinstance(owner, Unowned):
+            if origin == "flag" and owner.ambiguous:
                 # the operator must name the server: refuse to start (a URI no
                 # connected server serves stays a warning: spec §3's worker, or
                 # an optional server that is down)
-                raise WatchRefused(uri, server, exc.reason, polling_off=False) from None
-            return self._refuse(uri, origin, "ambiguous" if ambiguous else "unowned",
-                                exc.reason)
+                raise WatchRefused(uri, server, owner.reason, polling_off=False)
+            return self._refuse(uri, origin, "ambiguous" if owner.ambiguous else "unowned",
+                                owner.reason)
         if not owner.capabilities.resources_subscribe:
             return await self._fallback(uri, owner.name, origin, "unsupported",
                                         "the server does not advertise resources.subscribe")

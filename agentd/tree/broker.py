@@ -33,9 +33,9 @@ from agentd.errors import ToolFault
 from agentd.intelligence.base import CeilingReached, IntelligenceUnavailable
 from agentd.intelligence.ledger import Metered
 from agentd.log import log
-from agentd.mcp.client import MCPClient, Observation
+from agentd.mcp.client import MCPClient
 from agentd.mcp.seams import AgentToolbox
-from agentd.mcp.toolbox import AmbiguousOwner, NoOwner, Toolbox, owner_of
+from agentd.mcp.toolbox import Toolbox, Unowned, owner_of
 from agentd.mcp.updates import UpdateQueue
 from agentd.tree.control import (
     IO_CEILING,
@@ -43,15 +43,12 @@ from agentd.tree.control import (
     IO_SCOPE,
     IO_UNAVAILABLE,
     Catalogue,
-    CatalogueResource,
-    CatalogueTool,
     IoAnswer,
     IoCall,
     IoComplete,
     IoCompletion,
     IoDelegate,
     IoDone,
-    IoObservation,
     IoRead,
     IoRequest,
     IoSubscribe,
@@ -61,6 +58,7 @@ from agentd.tree.control import (
     io_error,
 )
 from agentd.wire.jsonrpc import ErrorObject
+from agentd.wire.shapes import Observation, Observed
 
 __all__ = ["Broker"]
 
@@ -128,14 +126,8 @@ class Broker:
         if hit is not None and hit[0] == key:
             return hit[1]
         cat = Catalogue(
-            tools=tuple(CatalogueTool(qualified=q, server=e.server, name=e.tool.name,
-                                      description=e.tool.description or "",
-                                      input_schema=e.tool.input_schema or {})
-                        for q, e in tools.items() if e.server in scope),
-            resources=tuple(CatalogueResource(server=r.server, uri=r.uri, name=r.name,
-                                              description=r.description or "",
-                                              mime_type=r.mime_type or "", size=r.size)
-                            for r in tb.resources if r.server in scope),
+            tools=tuple(e for e in tools.values() if e.server in scope),
+            resources=tuple(r for r in tb.resources if r.server in scope),
             instructions={n: t for n, t in tb.instructions.items() if n in scope},
             a2a_peers=tuple(p for p in (self.peers.clients if self.peers else ()) if p in scope))
         self._catalogues[scope] = (key, cat)
@@ -162,7 +154,7 @@ class Broker:
                 obs = await self._read(scope, req.uri, req.server)
                 if isinstance(obs, ErrorObject):
                     return obs
-                return IoObservation(obs.text, bool(obs.is_error), None)
+                return Observed(obs.text, obs.is_error)  # a read carries no structured body
             if isinstance(req, IoSubscribe):
                 done = await self._subscribe(handle, scope, req.uri, req.server)
                 return done if isinstance(done, ErrorObject) else IoDone(done)
@@ -178,7 +170,7 @@ class Broker:
         return io_error(IO_SCOPE, f"{what} is not in this subagent's tool_scope")
 
     async def _call(self, handle: str, scope: frozenset[str],
-                    req: IoCall) -> IoObservation | ErrorObject:
+                    req: IoCall) -> Observed | ErrorObject:
         tb = self.toolbox
         entry = tb.tools.get(req.name) if tb is not None else None
         if tb is None or entry is None or entry.server not in scope:
@@ -189,11 +181,10 @@ class Broker:
         # through the root's toolbox: the client's fault decision and its outcome
         # for the run (an abort cause) apply to a subagent's call as to the root's
         obs = await tb.call(req.name, req.arguments, time_limit=req.time_limit)
-        structured = getattr(obs, "structured", None)
-        return IoObservation(obs.text, bool(obs.is_error), structured)
+        return obs.bare()
 
     async def _delegate(self, handle: str, scope: frozenset[str],
-                        req: IoDelegate) -> IoObservation | ErrorObject:
+                        req: IoDelegate) -> Observed | ErrorObject:
         """A subagent's a2a.delegate, on the root's peers, if the peer is in its scope."""
         peers = self.peers
         if peers is None or req.peer not in scope or req.peer not in peers.clients:
@@ -203,27 +194,25 @@ class Broker:
         obs = await delegate(peers, DelegateArgs({
             "peer": req.peer, "message": req.message, "async": req.mode_async,
             "task_id": req.task_id, "context_id": req.context_id}))
-        return IoObservation(obs.text, bool(obs.is_error), obs.structured)
+        return obs
 
     def _owner(self, scope: frozenset[str], uri: str, server: str | None, *,
                subscribe: bool = False) -> Any:
-        """The toolbox's one ownership rule over this subagent's scope; a named
-        server outside the scope is a scope error. Raises NoOwner/AmbiguousOwner."""
+        """The toolbox's one ownership rule over this subagent's scope (its owner,
+        or its `Unowned` refusal); a named server outside the scope is a scope error."""
         clients = self._clients(scope)
         if server is not None and server not in clients:
             return self._scope_error(f"server {server!r}")
         return owner_of(uri, clients.values(), server, subscribe=subscribe)
 
     async def _read(self, scope: frozenset[str], uri: str,
-                    server: str | None) -> Observation | ErrorObject:
-        try:
-            owner = self._owner(scope, uri, server)
-        except AmbiguousOwner as exc:
-            return Observation(str(exc), is_error=True)
-        except NoOwner:
-            return Observation(f"resource not found: {uri}", is_error=True)
+                    server: str | None) -> Observation | Observed | ErrorObject:
+        owner = self._owner(scope, uri, server)
         if isinstance(owner, ErrorObject):
             return owner
+        if isinstance(owner, Unowned):
+            return Observed(owner.reason if owner.ambiguous else f"resource not found: {uri}",
+                            is_error=True)
         if isinstance(owner, MCPClient) and self.toolbox is not None:
             # through the root's toolbox, as _call: the one fault decision applies
             return await self.toolbox.read_resource(uri, server=owner.name)
@@ -232,20 +221,19 @@ class Broker:
 
     async def _subscribe(self, handle: str, scope: frozenset[str], uri: str,
                          server: str | None) -> bool | ErrorObject:
-        try:
-            owner = self._owner(scope, uri, server, subscribe=True)
-        except AmbiguousOwner as exc:
-            return io_error(IO_FAULT, str(exc))
-        except NoOwner as exc:
-            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle, reason=exc.reason)
+        owner = self._owner(scope, uri, server, subscribe=True)
+        if isinstance(owner, ErrorObject):
+            return owner
+        if isinstance(owner, Unowned):
+            if owner.ambiguous:
+                return io_error(IO_FAULT, owner.reason)
+            log.warning("mcp.subscribe.no_owner", uri=uri, handle=handle, reason=owner.reason)
             return False
         if isinstance(owner, ErrorObject):
             return owner
         key = (owner.name, uri)
         if key not in self._subs:
-            # an MCP server this root subscribed to itself (an A2A peer's source keeps
-            # no subscriptions of the root's: the broker makes each one)
-            already = isinstance(owner, MCPClient) and uri in owner.subscriptions
+            already = uri in owner.subscriptions
             if not already:
                 made = (await self.toolbox.subscribe(uri, server=owner.name)
                         if isinstance(owner, MCPClient) and self.toolbox is not None

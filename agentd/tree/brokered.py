@@ -37,7 +37,6 @@ from agentd.tree.control import (
     IoCall,
     IoComplete,
     IoDelegate,
-    IoObservation,
     IoRead,
     IoSubscribe,
     IoUnsubscribe,
@@ -46,6 +45,7 @@ from agentd.tree.control import (
 )
 from agentd.tree.procs import Channel, RemoteError
 from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 
 __all__ = ["BrokeredIntelligence", "BrokeredToolbox"]
 
@@ -81,12 +81,22 @@ class BrokeredToolbox:
     def __init__(self, channel: Channel, catalogue: Catalogue | None) -> None:
         self._channel = channel
         cat = catalogue or Catalogue()
-        self.tools: dict[str, Any] = {t.qualified: t for t in cat.tools}
-        self.resources: list[Any] = list(cat.resources)
+        self.tools: dict[str, ToolEntry] = {t.qualified: t for t in cat.tools}
+        self.resources: list[ResourceInfo] = list(cat.resources)
         self.instructions: dict[str, str] = dict(cat.instructions)
         self.a2a_peers: tuple[str, ...] = tuple(cat.a2a_peers)  # a2a.delegate, via the root
         self.updates: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self.omitted: dict[str, str] = {}
+        # the parent applies the ownership rule and the fault policy: no server
+        # is connected here, none can be lost or dropped here
+        self.clients: dict[str, Any] = {}
+        self.lost: asyncio.Future[Any] | None = None
+
+    def take_notices(self) -> list[tuple[str, str]]:
+        return []
+
+    def required_down(self) -> list[str]:
+        return []
 
     def updated(self, ev: IoUpdated) -> None:
         """The parent routed an update of a resource this child subscribed to."""
@@ -104,22 +114,22 @@ class BrokeredToolbox:
 
     async def call(self, qualified_name: str,
                    arguments: Mapping[str, Any] | str | bytes | None = None, *,
-                   time_limit: float | None = None) -> IoObservation:
+                   time_limit: float | None = None) -> Observed:
         if qualified_name not in self.tools:
-            return IoObservation(f"unknown tool {qualified_name!r}", is_error=True)
+            return Observed(f"unknown tool {qualified_name!r}", is_error=True)
         if isinstance(arguments, (str, bytes)):
             try:
                 arguments = orjson.loads(arguments) if arguments else None
             except PEER_FAULTS as exc:
-                return IoObservation(f"arguments for tool {qualified_name} are not valid "
+                return Observed(f"arguments for tool {qualified_name} are not valid "
                                      f"JSON: {fault_text(exc)}", is_error=True)
         return await self._io(IoCall(qualified_name, arguments, time_limit,
                                      trace.current_traceparent()))
 
-    async def read_resource(self, uri: str, *, server: str | None = None) -> IoObservation:
+    async def read_resource(self, uri: str, *, server: str | None = None) -> Observed:
         return await self._io(IoRead(uri, server))
 
-    async def a2a_delegate(self, a: Any) -> IoObservation:
+    async def a2a_delegate(self, a: Any) -> Observed:
         """`a2a.delegate` (validated `DelegateArgs`): the root performs it on its peers."""
         return await self._io(IoDelegate(a.peer, a.message, a.mode_async, a.task_id,
                                          a.context_id))
@@ -130,7 +140,7 @@ class BrokeredToolbox:
     async def unsubscribe(self, uri: str, *, server: str | None = None) -> None:
         await self._io(IoUnsubscribe(uri, server))
 
-    async def next_update(self) -> tuple[str, str, IoObservation]:
+    async def next_update(self) -> tuple[str, str, Observed]:
         server, uri = await self.updates.get()
         return server, uri, await self.read_resource(uri, server=server)
 

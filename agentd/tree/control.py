@@ -67,6 +67,7 @@ from agentd.wire.jsonrpc import (
     Request,
     Response,
 )
+from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 from agentd_native import MAX_FRAME, FrameDecoder, FrameTooLarge, encode_frame
 
 __all__ = [
@@ -79,8 +80,6 @@ __all__ = [
     "SPAWN_REFUSED",
     "UNKNOWN_HANDLE",
     "Catalogue",
-    "CatalogueResource",
-    "CatalogueTool",
     "ChildConfig",
     "ControlSession",
     "HandleBody",
@@ -92,7 +91,6 @@ __all__ = [
     "IoDelegate",
     "IoDone",
     "IoFault",
-    "IoObservation",
     "IoRead",
     "IoRequest",
     "IoResult",
@@ -124,30 +122,12 @@ IO_FAULT: Final = -32016  # an MCP protocol/transport fault (never tool output)
 IO_SCOPE: Final = -32017  # the server/tool/resource is outside the child's tool_scope
 
 
-class CatalogueTool(Struct, kw_only=True, frozen=True):
-    """A tool in a child's catalogue: what the parent's Toolbox listed (untrusted text)."""
-
-    qualified: str
-    server: str
-    name: str
-    description: str = ""
-    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-class CatalogueResource(Struct, kw_only=True, frozen=True):
-    server: str
-    uri: str
-    name: str = ""
-    description: str = ""
-    mime_type: str = ""
-    size: int | None = None
-
-
 class Catalogue(Struct, kw_only=True, frozen=True):
-    """The MCP side of a brokered child: passed down, never re-listed by the child."""
+    """The MCP side of a brokered child: passed down, never re-listed by the child.
+    Its tools and resources are the parent toolbox's own entries, as they are."""
 
-    tools: tuple[CatalogueTool, ...] = ()
-    resources: tuple[CatalogueResource, ...] = ()
+    tools: tuple[ToolEntry, ...] = ()
+    resources: tuple[ResourceInfo, ...] = ()
     instructions: dict[str, str] = msgspec.field(default_factory=dict)
     a2a_peers: tuple[str, ...] = ()  # A2A peers in scope: a2a.delegate goes up as IoDelegate
 
@@ -303,19 +283,11 @@ class IoCompletion(Struct, tag="completion", tag_field="kind"):
     completion: Completion
 
 
-class IoObservation(Struct, tag="observation", tag_field="kind"):
-    """A tool result or a resource read, as the loop reads an `Observation`."""
-
-    text: str = ""
-    is_error: bool = False
-    structured: Any = None
-
-
 class IoDone(Struct, tag="done", tag_field="kind"):
     ok: bool = True
 
 
-IoResult = IoCompletion | IoObservation | IoDone
+IoResult = IoCompletion | Observed | IoDone  # Observed: a tool result or a resource read
 
 
 class IoFault(Struct, frozen=True, omit_defaults=True):
