@@ -175,6 +175,13 @@ class SpanEncoder:
         self._traces: dict[int, bytes] = {}  # the interpreted twin's trace ids
         self.pending = 0  # spans added and not yet taken
 
+    @property
+    def cached(self) -> tuple[int, int, int]:
+        """(keys, values, the largest kind's span heads) held in the caches, each
+        bounded by `_CACHE_MAX`: readable in both twins, so the bound is checkable."""
+        return (len(self._keys), self._nvalues,
+                max((len(h) for h in self._heads.values()), default=0))
+
     def add(self, record: Any) -> None:
         """Encode one more span into the request being built (`take()` ends it).
 
