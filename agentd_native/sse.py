@@ -213,7 +213,8 @@ class SSEParser:
         if self._pending:
             # An incomplete line is waiting: join only once a line end arrives,
             # so a long line fed in small chunks is copied once, not per chunk.
-            if _find(data, 10, 0, n) < 0 and _find(data, 13, 0, n) < 0:
+            # (Not while a leading BOM is undecided: its bytes are not the event's.)
+            if not self._bom and _find(data, 10, 0, n) < 0 and _find(data, 13, 0, n) < 0:
                 if self._size + self._pending + n > self.max_event:
                     self._fail(self._size + self._pending + n, [], self.last_event_id)
                 self._chunks.append(data)

@@ -210,6 +210,20 @@ def test_sse_bound_never_depends_on_the_chunking(data, max_event):
     assert _until_error(chunked) == _until_error(whole)
 
 
+@pytest.mark.parametrize("module", [native_sse, pure_sse], ids=["native", "pure"])
+@pytest.mark.parametrize("chunks", [[b"\xef\xbb\xbf\xef\xbb\xbf"], [b"\xef\xbb", b"\xbf\xef\xbb\xbf"],
+                                    [b"\xef", b"\xbb", b"\xbf\xef\xbb\xbf"]])
+def test_sse_a_split_bom_is_not_counted_in_the_event(module, chunks) -> None:
+    """Hypothesis found it: a leading BOM cut across chunks was counted in the
+    first event's size, so a stream at exactly the bound failed only when cut."""
+    parser = module.SSEParser(max_event=3)
+    for chunk in chunks:
+        assert parser.feed(chunk) == []
+    assert parser.pending == 3
+    with pytest.raises(SSEEventTooLarge):
+        parser.feed(b"x")
+
+
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_sse_twins_agree_across_close(native, data):
