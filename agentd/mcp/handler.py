@@ -186,6 +186,7 @@ class ServerSession(SessionState):
         request's, which its rules check against the body)."""
         env = self.envelope
         if env is None:
+            self.last_active = time.monotonic()
             return await self.request(req, emit), 200
         try:
             out = modern.route(self, req, env, headers)

@@ -74,13 +74,14 @@ class Listens:
             return rpc_error(503, ProtocolError(
                 stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams", id=msg.id))
         self._seq += 1
+        wake = asyncio.Event()  # set on every frame; the writer drains after the ack
         listener = stateless.Listener(self.handler, msg.id, env,
                                       listen_id=f"listen:{self._seq}",
                                       origin=ORIGIN_MANAGEMENT, auth=self.auth, client=client,
-                                      max_frames=lim.listen_buffer)
+                                      max_frames=lim.listen_buffer,
+                                      outbox=lambda _data: wake.set())
         self.listeners.add(listener)
         self._per_client[client] = self._per_client.get(client, 0) + 1
-        wake = asyncio.Event()
         self._wake[listener] = wake
         resp = web.StreamResponse(headers=SSE_HEADERS)  # prepared once the listen is open
         try:
@@ -91,7 +92,6 @@ class Listens:
                            error=type(exc).__name__, detail=str(exc)[:500])
                 return rpc_error(200, ProtocolError(INTERNAL_ERROR, "Internal error",
                                                     id=msg.id))
-            listener.outbox = lambda _data: wake.set()
             _log.info("mcp.serve.listen", auth=self.auth, subscription=str(msg.id)[:32],
                       uris=len(listener.subscriptions))
             await resp.prepare(request)

@@ -57,7 +57,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -217,7 +216,6 @@ class HttpServer:
         if req is None:
             await session.receive(msg)
             return web.Response(status=202)
-        session.last_active = time.monotonic()
         stream = PostStream(request) if accept_sse else None
         out, _ = await session.serve(req, stream.emit if stream is not None else None)
         if stream is not None and (stream.resp is not None or not accept_json):

@@ -45,6 +45,7 @@ import base64
 import binascii
 import re
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -507,10 +508,10 @@ class ListenState(SessionState):
 
     def __init__(self, handler: StatelessCatalogue, request_id: Any, env: Envelope, *,
                  listen_id: str, origin: str, auth: str, client: str,
-                 max_frames: int = 256) -> None:
+                 max_frames: int = 256, outbox: Callable[[bytes], None] | None = None) -> None:
         # listen_id never collides with a session id (those are url-safe tokens)
         super().__init__(handler, handler.hub, listen_id, origin=origin, auth=auth,
-                         client=client, protocol_version=env.version,
+                         client=client, outbox=outbox, protocol_version=env.version,
                          client_info=env.client_info, client_capabilities=env.capabilities)
         self.request_id = request_id
         self.frames: deque[bytes] = deque()
@@ -531,7 +532,7 @@ class ListenState(SessionState):
         else:
             self.frames.append(data)
         if self.outbox is not None:
-            self.outbox(data)  # set by the transport: a wake-up
+            self.outbox(data)  # the transport's wake-up
 
     def notify_updated(self, uri: str) -> None:
         self.push(codec.encode_notification(
