@@ -397,10 +397,11 @@ class _TlsServer(asyncio.AbstractServer):
         return any(not t.done() for t in self._accepting)
 
     def close(self) -> None:
+        """Stop accepting; each accept loop closes its socket as it ends (after the
+        loop has dropped its interest in the descriptor, so it is never reused
+        under a pending accept)."""
         for task in self._accepting:
             task.cancel()
-        for sock in self._sockets:
-            sock.close()
 
     async def wait_closed(self) -> None:
         await asyncio.gather(*self._accepting, return_exceptions=True)
@@ -413,15 +414,18 @@ class _TlsServer(asyncio.AbstractServer):
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = self._gate.loop
-        while True:
-            try:
-                conn, addr = await loop.sock_accept(sock)
-            except OSError as exc:  # out of descriptors, ...: asyncio's own server waits too
-                throttled(_log, "warning", "mcp.serve.limit", key="accept", reason="accept",
-                          error=type(exc).__name__)
-                await asyncio.sleep(ACCEPT_RETRY)
-                continue
-            self._gate.handshake(self._handshake(conn, addr))
+        try:
+            while True:
+                try:
+                    conn, addr = await loop.sock_accept(sock)
+                except OSError as exc:  # out of descriptors, ...: asyncio's server waits too
+                    throttled(_log, "warning", "mcp.serve.limit", key="accept",
+                              reason="accept", error=type(exc).__name__)
+                    await asyncio.sleep(ACCEPT_RETRY)
+                    continue
+                self._gate.handshake(self._handshake(conn, addr))
+        finally:
+            sock.close()
 
     async def _handshake(self, conn: socket.socket, addr: Any) -> None:
         gate = self._gate
