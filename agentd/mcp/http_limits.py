@@ -30,6 +30,11 @@ and enforces, before any request reaches auth:
   from the heap and stay resident.  :func:`return_memory` pins the threshold
   and trims the heap after a burst of rejected connections.
 
+Over https the listener runs its own accept loop (:class:`_TlsServer`) so a
+refused or abandoned TLS handshake is one throttled ``mcp.serve.tls_refused``
+line naming the peer's address and the reason; the handshake is bounded by
+``Limits.header_timeout``.
+
 A cap or timeout being hit is one throttled ``mcp.serve.limit`` line.  Caps
 on sessions and streams count per principal (``agentd.mcp.auth.principal``)
 and live in ``agentd.mcp.http_server``.
