@@ -70,6 +70,10 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.http_limits": 3,
     "agentd.mcp.http_transport": 3,
     "agentd.mcp.http_server": 3,
+    "agentd.mcp.http_guard": 3,  # the served endpoint split by concern (http_server's parts)
+    "agentd.mcp.http_sessions": 3,
+    "agentd.mcp.http_listens": 3,
+    "agentd.mcp.http_responses": 3,
     "agentd.mcp.handler": 3,  # the handler framework: drives the server rules
     "agentd.mcp.stateless": 3,  # drives the 2026-07-28 rules on the handler
     "agentd.mcp.call_watch": 3,  # the wait the progress notifications re-arm

@@ -150,6 +150,7 @@ class ServerSession(SessionState):
     -32603, never raised."""
 
     __slots__ = ("envelope",)
+    handler: Handler  # the rules read its Catalogue; the driver calls its functions
 
     def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
@@ -186,6 +187,7 @@ class ServerSession(SessionState):
         request's, which its rules check against the body)."""
         env = self.envelope
         if env is None:
+            self.last_active = time.monotonic()
             return await self.request(req, emit), 200
         try:
             out = modern.route(self, req, env, headers)
@@ -225,7 +227,7 @@ class ServerSession(SessionState):
             return self.internal_error(req.id)
 
 
-async def run_dispatch(s: SessionState, req: Request, d: Dispatch, emit: Emit | None) -> Any:
+async def run_dispatch(s: ServerSession, req: Request, d: Dispatch, emit: Emit | None) -> Any:
     """Carry out what the rules dispatched, on the session's handler (both revisions)."""
     p = d.params
     h = s.handler
@@ -247,11 +249,11 @@ async def run_dispatch(s: SessionState, req: Request, d: Dispatch, emit: Emit | 
     return _RESULT_EMPTY
 
 
-AsyncRoute = Callable[[SessionState, Request, "Emit | None"], Awaitable[Any]]
+AsyncRoute = Callable[[ServerSession, Request, "Emit | None"], Awaitable[Any]]
 
 
 def _driven(rule: Callable[[SessionState, Request], Any]) -> AsyncRoute:
-    async def route(s: SessionState, req: Request, emit: Emit | None) -> Any:
+    async def route(s: ServerSession, req: Request, emit: Emit | None) -> Any:
         out = rule(s, req)
         if type(out) is Dispatch:
             return await run_dispatch(s, req, out, emit)

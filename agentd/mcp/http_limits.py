@@ -30,6 +30,11 @@ and enforces, before any request reaches auth:
   from the heap and stay resident.  :func:`return_memory` pins the threshold
   and trims the heap after a burst of rejected connections.
 
+Over https the listener runs its own accept loop (:class:`_TlsServer`) so a
+refused or abandoned TLS handshake is one throttled ``mcp.serve.tls_refused``
+line naming the peer's address and the reason; the handshake is bounded by
+``Limits.header_timeout``.
+
 A cap or timeout being hit is one throttled ``mcp.serve.limit`` line.  Caps
 on sessions and streams count per principal (``agentd.mcp.auth.principal``)
 and live in ``agentd.mcp.http_server``.
@@ -397,10 +402,11 @@ class _TlsServer(asyncio.AbstractServer):
         return any(not t.done() for t in self._accepting)
 
     def close(self) -> None:
+        """Stop accepting; each accept loop closes its socket as it ends (after the
+        loop has dropped its interest in the descriptor, so it is never reused
+        under a pending accept)."""
         for task in self._accepting:
             task.cancel()
-        for sock in self._sockets:
-            sock.close()
 
     async def wait_closed(self) -> None:
         await asyncio.gather(*self._accepting, return_exceptions=True)
@@ -413,15 +419,18 @@ class _TlsServer(asyncio.AbstractServer):
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = self._gate.loop
-        while True:
-            try:
-                conn, addr = await loop.sock_accept(sock)
-            except OSError as exc:  # out of descriptors, ...: asyncio's own server waits too
-                throttled(_log, "warning", "mcp.serve.limit", key="accept", reason="accept",
-                          error=type(exc).__name__)
-                await asyncio.sleep(ACCEPT_RETRY)
-                continue
-            self._gate.handshake(self._handshake(conn, addr))
+        try:
+            while True:
+                try:
+                    conn, addr = await loop.sock_accept(sock)
+                except OSError as exc:  # out of descriptors, ...: asyncio's server waits too
+                    throttled(_log, "warning", "mcp.serve.limit", key="accept",
+                              reason="accept", error=type(exc).__name__)
+                    await asyncio.sleep(ACCEPT_RETRY)
+                    continue
+                self._gate.handshake(self._handshake(conn, addr))
+        finally:
+            sock.close()
 
     async def _handshake(self, conn: socket.socket, addr: Any) -> None:
         gate = self._gate

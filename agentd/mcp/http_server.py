@@ -56,42 +56,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import ssl
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from agentd.log import log, register_secret
 from agentd.log_bridge import route_stdlib, throttled
 from agentd.mcp import http_checks, stateless
-from agentd.mcp.auth import (
-    UNAUTHORIZED_HEADERS,
-    BearerAuth,
-    NamedBearers,
-    auth_label,
-    cert_subject,
-    principal,
-)
-from agentd.mcp.handler import Handler, ServerSession, current_principal
+from agentd.mcp.handler import Handler, ServerSession
+from agentd.mcp.http_guard import SUPPORTED, Guard
 from agentd.mcp.http_limits import (
     Gate,
     GatedSite,
     Limits,
     env_limits,
 )
-from agentd.mcp.server_session import ORIGIN_MANAGEMENT, SERVED_METHODS
+from agentd.mcp.http_listens import Listens
+from agentd.mcp.http_responses import JSON, PostStream, closing, plain, rpc_error
+from agentd.mcp.http_sessions import Channel, Sessions
+from agentd.mcp.server_session import SERVED_METHODS
 from agentd.netaddr import is_loopback_host
 from agentd.obs import served, trace
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import (
-    INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     Notification,
@@ -103,104 +94,14 @@ __all__ = ["HttpServer", "Limits", "Runner", "serve"]
 
 _log = log.bind(component="mcp.http_server")
 
-_JSON: Final = {"Content-Type": "application/json"}
-_SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                       "X-Accel-Buffering": "no"}
-_SUPPORTED: Final = frozenset(t.SUPPORTED_PROTOCOL_VERSIONS)
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
-
-
-def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, text=text, headers=headers)
-
-
-def _closing(status: int, text: str) -> web.Response:
-    """An answer after which the connection is closed (its input is not trusted)."""
-    resp = _plain(status, text)
-    resp.force_close()
-    return resp
-
-
-def _refused(request: web.Request, reason: str) -> web.Response:
-    """403 (401 for auth), logged throttled; the connection is closed after it."""
-    throttled(_log, "warning", "mcp.serve.refused", key=reason, reason=reason,
-              method=request.method)
-    resp = web.Response(status=401, headers=UNAUTHORIZED_HEADERS) if reason == "auth" \
-        else _plain(403, "Forbidden")
-    resp.force_close()
-    return resp
-
-
-def _rpc_error(status: int, exc: ProtocolError) -> web.Response:
-    return web.Response(status=status, body=codec.encode_error(exc.id, exc.code, exc.message,
-                                                               exc.data), headers=_JSON)
-
-
-def _hostname(host: str) -> str:
-    """The hostname of a Host header value (``[::1]:8080`` -> ``::1``)."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        end = host.find("]")
-        return host[1:end] if end > 0 else host
-    if host.count(":") == 1:
-        return host.split(":", 1)[0]
-    return host
-
-
-def _sse_event(event_id: int | None, data: bytes) -> bytes:
-    head = b"id: %d\nevent: message\ndata: " % event_id if event_id is not None \
-        else b"event: message\ndata: "
-    return head + data + b"\n\n"
-
-
-class _Channel:
-    """The transport side of one session: its SSE event buffer and streams."""
-
-    __slots__ = ("client", "delivered", "events", "gen", "next_id", "session", "streams", "wake")
-
-    def __init__(self, client: str, buffer: int) -> None:
-        self.client = client
-        self.events: deque[tuple[int, bytes]] = deque(maxlen=buffer)
-        self.next_id = 0
-        self.delivered = 0  # the highest event id some stream has written
-        self.gen = 0  # the current GET stream's generation
-        self.streams = 0  # open GET streams
-        self.wake = asyncio.Event()
-        self.session: ServerSession | None = None
-
-    def push(self, data: bytes) -> None:
-        self.next_id += 1
-        self.events.append((self.next_id, data))
-        self.wake.set()
-
-    def pending(self, cursor: int) -> list[tuple[int, bytes]]:
-        return [e for e in self.events if e[0] > cursor]
-
-
-class _PostStream:
-    """A POST answered as SSE: messages the handler sends first, then the response."""
-
-    __slots__ = ("request", "resp")
-
-    def __init__(self, request: web.Request) -> None:
-        self.request = request
-        self.resp: web.StreamResponse | None = None
-
-    async def emit(self, data: bytes) -> None:
-        if self.resp is None:
-            self.resp = web.StreamResponse(headers=_SSE_HEADERS)
-            await self.resp.prepare(self.request)
-        await self.resp.write(_sse_event(None, data))
-
-    async def finish(self, data: bytes) -> web.StreamResponse:
-        await self.emit(data)
-        assert self.resp is not None
-        await self.resp.write_eof()
-        return self.resp
-
 
 class HttpServer:
-    """The aiohttp application serving one handler at ``path``."""
+    """The aiohttp application serving one handler at ``path``: the routes, which
+    hand each request to its concern -- the guard (``agentd.mcp.http_guard``),
+    the 2025-11-25 sessions (``agentd.mcp.http_sessions``), the 2026-07-28
+    exchanges (one :class:`~agentd.mcp.handler.ServerSession` per request) and
+    listen streams (``agentd.mcp.http_listens``), the answers
+    (``agentd.mcp.http_responses``)."""
 
     # its POST routes make their own server span (``agentd.obs.http`` leaves them be)
     traces_requests: Final = True
@@ -215,27 +116,11 @@ class HttpServer:
         self.hub = handler.hub
         self.limits = limits or Limits()
         self.path = path
-        self.loopback = loopback
-        # one bearer (``--serve-bearer``, principal ``bearer:default``) and/or named ones
-        named = {**({"default": bearer} if bearer else {}), **(bearers or {})}
-        self._bearer: BearerAuth | NamedBearers | None = NamedBearers(named) if named else None
-        self._mtls = mtls
-        self.auth = auth_label(mtls=mtls, bearer=bool(named))
-        hosts = {h.lower().strip("[]") for h in (allowed_hosts or ())}
-        if loopback:
-            hosts |= _LOOPBACK_NAMES
-        self._allowed_hosts: frozenset[str] | None = frozenset(hosts) if hosts else None
-        self._allowed_origins = frozenset(o.lower().rstrip("/") for o in (allowed_origins or ()))
-        self._host_ok: dict[str, bool] = {}
-        self.channels: dict[str, _Channel] = {}
-        self._per_client: dict[str, int] = {}  # live sessions per principal
-        self._streams: dict[str, int] = {}  # open GET streams per principal
-        self.gate: Gate | None = None  # set when the listener starts (serve())
-        self.listeners: set[stateless.Listener] = set()  # open 2026-07-28 listen streams
-        self._listens_per_client: dict[str, int] = {}
-        self._listen_seq = 0
-        self._stopping = False
-        self._listen_wake: dict[stateless.Listener, asyncio.Event] = {}
+        self.guard = Guard(bearer=bearer, bearers=bearers, mtls=mtls, loopback=loopback,
+                           allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
+        self.auth = self.guard.auth
+        self.sessions = Sessions(handler, self.limits, self.auth)
+        self.listens = Listens(handler, self.limits, self.auth)
         self.app = web.Application(client_max_size=self.limits.max_body)
         for route in (path, *extra_paths):  # the self-MCP answers at / as well as /mcp
             self.app.router.add_route("POST", route, self._post)
@@ -243,89 +128,42 @@ class HttpServer:
             self.app.router.add_route("DELETE", route, self._delete)
         self.app.cleanup_ctx.append(self._reaper_ctx)
 
-    # ------------------------------------------------------------ guards
-    def _guard(self, request: web.Request) -> web.StreamResponse | None:
-        """Host/Origin (403) and bearer (401) checks, for every method."""
-        headers = request.headers
-        host = headers.get("Host")
-        dup = http_checks.duplicate_identity_header(headers)
-        if dup is not None:
-            return _refused(request, f"duplicate_{dup.lower()}")
-        target = http_checks.target_host(request.raw_path)
-        if target is not None and (host is None or _hostname(target) != _hostname(host)):
-            return _refused(request, "target_host")  # absolute form naming another host
-        if self._allowed_hosts is not None:
-            ok = self._host_ok.get(host) if host is not None else False
-            if ok is None:
-                ok = _hostname(host) in self._allowed_hosts  # type: ignore[arg-type]
-                if len(self._host_ok) >= 256:
-                    self._host_ok.clear()
-                self._host_ok[host] = ok  # type: ignore[index]
-            if not ok:
-                return _refused(request, "host")
-        origin = headers.get("Origin")
-        if origin is not None and not self._origin_ok(origin, host):
-            return _refused(request, "origin")
-        name = None
-        if self._bearer is not None:
-            name = self._bearer.match(headers.get("Authorization"))  # type: ignore[union-attr]
-            if name is None:
-                return _refused(request, "auth")
-        if self.gate is not None:
-            self.gate.authenticated(request)
-        subject = None
-        if self._mtls and request.transport is not None:
-            subject = cert_subject(request.transport.get_extra_info("peercert"))
-        # the principal served runs belong to; this request's task only
-        current_principal.set(principal(subject=subject, bearer_name=name))
-        version = headers.get("MCP-Protocol-Version")
-        if version in m.MODERN_PROTOCOL_VERSIONS and request.method != "POST":
-            return _plain(405, "Method Not Allowed: 2026-07-28 has no GET stream or session",
-                          {"Allow": "POST"})
-        if version is not None and version not in _SUPPORTED and request.method != "POST":
-            return _plain(400, "Bad Request: unsupported MCP-Protocol-Version")
-        return None
+    @property
+    def channels(self) -> dict[str, Channel]:
+        """The live 2025-11-25 sessions, by id."""
+        return self.sessions.channels
 
-    def _origin_ok(self, origin: str, host: str | None) -> bool:
-        o = origin.strip().lower().rstrip("/")
-        if o in self._allowed_origins:
-            return True
-        try:
-            parts = urlsplit(o)
-        except ValueError:
-            return False
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return False  # "null", file:, extensions...
-        if self.loopback:
-            return is_loopback_host(parts.hostname)
-        return host is not None and parts.netloc == host.strip().lower()
+    @property
+    def listeners(self) -> set[stateless.Listener]:
+        """The open 2026-07-28 listen streams."""
+        return self.listens.listeners
 
-    def _session(self, request: web.Request) -> tuple[_Channel | None, web.StreamResponse | None]:
-        sid = request.headers.get("Mcp-Session-Id")
-        if sid is None:
-            return None, _plain(400, "Bad Request: Mcp-Session-Id header is required")
-        ch = self.channels.get(sid)
-        if ch is None:
-            return None, _plain(404, "Not Found: unknown or ended session")
-        return ch, None
+    @property
+    def gate(self) -> Gate | None:
+        return self.guard.gate
+
+    @gate.setter
+    def gate(self, gate: Gate | None) -> None:
+        """Set when the listener starts (serve()): the guard tells it who authenticated."""
+        self.guard.gate = gate
 
     # -------------------------------------------------------------- POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        denied = self._guard(request)
+        denied = self.guard.check(request)
         if denied is not None:
             return denied
         if not http_checks.is_json(request.headers.get("Content-Type")):
-            return _plain(415, "Unsupported Media Type: expected application/json")
+            return plain(415, "Unsupported Media Type: expected application/json")
         accept = request.headers.get("Accept")
         accept_json = http_checks.accepts(accept, "application/json")
         accept_sse = accept is not None and http_checks.accepts(accept, "text/event-stream")
         if not (accept_json or accept_sse):
-            return _plain(406, "Not Acceptable: accept application/json or text/event-stream")
+            return plain(406, "Not Acceptable: accept application/json or text/event-stream")
         length = request.content_length
         if length is not None and length > self.limits.max_body:
             throttled(_log, "warning", "mcp.serve.refused", key="body_size", reason="body_size",
                       size=length)
-            return _closing(413, "Payload Too Large")
+            return closing(413, "Payload Too Large")
         try:
             if request.content.is_eof():  # the whole body is buffered: no wait to bound
                 body = await request.read()
@@ -334,10 +172,10 @@ class HttpServer:
                     body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             throttled(_log, "warning", "mcp.serve.refused", key="body_size", reason="body_size")
-            return _closing(413, "Payload Too Large")
+            return closing(413, "Payload Too Large")
         except TimeoutError:
             throttled(_log, "warning", "mcp.serve.limit", key="body_timeout", reason="body_timeout")
-            return _closing(408, "Request Timeout: the body was not received in time")
+            return closing(408, "Request Timeout: the body was not received in time")
         try:
             msg = codec.decode(body)
             if not trace.enabled:
@@ -351,7 +189,7 @@ class HttpServer:
         except ProtocolError as exc:  # the message, or a rule that read more of it
             throttled(_log, "info", "mcp.serve.rejected", key=str(exc.code), code=exc.code,
                       reason=exc.message[:120])
-            return _rpc_error(400, exc)
+            return rpc_error(400, exc)
 
     async def _route(self, request: web.Request, msg: Any, accept_json: bool,
                      accept_sse: bool) -> web.StreamResponse:
@@ -360,57 +198,29 @@ class HttpServer:
         sid = request.headers.get("Mcp-Session-Id")
         req = msg if type(msg) is Request else None
         version = request.headers.get("MCP-Protocol-Version")
-        if (version is not None and version not in _SUPPORTED) or \
+        if (version is not None and version not in SUPPORTED) or \
                 (sid is None and req is not None and stateless.is_modern_request(req)):
             return await self._modern(request, msg, accept_json, accept_sse)
         if sid is None:
             if req is not None and req.method == t.INITIALIZE:
-                return await self._initialize(request, req)
+                return await self.sessions.initialize(request, req)
             if req is not None and req.method not in SERVED_METHODS:
-                return _rpc_error(200, ProtocolError(METHOD_NOT_FOUND,
-                                                     f"Method not found: {req.method}", id=req.id))
-            return _plain(400, "Bad Request: Mcp-Session-Id header is required")
-        ch = self.channels.get(sid)
+                return rpc_error(200, ProtocolError(METHOD_NOT_FOUND,
+                                                    f"Method not found: {req.method}", id=req.id))
+            return plain(400, "Bad Request: Mcp-Session-Id header is required")
+        ch = self.sessions.channels.get(sid)
         if ch is None:
-            return _plain(404, "Not Found: unknown or ended session")
+            return plain(404, "Not Found: unknown or ended session")
         session = ch.session
         assert session is not None
         if req is None:
             await session.receive(msg)
             return web.Response(status=202)
-        session.last_active = time.monotonic()
-        stream = _PostStream(request) if accept_sse else None
+        stream = PostStream(request) if accept_sse else None
         out, _ = await session.serve(req, stream.emit if stream is not None else None)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
-        return web.Response(body=out, headers=_JSON)
-
-    async def _initialize(self, request: web.Request, msg: Request) -> web.StreamResponse:
-        client = request.remote or "?"
-        owner = current_principal.get() or "anonymous"  # caps count per principal
-        lim = self.limits
-        if self._per_client.get(owner, 0) >= lim.sessions_per_client:
-            throttled(_log, "warning", "mcp.serve.limit", key="sessions_per_principal",
-                      reason="sessions_per_principal")
-            return _plain(429, "Too Many Requests: session limit for this principal",
-                          {"Retry-After": "60"})
-        if len(self.channels) >= lim.max_sessions:
-            throttled(_log, "warning", "mcp.serve.limit", key="max_sessions",
-                      reason="max_sessions")
-            return _plain(503, "Service Unavailable: session limit", {"Retry-After": "60"})
-        sid = secrets.token_urlsafe(32)
-        ch = _Channel(owner, lim.event_buffer)
-        session = ServerSession.opening(self.handler, sid, auth=self.auth, client=client,
-                                        outbox=ch.push)
-        ch.session = session
-        out, _ = await session.serve(msg)
-        if session.protocol_version is None:  # initialize failed: no session
-            return web.Response(body=out, headers=_JSON)
-        self.channels[sid] = ch
-        self.hub.add(session)
-        self._per_client[owner] = self._per_client.get(owner, 0) + 1
-        return web.Response(body=out, headers={"Content-Type": "application/json",
-                                               "Mcp-Session-Id": sid})
+        return web.Response(body=out, headers=JSON)
 
     # ------------------------------------------------- 2026-07-28 (stateless)
     async def _modern(self, request: web.Request, msg: Any, accept_json: bool,
@@ -420,239 +230,56 @@ class HttpServer:
         if type(msg) is Notification:  # no client notifications are defined: accept, drop
             version = request.headers.get("MCP-Protocol-Version")
             if version not in m.MODERN_PROTOCOL_VERSIONS:
-                return _rpc_error(400, ProtocolError(
+                return rpc_error(400, ProtocolError(
                     m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
                     m.UnsupportedVersionData(supported=stateless.SUPPORTED_VERSIONS,
                                              requested=version)))
             return web.Response(status=202)
         if type(msg) is not Request:
-            return _rpc_error(400, ProtocolError(INVALID_REQUEST,
-                                                 "Invalid Request: clients send no responses"))
+            return rpc_error(400, ProtocolError(INVALID_REQUEST,
+                                                "Invalid Request: clients send no responses"))
         try:
             env = stateless.classify(msg, request.headers)
         except ProtocolError as exc:
             if _log.enabled("debug"):  # a peer's mistake, answered: never a log flood
                 _log.debug("mcp.serve.rejected", method=msg.method, code=exc.code)
-            return _rpc_error(stateless.http_status(exc.code), exc)
+            return rpc_error(stateless.http_status(exc.code), exc)
         if msg.method == m.SUBSCRIPTIONS_LISTEN:
-            return await self._listen(request, msg, env, accept_sse)
+            return await self.listens.listen(request, msg, env, accept_sse)
         session = ServerSession.per_request(self.handler, env, auth=self.auth,
                                             client=request.remote or "?")
-        stream = _PostStream(request) if accept_sse else None
+        stream = PostStream(request) if accept_sse else None
         out, status = await session.serve(msg, stream.emit if stream is not None else None,
                                           request.headers)
         if stream is not None and (stream.resp is not None or not accept_json):
             return await stream.finish(out)
-        return web.Response(status=status, body=out, headers=_JSON)
+        return web.Response(status=status, body=out, headers=JSON)
 
-    async def _listen(self, request: web.Request, msg: Request, env: stateless.Envelope,
-                      accept_sse: bool) -> web.StreamResponse:
-        """``subscriptions/listen``: the response is an SSE stream that stays open,
-        acknowledgement first; bounded per client and in total."""
-        if not accept_sse:
-            return _plain(406, "Not Acceptable: a listen stream is text/event-stream")
-        try:
-            params = stateless.listen_params(msg)
-        except ProtocolError as exc:
-            return _rpc_error(400, exc)
-        client = current_principal.get() or "anonymous"  # bounded per principal, as sessions
-        lim = self.limits
-        if self._listens_per_client.get(client, 0) >= lim.listen_per_client:
-            throttled(_log, "warning", "mcp.serve.limit", key="listens_per_principal",
-                      reason="listens_per_principal")
-            return _rpc_error(429, ProtocolError(
-                stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams for this "
-                f"principal (limit {lim.listen_per_client})", id=msg.id))
-        if len(self.listeners) >= lim.max_listens or self._stopping:
-            throttled(_log, "warning", "mcp.serve.limit", key="max_listens",
-                      reason="max_listens")
-            return _rpc_error(503, ProtocolError(
-                stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams", id=msg.id))
-        self._listen_seq += 1
-        listener = stateless.Listener(self.handler, msg.id, env,
-                                      listen_id=f"listen:{self._listen_seq}",
-                                      origin=ORIGIN_MANAGEMENT, auth=self.auth, client=client,
-                                      max_frames=lim.listen_buffer)
-        self.listeners.add(listener)
-        self._listens_per_client[client] = self._listens_per_client.get(client, 0) + 1
-        wake = asyncio.Event()
-        self._listen_wake[listener] = wake
-        resp = web.StreamResponse(headers=_SSE_HEADERS)  # prepared once the listen is open
-        try:
-            try:
-                ack = await listener.open(params)
-            except Exception as exc:  # a handler bug never kills the server
-                _log.error("mcp.serve.internal_error", method=msg.method,
-                           error=type(exc).__name__, detail=str(exc)[:500])
-                return _rpc_error(200, ProtocolError(INTERNAL_ERROR, "Internal error",
-                                                     id=msg.id))
-            listener.outbox = lambda _data: wake.set()
-            _log.info("mcp.serve.listen", auth=self.auth, subscription=str(msg.id)[:32],
-                      uris=len(listener.subscriptions))
-            await resp.prepare(request)
-            frames = listener.frames
-            async with asyncio.timeout(lim.write_timeout):
-                await resp.write(_sse_event(None, ack))
-            idle = 0.0
-            tick = min(lim.keepalive, 1.0)
-            while True:
-                if frames:
-                    data = b"".join(_sse_event(None, f) for f in frames)
-                    frames.clear()
-                    async with asyncio.timeout(lim.write_timeout):
-                        await resp.write(data)
-                    continue
-                if listener.overflowed:
-                    _log.warning("mcp.serve.listen.overflow", subscription=str(msg.id)[:32])
-                    break  # abrupt end: the client re-listens and re-reads
-                if listener.exhausted or self._stopping:
-                    async with asyncio.timeout(lim.write_timeout):
-                        await resp.write(_sse_event(None, listener.result()))
-                    break
-                transport = request.transport
-                if transport is None or transport.is_closing():
-                    break  # the client went away
-                wake.clear()
-                try:
-                    async with asyncio.timeout(tick):
-                        await wake.wait()
-                    idle = 0.0
-                except TimeoutError:
-                    idle += tick
-                    if idle >= lim.keepalive:
-                        idle = 0.0
-                        async with asyncio.timeout(lim.write_timeout):
-                            await resp.write(b": keepalive\n\n")
-        except (ConnectionError, TimeoutError, RuntimeError):
-            pass  # the client went away or stalled: nothing to resume at 2026-07-28
-        finally:
-            listener.close()
-            self.listeners.discard(listener)
-            self._listen_wake.pop(listener, None)
-            n = self._listens_per_client.get(client, 0) - 1
-            if n > 0:
-                self._listens_per_client[client] = n
-            else:
-                self._listens_per_client.pop(client, None)
-        return resp
-
-    # --------------------------------------------------------------- GET
+    # --------------------------------------------------------- GET, DELETE
     async def _get(self, request: web.Request) -> web.StreamResponse:
-        denied = self._guard(request)
+        denied = self.guard.check(request)
         if denied is not None:
             return denied
         accept = request.headers.get("Accept", "")
         if "text/event-stream" not in accept and "*/*" not in accept:
-            return _plain(406, "Not Acceptable: the GET stream is text/event-stream")
-        ch, err = self._session(request)
-        if ch is None:
-            return err  # type: ignore[return-value]
-        lim = self.limits
-        owner = current_principal.get() or "anonymous"
-        if self._streams.get(owner, 0) >= lim.streams_per_principal:
-            throttled(_log, "warning", "mcp.serve.limit", key="streams_per_principal",
-                      reason="streams_per_principal")
-            return _plain(429, "Too Many Requests: stream limit for this principal",
-                          {"Retry-After": "5"})
-        self._streams[owner] = self._streams.get(owner, 0) + 1
-        try:
-            return await self._stream(request, ch)
-        finally:
-            n = self._streams.pop(owner, 1) - 1
-            if n > 0:
-                self._streams[owner] = n
+            return plain(406, "Not Acceptable: the GET stream is text/event-stream")
+        return await self.sessions.get(request)
 
-    async def _stream(self, request: web.Request, ch: _Channel) -> web.StreamResponse:
-        """The session's GET stream, until superseded, ended, stalled or too old
-        (``stream_max_age``: an unread stream cannot live forever; a reading
-        client resumes with ``Last-Event-ID``)."""
-        cursor = ch.delivered
-        last = request.headers.get("Last-Event-ID")
-        if last is not None:
-            try:
-                cursor = int(last)
-            except ValueError:
-                cursor = 0
-        ch.gen += 1
-        gen = ch.gen
-        ch.wake.set()  # a previous stream of this session sees it is superseded
-        resp = web.StreamResponse(headers=_SSE_HEADERS)
-        await resp.prepare(request)
-        lim = self.limits
-        ends = time.monotonic() + lim.stream_max_age
-        ch.streams += 1
-        try:
-            await resp.write(b": stream open\n\n")
-            while ch.session is not None and not ch.session.closed and gen == ch.gen:
-                left = ends - time.monotonic()
-                if left <= 0:
-                    break
-                batch = ch.pending(cursor)
-                if batch:
-                    data = b"".join(_sse_event(i, d) for i, d in batch)
-                    async with asyncio.timeout(lim.write_timeout):
-                        await resp.write(data)
-                    cursor = batch[-1][0]
-                    if cursor > ch.delivered:
-                        ch.delivered = cursor
-                    continue
-                ch.wake.clear()
-                try:
-                    async with asyncio.timeout(min(lim.keepalive, left)):
-                        await ch.wake.wait()
-                except TimeoutError:
-                    async with asyncio.timeout(lim.write_timeout):
-                        await resp.write(b": keepalive\n\n")
-        except (ConnectionError, TimeoutError, RuntimeError):
-            pass  # the client went away or stalled; its session stays resumable
-        finally:
-            ch.streams -= 1
-            if ch.session is not None:
-                ch.session.last_active = time.monotonic()
-        return resp
-
-    # ------------------------------------------------------------ DELETE
     async def _delete(self, request: web.Request) -> web.StreamResponse:
-        denied = self._guard(request)
+        denied = self.guard.check(request)
         if denied is not None:
             return denied
-        ch, err = self._session(request)
-        if ch is None:
-            return err  # type: ignore[return-value]
-        self._end(ch, "deleted")
-        return web.Response(status=200)
+        return self.sessions.delete(request)
 
-    # ---------------------------------------------------------- sessions
-    def _end(self, ch: _Channel, why: str) -> None:
-        session = ch.session
-        if session is None:
-            return
-        self.channels.pop(session.id, None)
-        n = self._per_client.get(ch.client, 0) - 1
-        if n > 0:
-            self._per_client[ch.client] = n
-        else:
-            self._per_client.pop(ch.client, None)
-        session.close()
-        ch.wake.set()
-        _log.info("mcp.serve.session.end", session=session.id[:8], reason=why)
-
+    # ------------------------------------------------------------ ending
     def close_all(self) -> None:
-        for ch in list(self.channels.values()):
-            self._end(ch, "shutdown")
-        self._stopping = True  # listen streams end with their result
-        for wake in self._listen_wake.values():
-            wake.set()
+        """Shutdown: every session ends, every listen stream ends with its result."""
+        self.sessions.close_all()
+        self.listens.close_all()
 
     def reap(self, now: float | None = None) -> int:
         """End sessions idle (no request, no open stream) beyond the timeout."""
-        now = time.monotonic() if now is None else now
-        limit = self.limits.idle_timeout
-        idle = [ch for ch in self.channels.values() if ch.streams == 0 and ch.session is not None
-                and now - ch.session.last_active > limit]
-        for ch in idle:
-            self._end(ch, "idle")
-        return len(idle)
+        return self.sessions.reap(now)
 
     async def _reaper_ctx(self, app: web.Application) -> AsyncIterator[None]:
         async def reaper() -> None:
@@ -720,7 +347,7 @@ async def serve(handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
     :func:`agentd.mcp.auth.server_ssl_context` (mTLS when it requires client
     certificates); ``bearer`` enables the bearer check.  ``mount(server)`` adds
     routes to ``server.app`` before it starts (the ``/metrics`` and probes of
-    ``agentd.obs.http``, guarded by ``server._guard``).
+    ``agentd.obs.http``, guarded by ``server.guard.check``).
     """
     limits = limits or env_limits()
     register_secret(bearer)

@@ -76,11 +76,14 @@ def negotiate_version(requested: str) -> str:
 
 
 class Catalogue(Protocol):
-    """What the rules read of a served handler (``agentd.mcp.handler.Handler``)."""
+    """What the rules of both revisions read of a served handler
+    (``agentd.mcp.handler.Handler``); the drivers, which also call it, see the
+    handler itself."""
 
     server_info: t.Implementation
     instructions: str | None
     can_subscribe: bool
+    hub: SessionHub
 
     @property
     def has_resources(self) -> bool: ...
@@ -88,6 +91,12 @@ class Catalogue(Protocol):
     def capabilities(self) -> t.ServerCapabilities: ...
     def tools_list_raw(self) -> Raw: ...
     def resources_list_raw(self) -> Raw: ...
+    # 2026-07-28
+    def tool_requirements(self, name: str) -> dict[str, Any] | None: ...
+    def tool_input_schema(self, name: str) -> dict[str, Any] | None: ...
+    def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]: ...
+    def subscription_is_persistent(self, uri: str) -> bool: ...
+    def server_info_raw(self) -> bytes: ...
 
 
 class Dispatch(msgspec.Struct, frozen=True):
@@ -125,7 +134,7 @@ class SessionState:
                  protocol_version: str | None = None,
                  client_info: t.Implementation | None = None,
                  client_capabilities: dict[str, Any] | None = None) -> None:
-        self.handler: Any = handler
+        self.handler = handler  # the drivers' sessions narrow it to the Handler
         self.hub = hub
         self.id = session_id
         self.origin = origin

@@ -23,7 +23,7 @@ revision's whole surface to it.
 from __future__ import annotations
 
 from agentd.log import log
-from agentd.mcp.handler import CallContext, SubscribeRefused
+from agentd.mcp.handler import CallContext, Handler, SubscribeRefused
 from agentd.mcp.stateless_session import (
     LIMIT_EXCEEDED,
     SUPPORTED_VERSIONS,
@@ -54,6 +54,7 @@ class Listener(ListenState):
     """A ``subscriptions/listen`` stream whose subscriptions go through the handler."""
 
     __slots__ = ()
+    handler: Handler  # the rules read its Catalogue; open() calls admit and subscribe
 
     async def open(self, params: m.ListenParams) -> bytes:
         """Subscribe what was asked and is served; return the acknowledgement.

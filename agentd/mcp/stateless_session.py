@@ -35,7 +35,7 @@ does those, as ``agentd.mcp.handler.ServerSession`` does for
   and when nothing it holds can fire any more (then the transport ends the
   stream with :meth:`~ListenState.result`).
 
-What the rules read of the server is its catalogue (:class:`StatelessCatalogue`),
+What the rules read of the server is its catalogue (:class:`Catalogue`),
 never its functions.
 """
 
@@ -45,14 +45,15 @@ import base64
 import binascii
 import re
 from collections import deque
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final
 
 import msgspec
 import orjson
 from msgspec import UNSET, Raw
 
 from agentd.mcp.server_session import ROUTES as RULES
-from agentd.mcp.server_session import Catalogue, SessionHub, SessionState
+from agentd.mcp.server_session import Catalogue, SessionState
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
@@ -72,7 +73,6 @@ __all__ = [
     "Envelope",
     "ListenState",
     "MissingClientCapability",
-    "StatelessCatalogue",
     "answer",
     "check_param_headers",
     "classify",
@@ -366,19 +366,7 @@ def check_param_headers(schema: Any, arguments: dict[str, Any], headers: Any) ->
 # --------------------------------------------------------------------------
 
 
-class StatelessCatalogue(Catalogue, Protocol):
-    """What the 2026-07-28 rules read of a served handler, beyond the session rules'."""
-
-    hub: SessionHub
-
-    def tool_requirements(self, name: str) -> dict[str, Any] | None: ...
-    def tool_input_schema(self, name: str) -> dict[str, Any] | None: ...
-    def cache_hint(self, method: str, uri: str | None) -> tuple[int, str]: ...
-    def subscription_is_persistent(self, uri: str) -> bool: ...
-    def server_info_raw(self) -> bytes: ...
-
-
-def modern_capabilities(handler: StatelessCatalogue) -> t.ServerCapabilities:
+def modern_capabilities(handler: Catalogue) -> t.ServerCapabilities:
     """The 2026-07-28 capabilities: the same set the handler declares at 2025-11-25.
 
     ``resources.subscribe`` still tells a client that per-URI updates are on offer
@@ -389,11 +377,11 @@ def modern_capabilities(handler: StatelessCatalogue) -> t.ServerCapabilities:
     return handler.capabilities
 
 
-def _info_json(handler: StatelessCatalogue) -> bytes:
+def _info_json(handler: Catalogue) -> bytes:
     return handler.server_info_raw()
 
 
-def complete(handler: StatelessCatalogue, result: Any, cache: tuple[int, str] | None) -> Raw:
+def complete(handler: Catalogue, result: Any, cache: tuple[int, str] | None) -> Raw:
     """``result`` with ``resultType: "complete"``, ``_meta`` serverInfo and the cache hint."""
     body = bytes(result) if type(result) is Raw else codec.encode(result)
     info = _info_json(handler)
@@ -419,7 +407,7 @@ _CACHEABLE: Final = frozenset({t.TOOLS_LIST, t.RESOURCES_LIST, t.RESOURCES_TEMPL
 _MODERN_RULES: Final = {k: v for k, v in RULES.items() if k not in m.REMOVED_METHODS}
 
 
-def discover(handler: StatelessCatalogue) -> m.DiscoverResult:
+def discover(handler: Catalogue) -> m.DiscoverResult:
     """The ``server/discover`` result: versions, capabilities, serverInfo (complete as built)."""
     ttl, scope = handler.cache_hint(m.SERVER_DISCOVER, None)
     return m.DiscoverResult(supportedVersions=SUPPORTED_VERSIONS,
@@ -434,7 +422,7 @@ def route(s: SessionState, req: Request, env: Envelope, headers: Any = None) -> 
     :class:`~agentd.mcp.server_session.Dispatch` for the handler; raises the
     ``ProtocolError`` the rules answer (``headers``: as for :func:`classify`)."""
     method = req.method
-    h: StatelessCatalogue = s.handler
+    h: Catalogue = s.handler
     if method == m.SERVER_DISCOVER:
         return discover(h)
     rule = _MODERN_RULES.get(method)
@@ -455,7 +443,7 @@ def route(s: SessionState, req: Request, env: Envelope, headers: Any = None) -> 
     return rule(s, req)
 
 
-def answer(handler: StatelessCatalogue, req: Request, env: Envelope,
+def answer(handler: Catalogue, req: Request, env: Envelope,
            result: Any) -> tuple[bytes, int]:
     """The response to ``req`` carrying ``result`` (what :func:`route` or the
     handler produced), and its HTTP status."""
@@ -505,12 +493,12 @@ class ListenState(SessionState):
     __slots__ = ("_held", "_mark", "_tag", "frames", "honoured", "max_frames", "overflowed",
                  "persistent", "request_id")
 
-    def __init__(self, handler: StatelessCatalogue, request_id: Any, env: Envelope, *,
+    def __init__(self, handler: Catalogue, request_id: Any, env: Envelope, *,
                  listen_id: str, origin: str, auth: str, client: str,
-                 max_frames: int = 256) -> None:
+                 max_frames: int = 256, outbox: Callable[[bytes], None] | None = None) -> None:
         # listen_id never collides with a session id (those are url-safe tokens)
         super().__init__(handler, handler.hub, listen_id, origin=origin, auth=auth,
-                         client=client, protocol_version=env.version,
+                         client=client, outbox=outbox, protocol_version=env.version,
                          client_info=env.client_info, client_capabilities=env.capabilities)
         self.request_id = request_id
         self.frames: deque[bytes] = deque()
@@ -531,7 +519,7 @@ class ListenState(SessionState):
         else:
             self.frames.append(data)
         if self.outbox is not None:
-            self.outbox(data)  # set by the transport: a wake-up
+            self.outbox(data)  # the transport's wake-up
 
     def notify_updated(self, uri: str) -> None:
         self.push(codec.encode_notification(

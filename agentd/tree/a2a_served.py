@@ -108,7 +108,7 @@ class A2AServed:
 
     def mount(self, server: Any) -> None:
         """The HTTP server's `routes` hook: add the card and the JSON-RPC endpoint."""
-        self._guard = server._guard
+        self._guard = server.guard.check
         server.app.router.add_route("GET", w.AGENT_CARD_PATH, self._card)
         server.app.router.add_route("POST", PATH, self._post)
 

@@ -536,7 +536,7 @@ def _mount_obs(server: Any) -> None:
     """`/metrics` (behind the MCP endpoint's own guard), `/healthz` and `/readyz`."""
     from agentd.obs import http as obs_http
 
-    obs_http.mount(server.app, server._guard)
+    obs_http.mount(server.app, server.guard.check)
 
 
 @contextlib.asynccontextmanager
