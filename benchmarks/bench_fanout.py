@@ -60,8 +60,10 @@ from bench_host import busy_cpu_s, fork_burst  # noqa: E402
 from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
 from agentd.agent.subagents import SpawnRequest  # noqa: E402
+from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.config import Config  # noqa: E402
 from agentd.tree.childflags import FAULT_ENV  # noqa: E402
+from agentd.tree.forkserver import ForkserverSpawner  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
 PLAYBACK = {"playback": 1, "turns": [{"content": "{\"ok\": true}",
@@ -179,25 +181,20 @@ async def fanout_configure_only(cfg: Config, n: int, via: str) -> dict:
 
 
 def forked_children_cost(sup: Supervisor) -> tuple[float, int, float] | None:
-    """(CPU seconds, minor faults) of every reaped child of the supervisor's forkserver(s):
+    """(CPU seconds, minor faults) of every reaped child of the supervisor's forkserver:
     what the children cost from fork to exit, kernel exit included, as the kernel
     charges it to their reaper (`cutime + cstime`, `cminflt` of /proc/PID/stat);
     then the forkserver's own CPU seconds (its forks and reaping)."""
-    servers = getattr(getattr(sup, "_spawner", None), "_servers", None)
-    if not servers:
+    spawner = sup.spawner
+    if not isinstance(spawner, ForkserverSpawner):
         return None
-    cpu, faults, own = 0.0, 0, 0.0
+    pid = spawner.forkserver.pid
+    if pid is None:
+        return None
     tick = os.sysconf("SC_CLK_TCK")
-    for server in servers.values():
-        pid = getattr(server, "_pid", None)
-        if pid is None:
-            continue
-        with open(f"/proc/{pid}/stat") as fh:
-            f = fh.read().rsplit(")", 1)[1].split()
-        cpu += (int(f[13]) + int(f[14])) / tick
-        faults += int(f[8])
-        own += (int(f[11]) + int(f[12])) / tick
-    return cpu, faults, own
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[13]) + int(f[14])) / tick, int(f[8]), (int(f[11]) + int(f[12])) / tick
 
 
 def all_reaped(pids: list[int]) -> bool:
@@ -205,7 +202,7 @@ def all_reaped(pids: list[int]) -> bool:
 
 
 async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
-    async with Supervisor(cfg, spawn=mode) as sup, contextlib.AsyncExitStack() as stack:
+    async with open_supervisor(cfg, spawn=mode) as sup, contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(self_mcp(sup)) if via == "selfmcp" else None
         all_done = asyncio.Event()
         ended: list[str] = []
@@ -265,7 +262,7 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
 
 
 async def idle_latency(cfg: Config, mode: str, reps: int) -> dict:
-    async with Supervisor(cfg, spawn=mode) as sup:
+    async with open_supervisor(cfg, spawn=mode) as sup:
         firsts = []
         if mode == "forkserver":
             await sup.spawn("served", SpawnRequest("prime"))
@@ -277,7 +274,7 @@ async def idle_latency(cfg: Config, mode: str, reps: int) -> dict:
 
 
 async def warm_rss(cfg: Config, mode: str, k: int) -> dict:
-    async with Supervisor(cfg, spawn=mode) as sup:
+    async with open_supervisor(cfg, spawn=mode) as sup:
         handles = [(await sup.spawn("served", SpawnRequest(f"warm {i}", mode="warm"))).handle
                    for i in range(k)]
         for h in handles:  # wait for each first turn: then the session is idle

@@ -34,11 +34,11 @@ from tree_helpers import make_config, precompile
 from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
+from agentd.app.compose import open_supervisor
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.call_limits import ToolLimits
 from agentd.obs import metrics
-from agentd.tree.supervisor import Supervisor
 
 IDLE = 0.5
 IDLE_TEXT = f"tool call ended by agentd: no progress for {IDLE:g} s (--tool-idle-timeout)"
@@ -280,7 +280,7 @@ async def test_a_subagents_call_gets_the_same_limits(tmp_path, legacy_sdk):
     async with Gateway([script] * 50) as gw:
         cfg = make_config(tmp_path, intelligence=gw.url, tool_idle_timeout=IDLE,
                           mcp=(ServerSpec(name="p", url=legacy_sdk.url),))
-        async with Supervisor(cfg) as sup:
+        async with open_supervisor(cfg) as sup:
             st = await sup.spawn("0", SpawnRequest("call the silent tool"))
             assert st.status == "completed", st.result
     result = st.result if isinstance(st.result, dict) else json.loads(st.result)

@@ -25,8 +25,8 @@ from waiting import until
 
 import agentd
 from agentd.agent.subagents import SpawnRequest
+from agentd.app.compose import open_supervisor
 from agentd.tree.procs import child_argv, import_path
-from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,7 +162,7 @@ async def test_an_exec_child_started_without_site_runs_a_turn(tmp_path, monkeypa
     """A real exec'd child: `-S` on its command line, our import path in its
     environment, a playback turn end to end from a cwd with a stray agentd."""
     monkeypatch.chdir(stray_cwd(tmp_path))
-    async with Supervisor(make_config(tmp_path, spawn="exec")) as sup:
+    async with open_supervisor(make_config(tmp_path, spawn="exec")) as sup:
         st = await sup.spawn("0", SpawnRequest("hello"))
         assert st.status == "completed" and st.result == '{"ok": true}'
         warm = await sup.spawn("0", SpawnRequest("session", mode="warm"))

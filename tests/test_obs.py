@@ -610,16 +610,25 @@ def test_relay_in_skips_malformed_records_and_scrubs(monkeypatch) -> None:
 
 
 def test_refusal_caps_are_a_small_fixed_set() -> None:
-    from agentd.tree.supervisor import _cap_of
+    import msgspec
 
-    assert _cap_of("spawn refused: max_depth=4 reached at handle 0.2.1.3") == "max_depth"
-    assert _cap_of("spawn refused: token_ceiling=50000 reached at handle 0.2") \
-        == "token_ceiling"
-    assert _cap_of("spawn refused: tool_scope widens the caller's scope at handle 0.2 "
-                   "(not in scope: x)") == "tool_scope"
-    assert _cap_of("spawn refused: caller handle 0.7 is not running") == "not_running"
-    assert _cap_of("spawn refused: shutting down") == "shutting_down"
-    assert _cap_of("spawn refused: unknown mode 'x'") == "mode"
+    from agentd.agent.subagents import SpawnRequest
+    from agentd.tree.admission import CallerView, TreeView, admit
+
+    tree = TreeView(max_depth=4, max_children=16, max_subagents=256, live=0, tokens=0,
+                    ceiling=50000)
+    caller = CallerView(handle="0.2", running=True, scope=frozenset(), live_children=0,
+                        minted=0)
+
+    def cap(tree=tree, handle="0.2", caller=caller, request=SpawnRequest("x")):
+        return admit(tree, handle, caller, request).cap
+
+    assert cap(handle="0.2.1.3") == "max_depth"
+    assert cap(tree=msgspec.structs.replace(tree, tokens=50000)) == "token_ceiling"
+    assert cap(request=SpawnRequest("x", tool_scope=("x",))) == "tool_scope"
+    assert cap(caller=None) == "not_running"
+    assert cap(tree=msgspec.structs.replace(tree, closing=True)) == "shutting_down"
+    assert cap(request=SpawnRequest("x", mode="x")) == "mode"  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ metrics

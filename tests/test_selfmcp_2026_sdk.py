@@ -29,9 +29,9 @@ except ImportError:  # pragma: no cover
     pytest.skip("the official MCP Python SDK (mcp) is not installed", allow_module_level=True)
 
 from agentd import __version__
+from agentd.app.compose import open_supervisor
 from agentd.config import ServeSpec
 from agentd.tree.selfmcp import serve_self_mcp
-from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,7 +46,7 @@ async def served(tmp_path):
     cfg = make_config(tmp_path)
     port = free_port()
     spec = ServeSpec(url=f"http://127.0.0.1:{port}", scheme="http", host="127.0.0.1", port=port)
-    async with Supervisor(cfg) as sup:
+    async with open_supervisor(cfg) as sup:
         runner = await serve_self_mcp(spec, sup)
         try:
             yield runner

@@ -23,10 +23,10 @@ except ImportError:  # pragma: no cover
     pytest.skip("the official MCP Python SDK (mcp) is not installed", allow_module_level=True)
 
 from local_connection import LocalConnection
-from waiting import until
 
 from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.mcp.http_server import serve
+from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
 from agentd.tree.selfmcp import SelfMCP
 from agentd.wire.jsonrpc import ProtocolError
 
@@ -34,9 +34,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprec
 
 
 class ScriptedBackend:
-    """Runs that finish when `finish(handle)` is called; sync spawns finish at once."""
+    """Runs that finish when `finish(handle)` is called; sync spawns finish at once.
 
-    def __init__(self) -> None:
+    Its terminal handles are kept by the tree's own retention rule (`Retention`)."""
+
+    def __init__(self, *, terminal_ttl: float = DEFAULT_TERMINAL_TTL,
+                 keep_terminal: int = DEFAULT_KEEP_TERMINAL) -> None:
+        self.retention = Retention(terminal_ttl, keep_terminal)
+        self.evicted: list[Callable[[str], None]] = []
+        self.tree_tokens = None
         self.states: dict[str, HandleState] = {}
         self.requests: list[tuple[str, SpawnRequest]] = []
         self.callbacks: list[Callable[[HandleState], None]] = []
@@ -60,6 +66,10 @@ class ScriptedBackend:
         return st
 
     def status(self, handle):
+        for gone in self.retention.expired(time.monotonic()):
+            del self.states[gone]
+            for cb in self.evicted:
+                cb(gone)
         try:
             return self.states[handle]
         except KeyError:
@@ -74,12 +84,25 @@ class ScriptedBackend:
     def on_terminal(self, callback):
         self.callbacks.append(callback)
 
+    def on_evicted(self, callback):
+        self.evicted.append(callback)
+
+    def retained(self, handle):
+        return self.retention.left(handle, time.monotonic())
+
+    def snapshot(self):
+        return []
+
+    def live_pids(self):
+        return []
+
     def counts(self):
         return {"spawned": self.n, "running": sum(not s.done for s in self.states.values())}
 
     def finish(self, handle, result, status="completed"):
         st = self.states[handle]
         st.status, st.result = status, result
+        self.retention.ended(handle, time.monotonic())
         for cb in self.callbacks:
             cb(st)
 
@@ -214,8 +237,8 @@ async def test_emission_rule_in_process():
 
 
 async def test_eviction_by_count_and_ttl():
-    be = ScriptedBackend()
-    conn = await local(SelfMCP(be, keep_terminal=2))
+    be = ScriptedBackend(keep_terminal=2)
+    conn = await local(SelfMCP(be))
     for _ in range(3):
         await spawn(conn, instruction="x")  # sync: terminal at once
     with pytest.raises(ProtocolError) as e:
@@ -227,13 +250,11 @@ async def test_eviction_by_count_and_ttl():
     for h in ("served.2", "served.3"):
         await conn.request("resources/read", {"uri": f"agent://subagent/{h}"})
 
-    be2 = ScriptedBackend()
-    conn2 = await local(SelfMCP(be2, terminal_ttl=0.0))
+    be2 = ScriptedBackend(terminal_ttl=0.0)
+    conn2 = await local(SelfMCP(be2))
     await spawn(conn2, instruction="x", **{"async": True})
     await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})  # running: kept
-    be2.finish("served.1", "r")  # terminal now: its callback ran, its end is stamped
-    ended = time.monotonic()
-    await until(lambda: time.monotonic() > ended, what="a later moment")  # past a TTL of 0
+    be2.finish("served.1", "r")  # any later look is past a TTL of 0
     with pytest.raises(ProtocolError) as e:
         await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})
     assert e.value.code == -32002

@@ -20,10 +20,10 @@ from tree_helpers import forkservers, make_config, parent_of, precompile
 from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
+from agentd.app.compose import open_supervisor
 from agentd.config import ServerSpec
 from agentd.errors import ToolFault
 from agentd.tree.control import IO_SCOPE, IoCall, IoRead, IoSubscribe
-from agentd.tree.supervisor import Supervisor
 from agentd.wire.jsonrpc import ErrorObject
 
 SECRET_KEY = "sk-test-intelligence-0f9a8b7c6d5e"
@@ -89,7 +89,7 @@ async def test_a_child_holds_no_secret(tmp_path, monkeypatch, spawn):
             spec = ServerSpec(name="sdk", url=peer.url,
                               headers={"X-Token": "{{secret:TOKEN}}"})
             cfg = make_config(tmp_path, spawn=spawn, intelligence=gw.url, mcp=(spec,))
-            async with Supervisor(cfg) as sup:
+            async with open_supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("hello", mode="warm"))
                 assert await until(lambda: sup.status(st.handle).result is not None)
                 assert sup.status(st.handle).result == '{"ok": 1}'
@@ -99,7 +99,7 @@ async def test_a_child_holds_no_secret(tmp_path, monkeypatch, spawn):
                 assert b"AGENTD_INTELLIGENCE_KEY" not in env
                 if spawn == "forkserver":
                     assert forkservers()  # the child forked from one
-                    for server in forkservers().values():
+                    for server in forkservers():
                         fs_env = _environ(server)
                         assert SECRET_KEY.encode() not in fs_env
                         assert SECRET_TOKEN.encode() not in fs_env
@@ -130,7 +130,7 @@ async def test_a_child_cannot_reach_a_server_outside_its_scope(tmp_path):
             cfg = make_config(tmp_path, intelligence=gw.url,
                               mcp=(ServerSpec(name="a", url=a.url),
                                    ServerSpec(name="b", url=b.url)))
-            async with Supervisor(cfg) as sup:
+            async with open_supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("use tools", tool_scope=("a",)))
                 assert st.status == "completed", st.result
                 handle = st.handle
@@ -167,7 +167,7 @@ async def test_64_children_stay_within_the_tree_ceiling(tmp_path):
     async with Gateway(_responder(script, 10_000)) as gw:
         cfg = make_config(tmp_path, intelligence=gw.url, token_ceiling=ceiling,
                           max_children=n, max_subagents=n, max_inflight_intelligence=inflight)
-        async with Supervisor(cfg) as sup:
+        async with open_supervisor(cfg) as sup:
             acks = await asyncio.gather(*(sup.spawn("0", SpawnRequest(f"work {i}", mode="async"))
                                           for i in range(n)))
             assert await until(lambda: all(sup.status(a.handle).done for a in acks), limit=240)
@@ -208,7 +208,7 @@ async def test_429_pauses_the_whole_tree_and_loses_no_child(tmp_path):
     async with Gateway([first, *_responder(rest, 200)]) as gw:
         cfg = make_config(tmp_path, intelligence=gw.url, max_children=n, max_subagents=n,
                           max_inflight_intelligence=inflight)
-        async with Supervisor(cfg) as sup:
+        async with open_supervisor(cfg) as sup:
             gate.append(sup.broker.intelligence.gate)
             acks = await asyncio.gather(*(sup.spawn("0", SpawnRequest(f"job {i}", mode="async"))
                                           for i in range(n)))
@@ -240,7 +240,7 @@ async def test_an_update_reaches_only_the_child_that_subscribed(tmp_path):
         async with Gateway(_responder(script)) as gw:
             cfg = make_config(tmp_path, intelligence=gw.url,
                               mcp=(ServerSpec(name="sdk", url=peer.url),))
-            async with Supervisor(cfg) as sup:
+            async with open_supervisor(cfg) as sup:
                 idle = await sup.spawn("0", SpawnRequest("stay idle", mode="warm"))
                 watcher = await sup.spawn("0", SpawnRequest("watch it", mode="async"))
                 assert await until(lambda: sup.broker.holds(watcher.handle), limit=60)
@@ -271,12 +271,12 @@ async def test_forkserver_that_cannot_start_falls_back_to_exec(tmp_path, monkeyp
 
     monkeypatch.setattr(forkserver.Forkserver, "_start", broken)
     cfg = make_config(tmp_path, spawn="forkserver")
-    async with Supervisor(cfg) as sup:
+    async with open_supervisor(cfg) as sup:
         a = await sup.spawn("0", SpawnRequest("one"))
         b = await sup.spawn("0", SpawnRequest("two", mode="warm"))
         assert await until(lambda: sup.status(b.handle).result is not None)
         assert parent_of(sup.process(b.handle).pid) == os.getpid()  # exec'd by us
-        assert forkservers() == {}
+        assert forkservers() == []
         assert sup.fallbacks == 1
         assert a.status == "completed" and sup.status(b.handle).status == "running"
 
@@ -336,7 +336,7 @@ async def test_a_grandchild_is_brokered_by_the_root_with_its_own_scope(tmp_path)
             cfg = make_config(tmp_path, intelligence=gw.url,
                               mcp=(ServerSpec(name="a", url=a.url),
                                    ServerSpec(name="b", url=b.url)))
-            async with Supervisor(cfg) as sup:
+            async with open_supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("child job"))
                 grand = sup.status("0.1.1")
                 by_handle = dict(sup.ledger.by_handle)
@@ -372,7 +372,7 @@ async def test_a_childs_brokered_call_faults_as_the_roots_would(tmp_path, logs):
         async with Gateway(_responder(script)) as gw:
             cfg = make_config(tmp_path, intelligence=gw.url,
                               mcp=(ServerSpec(name="srv", url=srv.url),))
-            async with Supervisor(cfg) as sup:
+            async with open_supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("call echo", tool_scope=("srv",)))
                 assert st.status == "completed", st.result
                 assert sup.broker.toolbox is not None

@@ -7,7 +7,7 @@ from tree_helpers import exists, make_config, precompile
 from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
-from agentd.tree.supervisor import Supervisor
+from agentd.app.compose import open_supervisor
 
 N = 256
 
@@ -22,7 +22,7 @@ def _compiled():
 async def test_256_async_children_complete_and_are_reaped(tmp_path, spawn):
     cfg = make_config(tmp_path, spawn=spawn, max_children=N, max_subagents=N,
                       drain_timeout=10.0)
-    async with Supervisor(cfg) as sup:
+    async with open_supervisor(cfg) as sup:
         acks = [await sup.spawn("0", SpawnRequest(f"task {i}", mode="async"))
                 for i in range(N)]
         assert len({a.handle for a in acks}) == N

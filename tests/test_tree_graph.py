@@ -7,8 +7,8 @@ from tree_helpers import make_config, precompile
 
 from agentd.agent.selftools import SelfTools
 from agentd.agent.spawn_tools import Refusal
+from agentd.app.compose import open_supervisor
 from agentd.tree.graph import install, order, run_graph
-from agentd.tree.supervisor import Supervisor
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,7 +36,7 @@ def test_order_and_refusals():
 
 @pytest.mark.timeout(120)
 async def test_diamond_feeds_distillates(tmp_path):
-    async with Supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
+    async with open_supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
         out = await run_graph(sup, "0", [
             {"id": "a", "instruction": "first"},
             {"id": "b", "instruction": "second", "after": ["a"]},
@@ -50,7 +50,7 @@ async def test_diamond_feeds_distillates(tmp_path):
 
 @pytest.mark.timeout(120)
 async def test_self_tool_cycle_is_error_and_refusal_is_reported(tmp_path):
-    async with Supervisor(make_config(tmp_path, spawn="forkserver", max_children=1)) as sup:
+    async with open_supervisor(make_config(tmp_path, spawn="forkserver", max_children=1)) as sup:
         tools = SelfTools(backend=sup, caller="0")
         install(tools, sup, "0")
         assert "agentd__graph_run" in tools

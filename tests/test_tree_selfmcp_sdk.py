@@ -23,9 +23,9 @@ mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install 
 from mcp import ClientSession, types  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.config import parse_serve  # noqa: E402
 from agentd.tree import selfmcp  # noqa: E402
-from agentd.tree.supervisor import Supervisor  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -62,7 +62,7 @@ async def served(tmp_path, *, scope=None, **over):
     cfg = make_config(tmp_path, serve=parse_serve(f"http://127.0.0.1:{port}", None, None,
                                                   None, None), **over)
     add_tree_scripts(cfg.intelligence.removeprefix("playback:"))
-    async with Supervisor(cfg, scope=scope) as sup, \
+    async with open_supervisor(cfg, scope=scope) as sup, \
             selfmcp.serve(cfg, run_id="r", backend=sup) as runner:
         updates: asyncio.Queue[str] = asyncio.Queue()
 

@@ -12,7 +12,7 @@ from tree_helpers import exists, make_config, parent_of, precompile, running
 from waiting import until
 
 from agentd.agent.subagents import SpawnRefused, SpawnRequest, UnknownHandle
-from agentd.tree.supervisor import Supervisor
+from agentd.app.compose import open_supervisor
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,7 +28,7 @@ def spawn(request):
 
 
 def sup_for(tmp_path, spawn, **over):
-    return Supervisor(make_config(tmp_path, spawn=spawn, **over))
+    return open_supervisor(make_config(tmp_path, spawn=spawn, **over))
 
 
 async def test_sync_async_warm_send_status(tmp_path, spawn):
@@ -99,7 +99,7 @@ async def test_child_cap_total_cap_token_ceiling(tmp_path, spawn):
             await sup.spawn("0.2", SpawnRequest("four"))
         assert str(err.value) == "spawn refused: max_subagents=3 reached at handle 0.2"
         await sup.cancel("0.1")
-        sup.charge_root(100)
+        sup.ledger.report("0", 100)  # the root's own tokens, on the tree's ledger
         with pytest.raises(SpawnRefused) as err:
             await sup.spawn("0", SpawnRequest("costs"))
         assert str(err.value) == "spawn refused: token_ceiling=100 reached at handle 0"
@@ -114,7 +114,7 @@ async def test_children_usage_counts_toward_the_ceiling(tmp_path, spawn):
 
 
 async def test_scope_narrows_and_widening_is_refused(tmp_path, spawn):
-    async with Supervisor(make_config(tmp_path, spawn=spawn), scope=["fs", "web"]) as sup:
+    async with open_supervisor(make_config(tmp_path, spawn=spawn), scope=["fs", "web"]) as sup:
         with pytest.raises(SpawnRefused) as err:
             await sup.spawn("0", SpawnRequest("x", tool_scope=("fs", "shell")))
         assert str(err.value) == ("spawn refused: tool_scope widens the caller's scope at "
@@ -154,7 +154,7 @@ async def test_cancel_a_three_level_subtree_leaves_no_process(tmp_path, spawn):
 
 
 async def test_terminal_handles_are_evicted(tmp_path, spawn):
-    async with Supervisor(make_config(tmp_path, spawn=spawn), terminal_ttl=0.0) as sup:
+    async with open_supervisor(make_config(tmp_path, spawn=spawn), terminal_ttl=0.0) as sup:
         st = await sup.spawn("0", SpawnRequest("short"))
         assert st.status == "completed"
         with pytest.raises(UnknownHandle):

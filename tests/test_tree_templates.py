@@ -1,10 +1,9 @@
-"""`--spawn forkserver` forks each child from the template it needs.
+"""`--spawn forkserver` forks every child from the one `lean` template.
 
-A child that talks HTTP (an MCP server in scope, or a model that is not
-playback) forks from the `net` template, which has imported the HTTP stack;
-any other child from the `lean` one, which has not.  Real processes: the
-official SDK's server is the MCP server in scope, and a template is told apart
-by what it has mapped (aiohttp's compiled HTTP parser).
+No child talks HTTP (its I/O is brokered by its parent), so the template has
+not imported the HTTP stack, even for a child with an MCP server in scope.
+Real processes: the official SDK's server is the MCP server in scope, and the
+template is told by what it has mapped (aiohttp's compiled HTTP parser).
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ from tree_helpers import forkservers, make_config, precompile
 from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
+from agentd.app.compose import open_supervisor
 from agentd.config import ServerSpec
-from agentd.tree.childflags import LEAN
-from agentd.tree.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,16 +40,15 @@ def _ppid(pid: int) -> int:
     return int(stat[stat.rindex(b")") + 2:].split()[1])
 
 
-async def test_children_fork_from_the_template_they_need(tmp_path):
+async def test_children_fork_from_the_one_lean_template(tmp_path):
     require_modules("mcp")
     with python_peer("sdk_servers.py") as peer:
         cfg = make_config(tmp_path, spawn="forkserver",
                           mcp=(ServerSpec(name="sdk", url=peer.url),))
-        async with Supervisor(cfg) as sup:
+        async with open_supervisor(cfg) as sup:
             plain = await sup.spawn("0", SpawnRequest("no tools", tool_scope=(), mode="warm"))
             assert await until(lambda: sup.status(plain.handle).result is not None)
-            assert set(forkservers()) == {LEAN}  # the net one is started on demand
-            lean = forkservers()[LEAN]
+            [lean] = forkservers()  # started by the first spawn
             assert _ppid(sup.process(plain.handle).pid) == lean
             assert "aiohttp" not in _maps(lean) and "jsonschema_rs" not in _maps(lean)
 
@@ -59,7 +56,7 @@ async def test_children_fork_from_the_template_they_need(tmp_path):
             # model calls are brokered by this process (agentd.tree.broker)
             tooled = await sup.spawn("0", SpawnRequest("with the sdk server", mode="warm"))
             assert await until(lambda: sup.status(tooled.handle).result is not None)
-            assert set(forkservers()) == {LEAN}
+            assert forkservers() == [lean]
             assert _ppid(sup.process(tooled.handle).pid) == lean
             assert sup.status(tooled.handle).status == "running"
             assert sup.status(tooled.handle).result == '{"ok": true}'
@@ -76,8 +73,8 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     """
     code = ("import sys\n"
             "before = set(sys.modules)\n"
-            "from agentd.app.forkserver import LEAN, _preload\n"
-            "_preload(LEAN)\n"
+            "from agentd.app.forkserver import _preload\n"
+            "_preload()\n"
             "print(' '.join(sorted(set(sys.modules) - before)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
@@ -109,17 +106,17 @@ async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path
     import signal
 
     cfg = make_config(tmp_path, spawn="forkserver")
-    async with Supervisor(cfg) as sup:
+    async with open_supervisor(cfg) as sup:
         st = await sup.spawn("0", SpawnRequest("idle", mode="warm"))
         assert await until(lambda: sup.status(st.handle).result is not None)
         bit = 1 << (signal.SIGCHLD - 1)
-        assert "LD_BIND_NOW=1" in _environ(forkservers()[LEAN])  # bound before forking
-        assert _signal_masks(forkservers()[LEAN])["SigCgt"] & bit
+        assert "LD_BIND_NOW=1" in _environ(forkservers()[0])  # bound before forking
+        assert _signal_masks(forkservers()[0])["SigCgt"] & bit
         child = _signal_masks(sup.process(st.handle).pid)
         assert not child["SigCgt"] & bit and not child["SigIgn"] & bit
         # signals are blocked only around a batch of forks: neither keeps them blocked
         assert child["SigBlk"] == 0
-        assert _signal_masks(forkservers()[LEAN])["SigBlk"] == 0
+        assert _signal_masks(forkservers()[0])["SigBlk"] == 0
 
 
 _BARE_FORK = """

@@ -85,17 +85,16 @@ def parent_of(pid: int) -> int | None:
     return None if info is None else info[1]
 
 
-def forkservers() -> dict[str, int]:
-    """The live forkservers of this test process, template -> pid (from /proc: a
-    forkserver is our child whose command line says `--forkserver --template T`)."""
-    out = {}
+def forkservers() -> list[int]:
+    """The pids of the live forkservers of this test process (from /proc: a
+    forkserver is our child whose command line says `--forkserver`)."""
+    out = []
     for pid in children_of(os.getpid()):
         info = _stat(pid)
         if info is None or info[0] in "ZX":
             continue
-        argv = info[2].split(b"\0")
-        if b"--forkserver" in argv and b"--template" in argv:
-            out[argv[argv.index(b"--template") + 1].decode()] = pid
+        if b"--forkserver" in info[2].split(b"\0"):
+            out.append(pid)
     return out
 
 

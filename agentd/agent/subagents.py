@@ -94,8 +94,31 @@ class SubagentBackend(Protocol):
         """Call `callback` once when any run reaches a terminal status."""
         ...
 
+    def on_evicted(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(handle)` once when a terminal handle is evicted (from then
+        on it is unknown: the backend's terminal retention, agentd.tree.registry)."""
+        ...
+
+    def retained(self, handle: str) -> float | None:
+        """Seconds a terminal handle stays readable; None while it runs, or unknown."""
+        ...
+
     def counts(self) -> dict[str, int]:
         """Spawn counters for agent://status (spawned, running, completed, failed, ...)."""
+        ...
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The live view's rows (`agent://status` `tree`, `agentd top`): every known
+        handle's names and numbers, never content; empty where no tree is kept here."""
+        ...
+
+    def live_pids(self) -> list[int]:
+        """The subagent processes alive now (the drain's last rung kills them)."""
+        ...
+
+    @property
+    def tree_tokens(self) -> int | None:
+        """The tree's tokens by its ledger; None where the ledger is not here."""
         ...
 
 
@@ -119,5 +142,21 @@ class Unavailable:
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
         pass
 
+    def on_evicted(self, callback: Callable[[str], None]) -> None:
+        pass
+
+    def retained(self, handle: str) -> float | None:
+        return None
+
     def counts(self) -> dict[str, int]:
         return {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return []
+
+    def live_pids(self) -> list[int]:
+        return []
+
+    @property
+    def tree_tokens(self) -> int | None:
+        return None

@@ -36,7 +36,8 @@ from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
 from agentd.app.batch_progress import progress
-from agentd.app.run import metered_provider, new_run_id, open_toolbox
+from agentd.app.compose import metered_provider, open_toolbox
+from agentd.app.run import new_run_id
 from agentd.config import Config
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode

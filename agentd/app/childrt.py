@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import time
 from typing import Any
 
 from agentd.log import log
 from agentd.obs import trace
+from agentd.tree.childflags import LINGER
 from agentd.tree.control import (
     BUSY,
     ChildConfig,
@@ -39,6 +41,14 @@ def _outcome(result: Any) -> RunOutcome:
     status = result.status if result.status != "interrupted" else "cancelled"
     return RunOutcome(status=status, partial=result.partial, result=result.result,
                       steps=result.steps, tokens=tokens)
+
+
+def _linger(fifo: str) -> None:
+    """Test-only (`linger:PATH`): a child slow to exit after its result; it ignores
+    SIGTERM and EOF until someone opens the FIFO `PATH` for writing (or SIGKILL)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(fifo, "rb") as fh:
+        fh.read(1)
 
 
 async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
@@ -144,6 +154,8 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
             await channel.flush_close()
     logger.debug("subagent.child_exit", eof=channel.closed.is_set(),
                  age_ms=int((time.monotonic() - started) * 1000))
+    if fault.startswith(LINGER):
+        _linger(fault[len(LINGER):])
     if hard_exit:
         # Everything is answered, flushed and every task has ended: skip the
         # interpreter's teardown (tens of ms with aiohttp loaded, per child).

@@ -1,7 +1,7 @@
 """The forkserver process: `python -m agentd --agentd-control-child --forkserver`.
 
 The code that runs *inside* the forkserver (agentd.tree.forkserver is the
-parent's side that starts and talks to it): import a template's modules once,
+parent's side that starts and talks to it): import the child runtime's modules once,
 warm the child path up, freeze the heap, then fork subagents on request from a
 private SOCK_SEQPACKET socket (fd `FS_FD`), each forked child running exactly
 what an exec'd child runs (`agentd.app.child.serve_wire`).  It reaps its
@@ -22,8 +22,6 @@ from agentd.tree.childflags import (
     FAULT_ENV,
     FS_FD,
     FS_MSG_MAX,
-    LEAN,
-    NET,
     flag_value,
     ppid_of,
     set_pdeathsig,
@@ -31,19 +29,15 @@ from agentd.tree.childflags import (
 
 WARM_ROUNDS = 12  # warm-up runs of the child path (see _warm_up)
 FORK_BATCH = 16  # queued fork requests served back to back
-# What each template imports besides the child runtime (a missing optional one is skipped).
-_LEAN_IMPORTS = ("agentd.app.run", "agentd.agent.loop", "agentd.intelligence",
-                 "agentd.intelligence.playback", "agentd.mcp.toolbox", "agentd.tree.brokered",
-                 "orjson", "agentd_native")
-TEMPLATES = {
-    LEAN: _LEAN_IMPORTS,
-    NET: (*_LEAN_IMPORTS, "agentd.intelligence.openai", "agentd.mcp.client",
-          "agentd.mcp.http_transport", "aiohttp", "jsonschema_rs"),
-}
+# What the template imports besides the child runtime (a missing optional one is
+# skipped); never the HTTP stack: a child's I/O is brokered (agentd.tree.broker).
+PRELOAD = ("agentd.app.run", "agentd.agent.loop", "agentd.intelligence",
+           "agentd.intelligence.playback", "agentd.mcp.toolbox", "agentd.tree.brokered",
+           "orjson", "agentd_native")
 
 
-def _preload(template: str) -> None:
-    """Import what every child of this template will need, so that a fork starts warm."""
+def _preload() -> None:
+    """Import what every child will need, so that a fork starts warm."""
     import asyncio  # noqa: F401
 
     import msgspec  # noqa: F401
@@ -53,7 +47,7 @@ def _preload(template: str) -> None:
     from agentd import runtime
 
     runtime.loop_factory()
-    for name in TEMPLATES[template]:
+    for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:
@@ -251,16 +245,12 @@ def _send(sock: socket.socket, obj: dict) -> None:
 def serve(argv: list[str]) -> int:
     ppid = ppid_of(argv)
     sock_fd = int(flag_value(argv, "--sock") or FS_FD)
-    template = flag_value(argv, "--template") or NET
-    if template not in TEMPLATES:
-        sys.stderr.write(f"agentd forkserver: unknown template {template!r}\n")
-        return 2
     set_pdeathsig()
     if ppid is not None and os.getppid() != ppid:
         return 1
     sock = socket.socket(fileno=sock_fd)
     os.environ.pop(FAULT_ENV, None)  # a child's fault comes with its fork request only
-    _preload(template)
+    _preload()
     import gc
     import json
     import select

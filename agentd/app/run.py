@@ -124,44 +124,18 @@ class RunContext:
 
 # --- the integration points (one call site each) ----------------------------------
 
-def open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
-    from agentd.mcp.call_limits import tool_limits
-    from agentd.mcp.toolbox import Toolbox
-
-    # a stale server: the reactive daemon reconnects with backoff; a task run
-    # hands it to the fault policy (agentd.mcp.faults)
-    return Toolbox(config.mcp, run_id=run_id, init_timeout=config.init_timeout,
-                   ping_interval=config.ping_interval, secrets_dir=config.secrets_dir,
-                   reconnect_stale=config.mode == "reactive", tool_limits=tool_limits(config),
-                   stream_bounds=config.stream_bounds)
-
-
 async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> SubagentBackend:
-    """The root's subagent backend: the tree's Supervisor (the one chokepoint)."""
-    from agentd.tree.broker import Broker
-    from agentd.tree.supervisor import Supervisor
+    """The root's subagent backend: the tree's Supervisor (the one chokepoint), on
+    the run's own provider (metered here: one ledger for the tree) and Toolbox."""
+    from agentd.app.compose import metered_provider, start_supervisor
 
-    # One ledger and one flow gate for the tree: the root's own calls (task and
-    # reactive mode) and every subagent's, brokered here (agentd.intelligence.ledger).
     metered = metered_provider(ctx.config, ctx.intelligence, ctx.config.token_ceiling)
     ctx.intelligence = metered
-    broker = Broker(intelligence=metered, toolbox=ctx.toolbox)
-    sup = await stack.enter_async_context(Supervisor(ctx.config, run_id=ctx.run_id,
-                                                     broker=broker, ledger=metered.ledger))
+    sup = await start_supervisor(stack, ctx.config, run_id=ctx.run_id, provider=metered,
+                                 toolbox=ctx.toolbox)
     state = ctx.state
     ctx.spent = lambda: max(state.usage.total_tokens, sup.tree_tokens)
     return sup
-
-
-def metered_provider(config: Config, provider: Intelligence, ceiling: int | None) -> Any:
-    """The tree's provider: one `Ledger` (refusing calls past `ceiling`, the tree's
-    tokens) and one flow gate (`--max-inflight-intelligence`) over `provider`."""
-    from agentd.intelligence.flow import FlowGate
-    from agentd.intelligence.ledger import Ledger, Metered
-
-    return Metered(provider, Ledger(ceiling), "0",
-                   FlowGate(config.max_inflight_intelligence),
-                   enforce_own=config.mode != "reactive")
 
 
 async def _open_a2a(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
@@ -302,7 +276,7 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
                 if serve and config.metrics_listen:
                     await _serve_metrics(stack, config)
                 ctx.toolbox = await stack.enter_async_context(
-                    open_toolbox(config, ctx.run_id) if io is None else io[1])
+                    _open_toolbox(config, ctx.run_id) if io is None else io[1])
                 if serve:
                     stack.callback(health.add_check("mcp", lambda: _required_down(ctx.toolbox)))
                 if config.a2a_peers:
@@ -328,6 +302,12 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
                            reason=f"deadline={config.deadline}s passed")
         finally:
             ctx.scope = None
+
+
+def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    from agentd.app.compose import open_toolbox
+
+    return open_toolbox(config, run_id)
 
 
 async def _serve_metrics(stack: contextlib.AsyncExitStack, config: Config) -> None:
@@ -483,7 +463,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         code = EXIT_BY_STATUS.get(outcome.status, ExitCode.FAILED)
         log.info("run.end", status=outcome.status, steps=state.steps, calls=state.calls,
                  total_tokens=state.usage.total_tokens,
-                 tree_tokens=getattr(ctx.backend, "tree_tokens", None), exit_code=int(code),
+                 tree_tokens=ctx.backend.tree_tokens, exit_code=int(code),
                  reason=outcome.reason or None)
         return (_result(run_id, outcome.status, outcome.partial, outcome.result, state),
                 code, state)
@@ -499,14 +479,13 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     return _result(run_id, "failed", False, failure, state), code, state
 
 
-def _kill_lingering(backend: Any) -> None:
+def _kill_lingering(backend: SubagentBackend) -> None:
     """The drain's last rung: SIGKILL every subagent still alive (one that ignored
     SIGTERM); PDEATHSIG and the process-group kill make sure of the rest."""
     import os
     import signal as _signal
 
-    pids = getattr(backend, "live_pids", None)
-    for pid in (pids() if pids is not None else ()):
+    for pid in backend.live_pids():
         with contextlib.suppress(OSError):
             os.killpg(pid, _signal.SIGKILL)
         with contextlib.suppress(OSError):

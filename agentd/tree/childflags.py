@@ -1,7 +1,7 @@
 """What the parent and a child process agree on before any wire exists.
 
 The private argv flag that turns `python -m agentd` into a subagent, the
-forkserver's flags, fd and templates, the test-only fault variable, and the
+forkserver's flags and fd, the test-only fault variable, and the
 parent-death signal both kinds of child arm.  A leaf (stdlib `os`/`sys` only):
 `agentd.__main__` and `agentd.app.child` import it before anything heavy, and
 the tree's spawners (`procs`, `forkserver`, `supervisor`) import it to build
@@ -13,17 +13,13 @@ import sys
 CHILD_FLAG = "--agentd-control-child"
 FORKSERVER_FLAG = "--forkserver"
 # Test-only, operator env: makes a child misbehave on purpose (`crash`,
-# `malformed`, `oversized`, `ignore_term`, `hang`).
+# `malformed`, `oversized`, `ignore_term`, `hang`, `linger:FIFO`: slow to exit
+# after its result, until the FIFO is opened for writing).
 FAULT_ENV = "AGENTD_TEST_CHILD_FAULT"
+LINGER = "linger:"
 
 FS_FD = 3  # the forkserver's end of its SOCK_SEQPACKET socket
 FS_MSG_MAX = 65536  # largest message on that socket
-LEAN, NET = "lean", "net"  # forkserver templates: without / with the HTTP stack
-
-
-def template_for(http: bool) -> str:
-    """The template a child forks from: `net` if it talks HTTP (MCP servers, a remote model)."""
-    return NET if http else LEAN
 
 
 def flag_value(argv: list[str], name: str) -> str | None:

@@ -2,7 +2,7 @@
 
 The forkserver is itself a re-exec of the trusted binary
 (`sys.executable -P -S -m agentd --agentd-control-child --forkserver --sock
-3 --template lean|net`, see `agentd.tree.procs.child_argv`).  It imports the
+3`, see `agentd.tree.procs.child_argv`).  It imports the
 runtime once (asyncio, uvloop, msgspec, the agent loop), never starts an event
 loop or a thread, freezes its heap for the GC, and then serves fork requests
 on a private SOCK_SEQPACKET socket (it
@@ -12,12 +12,11 @@ as fds 0/1/2 and runs exactly what an exec'd child runs
 (`agentd.app.child.serve_wire`).  Nothing of the parent
 agentd is ever in the forkserver, so nothing of it is inherited.
 
-Two templates, each its own forkserver, started on first use: `net` has the
-HTTP stack imported too (aiohttp, the MCP client, the OpenAI-compatible
-intelligence) and serves every child that talks HTTP; `lean` serves children
-that do not (playback intelligence, no MCP server in scope).  The kernel's
+One template, started on first use: the child runtime without the HTTP stack
+(aiohttp, the MCP client, the OpenAI-compatible intelligence), since every
+child's I/O is brokered by its parent and no child talks HTTP.  The kernel's
 work per fork and per exit grows with the template's mapped memory, and the
-HTTP stack is a third of it (docs/subagents.md).
+HTTP stack would be a third of it (docs/subagents.md).
 
 The forkserver reaps its children and reports each exit (`{"exit": pid,
 "code": rc}`); it dies with the parent (parent-death signal) and its children
@@ -37,7 +36,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from agentd.errors import TreeError
-from agentd.tree.childflags import FAULT_ENV, FS_FD, FS_MSG_MAX, template_for
+from agentd.tree.childflags import FAULT_ENV, FS_FD, FS_MSG_MAX
 
 if TYPE_CHECKING:  # asyncio itself is imported where it runs (a light module)
     import asyncio
@@ -56,51 +55,42 @@ def available() -> bool:
 class ForkserverSpawner:
     """The supervisor's spawner for `--spawn forkserver` (same interface as ExecSpawner).
 
-    It routes each spawn to the forkserver of its template, starting that one
-    on first use (a run may spawn none, or only one kind).
+    Its forkserver is started by the first spawn (a run may spawn none).
     """
 
     name = "forkserver"
 
     def __init__(self) -> None:
-        self._servers: dict[str, Forkserver] = {}
+        self.forkserver = Forkserver()
 
     async def start(self) -> None:
-        """Nothing yet: a forkserver is started by the first spawn that needs it."""
-
-    def server(self, template: str) -> Forkserver:
-        if template not in self._servers:
-            self._servers[template] = Forkserver(template)
-        return self._servers[template]
+        """Nothing yet: the forkserver is started by the first spawn."""
 
     async def spawn(self, handle: str, on_incoming, *, hello, max_frame: int,
-                    env: dict[str, str] | None = None, http: bool = True):
-        return await self.server(template_for(http)).spawn(
-            handle, on_incoming, hello=hello, max_frame=max_frame, env=env)
+                    env: dict[str, str] | None = None):
+        return await self.forkserver.spawn(handle, on_incoming, hello=hello,
+                                           max_frame=max_frame, env=env)
 
     async def aclose(self) -> None:
-        for server in self._servers.values():
-            await server.aclose()
+        await self.forkserver.aclose()
 
     def down(self) -> str | None:
         """Readiness (agentd.obs.health): why no child can be forked now, or None.
 
-        A forkserver starts on first use and restarts at the next spawn after it
+        The forkserver starts on first use and restarts at the next spawn after it
         died, so only one whose last start failed makes the process unready.
         """
-        for template, server in self._servers.items():
-            starting = server._starting
-            if starting is not None and starting.done() and not starting.cancelled() \
-                    and starting.exception() is not None:
-                return f"the {template} forkserver failed to start"
+        starting = self.forkserver._starting
+        if starting is not None and starting.done() and not starting.cancelled() \
+                and starting.exception() is not None:
+            return "the forkserver failed to start"
         return None
 
 
 class Forkserver:
-    """One forkserver process (one template) and the parent's end of its socket."""
+    """The forkserver process and the parent's end of its socket."""
 
-    def __init__(self, template: str) -> None:
-        self.template = template
+    def __init__(self) -> None:
         self._sock: socket.socket | None = None
         self._pid: int | None = None
         self._pidfd: int | None = None
@@ -110,12 +100,17 @@ class Forkserver:
         self._closed = False
         self._reset()
 
+    @property
+    def pid(self) -> int | None:
+        """The forkserver's pid while it runs (diagnostics, tests)."""
+        return self._pid
+
     def _reset(self) -> None:
         from agentd.log import log
 
         if self._sock is not None:
             self._sock.close()
-        self.log = log.bind(component="forkserver", template=self.template)
+        self.log = log.bind(component="forkserver")
         self._sock = None
         self._pid = None
         self._pidfd = None
@@ -134,7 +129,7 @@ class Forkserver:
 
         loop = asyncio.get_running_loop()
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = child_argv("--forkserver", "--sock", str(FS_FD), "--template", self.template)
+        argv = child_argv("--forkserver", "--sock", str(FS_FD))
         # LD_BIND_NOW: the dynamic linker binds every symbol at start-up, in the
         # template, so no forked child runs the lazy resolver and writes (copies) the
         # pages of the symbol tables it patches (≈ 15 faults per child; docs/subagents.md).

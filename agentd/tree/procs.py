@@ -446,8 +446,8 @@ class ExecSpawner:
 
     async def spawn(self, handle: str, on_incoming: Callable[[Incoming], None], *,
                     hello: Callable[[Channel], None], max_frame: int,
-                    env: dict[str, str] | None = None, http: bool = True) -> ChildProcess:
-        """Start one child; `http` (does it talk HTTP?) matters only to the forkserver.
+                    env: dict[str, str] | None = None) -> ChildProcess:
+        """Start one child.
 
         `hello(channel)` sends the first frames as soon as the wire exists (a forked
         child finds them in its pipe when it starts).
@@ -499,3 +499,7 @@ class ExecSpawner:
 
     async def aclose(self) -> None:
         pass
+
+    def down(self) -> str | None:
+        """Readiness: exec can always spawn (a failed spawn fails only its run)."""
+        return None

@@ -79,6 +79,22 @@ class RemoteBackend:
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
         self._callbacks.append(callback)
 
+    def on_evicted(self, callback: Callable[[str], None]) -> None:
+        """Nothing is evicted here: the root's registry owns the retention."""
+
+    def retained(self, handle: str) -> float | None:
+        return None
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return []  # the live view is the root's
+
+    def live_pids(self) -> list[int]:
+        return []  # every subagent is the root's child
+
+    @property
+    def tree_tokens(self) -> int | None:
+        return None  # the ledger is the root's
+
     def counts(self) -> dict[str, int]:
         out = dict(self._counts)
         out["running"] = sum(1 for s in self._states.values() if not s.done)

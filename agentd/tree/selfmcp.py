@@ -45,9 +45,10 @@ handle is relayed to its owner (status, send, cancel, read, a subscription's
 wait), a spawn at this worker's caps is placed on a peer, and 2025-11-25
 sessions are proxied to the worker holding them (:mod:`agentd.pool.session_relay`).
 
-Terminal runs stay readable for ``terminal_ttl`` seconds (default 600) and at
-most ``keep_terminal`` of them (default 1024, oldest first) -- the same
-defaults as the Supervisor's own eviction; after that the URI reads -32002.
+Terminal runs stay readable as long as the backend retains them (the tree's
+one terminal retention, :mod:`agentd.tree.registry`: 600 s, at most 1024,
+oldest first); after that the URI reads -32002.  Who may touch a served
+handle is the one rule of :mod:`agentd.tree.ownership` (its principal's).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ import contextlib
 import os
 import ssl
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -83,14 +83,13 @@ from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest, RelayUnavailable
 from agentd.pool.session_relay import session_middleware
+from agentd.tree.ownership import Owners, top_of
 from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import INTERNAL_ERROR, ProtocolError
 
 __all__ = [
-    "DEFAULT_KEEP_TERMINAL",
-    "DEFAULT_TERMINAL_TTL",
     "SERVED_CALLER",
     "STATUS_URI",
     "SUBAGENT_PREFIX",
@@ -103,9 +102,6 @@ __all__ = [
 SERVED_CALLER: Final = "served"
 STATUS_URI: Final = "agent://status"
 SUBAGENT_PREFIX: Final = "agent://subagent/"
-DEFAULT_TERMINAL_TTL: Final = 600.0
-DEFAULT_KEEP_TERMINAL: Final = 1024
-_EVICTED_MEMORY: Final = 65536
 WAIT_POLL: Final = 20.0  # a peer's relayed wait for a run's end answers at least this often
 STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed per process
 
@@ -117,11 +113,6 @@ _STATUS_DESCRIPTION: Final = "Read this agent's run id, mode, version, pid and u
 
 TOOL_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
     "status": _STATUS_SCHEMA, **{n: t.input_schema for n, t in _SPAWN_TOOLS.items()}}
-
-
-def _top(handle: str) -> str:
-    """``served.N`` of any handle in a served run's subtree."""
-    return ".".join(handle.split(".")[:2])
 
 
 def _text(value: Any) -> str:
@@ -142,22 +133,16 @@ class SelfMCP(Handler):
     """The self-MCP handler over one backend (default :class:`Unavailable`)."""
 
     def __init__(self, backend: SubagentBackend | None = None, *, run_id: str = "",
-                 mode: str = "task", terminal_ttl: float = DEFAULT_TERMINAL_TTL,
-                 keep_terminal: int = DEFAULT_KEEP_TERMINAL,
-                 pool: PoolServed | None = None) -> None:
+                 mode: str = "task", pool: PoolServed | None = None) -> None:
         super().__init__("agentd", __version__, subscribe=True)
         self.pool = pool  # pool mode: pool handles outside, relayed when a peer's
         self._waiters: dict[str, asyncio.Event] = {}  # served.N -> a peer waits on its end
         self.backend: SubagentBackend = backend if backend is not None else Unavailable()
         self.run_id = run_id
         self.mode = mode
-        self.terminal_ttl = terminal_ttl
-        self.keep_terminal = keep_terminal
         self.started = time.monotonic()
-        self._terminal: OrderedDict[str, float] = OrderedDict()  # handle -> when it ended
         # served.N -> the principal that spawned it; its whole subtree is theirs
-        self._owners: dict[str, str] = {}
-        self._evicted: OrderedDict[str, None] = OrderedDict()
+        self.owners = Owners()
         self._log = log.bind(component="selfmcp")
         self._announced_counts: dict[str, int] | None = None
         self.add_tool("status", self._status, _STATUS_SCHEMA, description=_STATUS_DESCRIPTION)
@@ -172,6 +157,7 @@ class SelfMCP(Handler):
                           description="This agent's run id, mode, version, pid, uptime and "
                                       "spawn counts.", mime_type="application/json")
         self.backend.on_terminal(self._on_terminal)
+        self.backend.on_evicted(self._on_evicted)
 
     # ------------------------------------------------------------ state
     def status_body(self) -> dict[str, Any]:
@@ -182,27 +168,19 @@ class SelfMCP(Handler):
             body["watched"] = health.watched()
         return body
 
-    def _prune(self, now: float) -> None:
-        term = self._terminal
-        while term and (len(term) > self.keep_terminal
-                        or now - next(iter(term.values())) > self.terminal_ttl):
-            handle, _ = term.popitem(last=False)
-            self._evicted[handle] = None
-            if handle == _top(handle):  # an evicted run's owner is forgotten with it
-                self._owners.pop(handle, None)
-                if self.pool is not None:
-                    self.pool.forget(handle)
-            if len(self._evicted) > _EVICTED_MEMORY:
-                self._evicted.popitem(last=False)
+    def _on_evicted(self, handle: str) -> None:
+        """The backend no longer retains ``handle``: an evicted run's owner (and its
+        pool name) is forgotten with it."""
+        if handle.startswith(SERVED_CALLER + ".") and handle == top_of(handle):
+            self.owners.forget(handle)
+            if self.pool is not None:
+                self.pool.forget(handle)
 
     def _on_terminal(self, state: HandleState) -> None:
         handle = state.handle
         self._status_changed()
         if not handle.startswith(SERVED_CALLER + "."):
             return
-        now = time.monotonic()
-        self._terminal[handle] = now
-        self._prune(now)
         waiting = self._waiters.pop(handle, None)
         if waiting is not None:  # peers' subscribers, over the relay
             waiting.set()
@@ -220,26 +198,14 @@ class SelfMCP(Handler):
             self._announced_counts = counts
             self.notify_updated(STATUS_URI)
 
-    def owner(self, handle: str) -> str | None:
-        """The principal owning a served handle (``served.N`` and everything under it)."""
-        return self._owners.get(_top(handle))
-
     def lookup(self, handle: str, principal: str | None = None) -> HandleState:
         """The state of a served handle; raises UnknownHandle (never, evicted, not
         served, or — with ``principal`` — another principal's: the same answer)."""
-        if not handle.startswith(SERVED_CALLER + ".") or handle in self._evicted:
+        if not handle.startswith(SERVED_CALLER + "."):
             raise UnknownHandle(handle)
-        if principal is not None and self.owner(handle) != principal:
+        if principal is not None and not self.owners.may(handle, principal):
             raise UnknownHandle(handle)
-        state = self.backend.status(handle)
-        if state.done:
-            now = time.monotonic()
-            self._prune(now)
-            if handle in self._evicted:
-                raise UnknownHandle(handle)
-            if handle not in self._terminal:  # terminal before its callback ran
-                self._terminal[handle] = now
-        return state
+        return self.backend.status(handle)
 
     # ------------------------------------------------------------ tools
     async def _status(self, args: dict[str, Any], ctx: CallContext) -> Any:
@@ -293,7 +259,7 @@ class SelfMCP(Handler):
         # an async spawn returns with no await after minting the handle, so it is
         # claimed before any other request runs; a sync spawn's handle belongs to
         # nobody (unknown to all) until it returns
-        self._owners.setdefault(_top(state.handle), principal)
+        self.owners.claim(state.handle, principal)
         self._status_changed()
         handle = state.handle if self.pool is None else self.pool.name(state.handle, principal)
         if not state.done:
@@ -399,10 +365,9 @@ class SelfMCP(Handler):
     def tree(self, principal: str | None) -> list[dict[str, Any]]:
         """The live view's rows (`agentd top`): the agent's own subagents, and the
         served runs (with their subtrees) this principal owns; never another's."""
-        snapshot = getattr(self.backend, "snapshot", None)
-        rows = snapshot() if snapshot is not None else []
-        rows = [r for r in rows if not r["handle"].startswith(SERVED_CALLER + ".")
-                or principal is None or self.owner(r["handle"]) == principal]
+        rows = [r for r in self.backend.snapshot()
+                if not r["handle"].startswith(SERVED_CALLER + ".")
+                or principal is None or self.owners.may(r["handle"], principal)]
         return self.pool.rows(rows) if self.pool is not None else rows
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
@@ -430,10 +395,9 @@ class SelfMCP(Handler):
         if method == t.RESOURCES_READ:
             if uri is not None and uri.startswith(SUBAGENT_PREFIX):
                 handle = uri[len(SUBAGENT_PREFIX):]
-                ended = self._terminal.get(handle if self.pool is None
-                                           else self.pool.internal(handle) or "")
-                if ended is not None:  # final until evicted
-                    left = self.terminal_ttl - (time.monotonic() - ended)
+                left = self.backend.retained(handle if self.pool is None
+                                             else self.pool.internal(handle) or "")
+                if left is not None:  # final until evicted
                     return max(0, int(left * 1000)), mcp2026.CACHE_PRIVATE
             return 0, mcp2026.CACHE_PRIVATE
         return STABLE_TTL_MS, mcp2026.CACHE_PUBLIC

@@ -1,0 +1,71 @@
+"""Who may touch a handle: the one ownership rule of the tree.
+
+A handle names its place in the tree (`0.3.1` is under `0.3`, `served.2.1`
+under `served.2`; see `agentd.agent.subagents`), so a *tree caller* (a pipe's handle,
+never a claim) may touch exactly the handles strictly under its own.  A *peer*
+reaching the tree over a served endpoint (the self-MCP, the served A2A agent)
+is a principal: the principal that spawned a served run owns it and its whole
+subtree, and any other principal is told the handle is unknown, the same
+answer as for a handle that never existed.  `Owners` keeps those claims; the
+self-MCP and the served A2A agent each hold one and ask it, and pool mode's
+handles (`agentd.tree.pool_served`) carry the same principal in their MAC.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+__all__ = ["Owners", "depth_of", "mint", "top_of", "within"]
+
+
+def depth_of(handle: str) -> int:
+    """A handle's depth: its number of dotted components (the root has depth 1)."""
+    return handle.count(".") + 1
+
+
+def within(handle: str, ancestor: str) -> bool:
+    """Is `handle` strictly under `ancestor` (so `ancestor`'s to touch)?"""
+    return handle.startswith(ancestor + ".")
+
+
+def top_of(handle: str) -> str:
+    """The run a served handle belongs to: `served.N` of anything in its subtree."""
+    return ".".join(handle.split(".")[:2])
+
+
+def mint(caller: str, n: int) -> str:
+    """The `n`-th handle minted under `caller`."""
+    return f"{caller}.{n}"
+
+
+class Owners:
+    """The principals owning served runs (`served.N` and everything under it).
+
+    At most `keep` claims are remembered, the oldest forgotten first (`None`: no
+    bound; a claim also goes when its run is evicted, `forget`).
+    """
+
+    def __init__(self, keep: int | None = None) -> None:
+        self.keep = keep
+        self._owners: OrderedDict[str, str] = OrderedDict()
+
+    def claim(self, handle: str, principal: str) -> None:
+        """`principal` owns `handle`'s run from now on (a first claim stands)."""
+        top = top_of(handle)
+        if top not in self._owners:
+            self._owners[top] = principal
+            while self.keep is not None and len(self._owners) > self.keep:
+                self._owners.popitem(last=False)
+
+    def owner(self, handle: str) -> str | None:
+        return self._owners.get(top_of(handle))
+
+    def may(self, handle: str, principal: str) -> bool:
+        """May `principal` touch `handle`?  Only the principal that spawned its run."""
+        return self._owners.get(top_of(handle)) == principal
+
+    def forget(self, handle: str) -> None:
+        self._owners.pop(top_of(handle), None)
+
+    def __contains__(self, handle: str) -> bool:
+        return top_of(handle) in self._owners
