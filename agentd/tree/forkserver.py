@@ -42,10 +42,6 @@ if TYPE_CHECKING:  # asyncio itself is imported where it runs (a light module)
     import asyncio
 
 
-class ForkserverUnavailable(TreeError, OSError):
-    """The forkserver could not be started: the Supervisor falls back to exec."""
-
-
 def available() -> bool:
     """Can this platform run the forkserver (Linux: pidfds, SEQPACKET, SCM_RIGHTS)?"""
     return (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
@@ -239,7 +235,8 @@ class Forkserver:
             try:
                 await asyncio.shield(self._starting)
             except Exception as exc:
-                raise ForkserverUnavailable(f"the forkserver did not start: {exc!r}") from exc
+                # the one TreeError a spawner raises: the Supervisor falls back to exec
+                raise TreeError(f"the forkserver did not start: {exc!r}") from exc
         if self._dead or self._sock is None:
             raise OSError("the forkserver is not running")
         r0, w0 = os.pipe()

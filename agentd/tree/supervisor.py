@@ -37,6 +37,7 @@ import msgspec
 
 from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.config import Config
+from agentd.errors import TreeError
 from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
 from agentd.log import log
@@ -60,7 +61,7 @@ from agentd.tree.control import (
     RunOutcome,
     TurnState,
 )
-from agentd.tree.forkserver import ForkserverSpawner, ForkserverUnavailable, available
+from agentd.tree.forkserver import ForkserverSpawner, available
 from agentd.tree.ownership import within
 from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner, RemoteError
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Registry, Retention
@@ -340,12 +341,13 @@ class Supervisor:
     async def start(self, run: ChildRun, env: dict[str, str] | None,
                     hello: Callable[[Channel], None]) -> ChildProcess:
         """Start the child (agentd.tree.child_run.RunHost); a forkserver that cannot
-        start means exec from then on."""
+        start (its spawner's TreeError; any other failure fails this run only) means
+        exec from then on."""
         spawner = self._spawner
         try:
             proc = await spawner.spawn(run.handle, lambda ev: self._incoming(run, ev),
                                        max_frame=self.max_frame, env=env, hello=hello)
-        except ForkserverUnavailable as exc:
+        except TreeError as exc:
             if self._spawner is spawner:  # once, however many spawns were waiting on it
                 self.fallbacks += 1
                 self.log.warning("subagent.forkserver_unavailable", fallback="exec",
