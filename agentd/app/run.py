@@ -29,7 +29,7 @@ import contextlib
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -47,6 +47,10 @@ from agentd.mcp.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
 from agentd.tree.control import ChildConfig
+
+if TYPE_CHECKING:  # imported where they are used: a child loads neither
+    from agentd.a2a.peers import A2APeers
+    from agentd.mcp.toolbox import Toolbox
 
 # The share of --drain-timeout a reactive wake in flight at a signal may use to
 # finish; the rest is for the kill ladder and closing connections.
@@ -93,6 +97,7 @@ class RunContext:
         self.interrupted = False
         self.scope: asyncio.Timeout | None = None
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
+        self.peers: A2APeers | None = None  # --a2a-peer: the A2A peers (a2a.delegate)
         self.overran = False  # the drain ran past --drain-timeout: the process ends hard
 
     def interrupt(self) -> None:
@@ -145,7 +150,7 @@ async def _open_a2a(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
 
     config, toolbox = ctx.config, ctx.toolbox
     assert toolbox is not None, "the toolbox is opened before the A2A peers"
-    peers = await stack.enter_async_context(A2APeers(
+    peers = ctx.peers = await stack.enter_async_context(A2APeers(
         config.a2a_peers, secrets_dir=config.secrets_dir, init_timeout=config.init_timeout,
         updates=toolbox.updates))
     ctx.toolbox = WithPeers(toolbox, peers)
@@ -155,17 +160,17 @@ def make_selftools(ctx: RunContext) -> SelfTools:
     """The run's `agentd__*` self-tools: the built-in ones plus `graph.run` (the tree)."""
     tools = SelfTools(resources=ctx.toolbox, backend=ctx.backend, caller=ctx.handle,
                       max_subscriptions=ctx.config.max_subscriptions)
-    peers = getattr(ctx.toolbox, "peers", None)
-    remote = getattr(ctx.toolbox, "a2a_peers", None)  # a brokered subagent's, via the root
-    delegate = getattr(ctx.toolbox, "a2a_delegate", None)
-    if peers is not None:  # --features a2a with --a2a-peer: a2a.delegate
+    from agentd.tree.brokered import BrokeredToolbox
+
+    brokered = ctx.toolbox if isinstance(ctx.toolbox, BrokeredToolbox) else None
+    if ctx.peers is not None:  # --features a2a with --a2a-peer: a2a.delegate
         from agentd.agent.a2a_delegate import install
 
-        install(tools, peers)
-    elif remote and delegate is not None:
+        install(tools, ctx.peers)
+    elif brokered is not None and brokered.a2a_peers:  # a subagent's, via the root
         from agentd.agent.a2a_delegate import install
 
-        install(tools, remote, perform=delegate)
+        install(tools, brokered.a2a_peers, perform=brokered.a2a_delegate)
     from agentd.tree import graph
 
     graph.install(tools, ctx.backend, ctx.handle)
@@ -304,7 +309,7 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
             ctx.scope = None
 
 
-def _open_toolbox(config: Config, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+def _open_toolbox(config: Config, run_id: str) -> Toolbox:
     from agentd.app.compose import open_toolbox
 
     return open_toolbox(config, run_id)
