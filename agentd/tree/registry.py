@@ -97,7 +97,7 @@ class Registry:
 
     def ended(self, run: ChildRun) -> None:
         """`run` just became terminal: retained from now, counted, its parent told."""
-        self.retention.ended(run.handle, run.finished_at or self.clock())
+        self.retention.ended(run.handle, self.clock())
         self.live -= 1
         self._counts[run.state.status] = self._counts.get(run.state.status, 0) + 1
         parent = self.runs.get(run.parent)
