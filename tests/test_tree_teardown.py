@@ -111,3 +111,4 @@ async def test_the_async_updated_comes_before_the_teardown(tmp_path, spawn, fifo
             async with asyncio.timeout(60):
                 await proc.exited.wait()
             assert proc.returncode == 0
+

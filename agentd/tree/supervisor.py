@@ -407,8 +407,10 @@ class Supervisor:
     # -------------------------------------------------- requests from children
     @staticmethod
     def _body(state: HandleState) -> HandleBody:
+        """A state on the wire: a result once terminal, or a warm turn's (TurnState)."""
+        shown = state.done or isinstance(state, TurnState)
         return HandleBody(handle=state.handle, status=state.status, partial=state.partial,
-                          result=state.result if state.done else None)
+                          result=state.result if shown else None)
 
     def _incoming(self, run: ChildRun, ev: Incoming) -> None:
         if ev.method == "child/progress":
