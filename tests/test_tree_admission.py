@@ -3,7 +3,7 @@
 `agentd.tree.admission.admit` is pure (caps, scope narrowing, minting),
 `agentd.tree.registry.Retention` takes `now` on every call, and
 `agentd.tree.ownership` is the one rule of who may touch a handle: all three
-are checked here on values alone.  The same refusals with real children are
+are checked here on values alone, and the registry on an injected clock.  The same refusals with real children are
 in tests/test_tree_supervisor.py.
 """
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agentd.agent.subagents import SpawnRequest
+from agentd.agent.subagents import SpawnRequest, UnknownHandle
 from agentd.tree.admission import Admitted, CallerView, Refusal, TreeView, admit
+from agentd.tree.child_run import ChildRun
 from agentd.tree.ownership import Owners, depth_of, top_of, within
-from agentd.tree.registry import Retention
+from agentd.tree.registry import Registry, Retention
 
 TREE = TreeView(max_depth=4, max_children=2, max_subagents=3, live=0, tokens=0, ceiling=100)
 ROOT = CallerView(handle="0", running=True, scope=frozenset({"fs", "web"}), live_children=0,
@@ -117,3 +118,29 @@ def test_a_served_run_belongs_to_the_principal_that_spawned_it():
     owners.forget("served.2.7")
     assert owners.owner("served.2") is None
     assert top_of("served.3.1.2") == "served.3" and depth_of("0.2.1.3") == 4
+
+
+def test_the_registry_evicts_on_its_clock_and_tells_the_readers():
+    now = [0.0]
+    root = ChildRun("0", "", frozenset(), "root", None)
+    reg = Registry((root,), Retention(ttl=10.0, keep=5), clock=lambda: now[0])
+    gone: list[str] = []
+    reg.on_evicted(gone.append)
+    run = ChildRun("0.1", "0", frozenset(), "sync", SpawnRequest("x"))
+    reg.add(run)
+    assert reg.counts()["running"] == 1 and root.live_children == {"0.1"}
+    assert reg.retained("0.1") is None  # running: not retained, just live
+    run.state.status = "completed"
+    reg.ended(run)
+    assert root.live_children == set() and reg.counts()["running"] == 0
+    assert reg.retained("0.1") == 10.0
+    now[0] = 4.0
+    assert reg.retained("0.1") == 6.0 and reg.run("0.1") is run
+    now[0] = 10.0
+    assert reg.retained("0.1") is None and gone == ["0.1"]
+    with pytest.raises(UnknownHandle):
+        reg.run("0.1")
+    with pytest.raises(UnknownHandle):  # a root is no subagent
+        reg.run("0")
+    counts = reg.counts()
+    assert counts["evicted"] == 1 and counts["completed"] == 1 and counts["spawned"] == 1

@@ -124,6 +124,8 @@ class Registry:
                 cb(handle)
 
     def retained(self, handle: str) -> float | None:
+        """Seconds `handle` stays readable (None: running, unknown or evicted)."""
+        self.evict()
         return self.retention.left(handle, self.clock())
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
