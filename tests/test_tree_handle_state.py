@@ -8,8 +8,8 @@ import json
 import pytest
 from tree_helpers import make_config, precompile
 
+from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
-from agentd.tree.api import SpawnRequest
 
 pytestmark = pytest.mark.timeout(180)
 
