@@ -481,6 +481,7 @@ async def broker_call_cost(reps: int = 20000) -> dict:
 
     class Instant:
         name = "instant"
+        model = None
         done = Completion(content="{}", usage=Usage(10, 5, 15))
 
         async def complete(self, messages, tools):

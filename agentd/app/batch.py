@@ -210,6 +210,7 @@ class Offline:
     that reaches the provider is a bug; it is refused, never sent."""
 
     name = "replay"
+    model: str | None = None  # the gateway chooses
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDef]
                        ) -> Completion:

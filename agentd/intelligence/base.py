@@ -113,25 +113,21 @@ class Intelligence(Protocol):
 
     name: str  # for logs: "openai" or "playback"
 
+    @property
+    def model(self) -> str | None:
+        """The `--model` it asks the gateway for; None when the gateway chooses."""
+        ...
+
     async def complete(self, messages: Sequence[Message],
                        tools: Sequence[ToolDef]) -> Completion: ...
 
     async def aclose(self) -> None: ...
 
 
-def model_label(intelligence: object) -> str:
+def model_label(intelligence: Intelligence) -> str:
     """The model's name for metrics and spans: `--model`, else the provider's kind
-    (through wrappers such as the tree's metered provider)."""
-    for _ in range(4):
-        model = getattr(intelligence, "model", None)
-        if isinstance(model, str) and model:
-            return model
-        inner = getattr(intelligence, "provider", None)
-        if inner is None:
-            break
-        intelligence = inner
-    name = getattr(intelligence, "name", None)
-    return name if isinstance(name, str) and name else type(intelligence).__name__.lower()
+    (a wrapper such as the tree's metered provider answers with its provider's)."""
+    return intelligence.model or intelligence.name
 
 
 def system(text: str) -> Message:

@@ -27,9 +27,8 @@ reporting the same tokens twice never double-counts).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from agentd.intelligence.base import CeilingReached, Completion, Message, ToolDef
+from agentd.intelligence.base import CeilingReached, Completion, Intelligence, Message, ToolDef
 from agentd.intelligence.flow import FlowGate
 
 __all__ = ["CeilingReached", "Ledger", "Metered"]
@@ -91,7 +90,7 @@ class Metered:
     broker's entry (a child's call, charged to the child's handle).
     """
 
-    def __init__(self, provider: Any, ledger: Ledger, handle: str = "0",
+    def __init__(self, provider: Intelligence, ledger: Ledger, handle: str = "0",
                  gate: FlowGate | None = None, *, enforce_own: bool = True) -> None:
         self.provider = provider
         # False for a reactive root: --token-ceiling bounds each wake's run (the
@@ -100,9 +99,13 @@ class Metered:
         self.ledger = ledger
         self.handle = handle
         self.gate = gate if gate is not None else FlowGate()
-        self.name = getattr(provider, "name", "metered")
+        self.name = provider.name
         if hasattr(provider, "gate"):  # its retry loop pauses the whole tree on 429
             provider.gate = self.gate
+
+    @property
+    def model(self) -> str | None:
+        return self.provider.model
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDef]
                        ) -> Completion:

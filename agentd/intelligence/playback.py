@@ -170,6 +170,7 @@ class Playback:
     """The provider: `complete()` answers with the script's next turn."""
 
     name = "playback"
+    model: str | None = None  # the gateway chooses
 
     def __init__(self, path: str) -> None:
         self.path = path

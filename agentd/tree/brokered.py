@@ -54,6 +54,7 @@ class BrokeredIntelligence:
     """`complete()` is the parent's provider, through the tree's ledger and gate."""
 
     name = "brokered"
+    model: str | None = None  # the gateway chooses
 
     def __init__(self, channel: Channel) -> None:
         self._channel = channel
