@@ -15,7 +15,13 @@ as `io/request` (a tagged union, `agentd.tree.control.IoRequest`). The
 * `read` / `subscribe` / `unsubscribe` — the owning server must be in scope;
   an update for a subscribed resource goes to the children that subscribed
   to it (`io/updated`), and to the root's own update queue only when the root
-  had subscribed to it itself.
+  had subscribed to it itself (the Broker is the route of the Toolbox's
+  `UpdateQueue`, agentd.mcp.updates, which every MCP client puts updates on).
+
+A refusal is answered as the error object of the wire (codes IO_* of
+agentd.tree.control); a fault of the root's call as its `ToolFault`, carried
+whole in the error's data, so the child raises the fault the root's own call
+raised (`fault_error` / `fault_of`).
 
 Processes are flat (every subagent is a child process of the root), so every
 level of a deep tree is served here in one hop, with the asking child's own
