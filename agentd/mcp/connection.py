@@ -124,17 +124,20 @@ class Connection:
         t = self.transport
         assert t is not None
         self.session.take_garbled()  # only a refusal of this answer is its reason
+        modern = self.session.stateless  # the revision's answer rules (module docstring)
         try:
             async with watch if watch is not None else contextlib.nullcontext():
                 if time_limit is None:
-                    await t.post(data, fut, headers=headers)
+                    await t.post(data, fut, headers=headers, resumable=not modern,
+                                 error_bodies=modern)
                     if fut.done():
                         return fut.result()
                     if not t.get_offered:  # nowhere else it could come from
                         raise no_answer(method, self.session.take_garbled())
                     return await fut
                 async with asyncio.timeout(time_limit):
-                    await t.post(data, fut, headers=headers)
+                    await t.post(data, fut, headers=headers, resumable=not modern,
+                                 error_bodies=modern)
                     if not fut.done() and not t.get_offered:
                         raise no_answer(method, self.session.take_garbled())
                     return await fut
@@ -174,7 +177,6 @@ class Connection:
         self.calls.fail_all(lambda: TransportError("the session was replaced", sent=True))
         self.session.reset()
         t.forget_session()
-        t.stateless = False
 
     async def handshake(self, init_timeout: float) -> None:
         """Version selection, per server and per connect (no flag).
@@ -202,12 +204,13 @@ class Connection:
             self.replace_session()
             rid, data = s.start_discover()
             t.set_protocol_version(m26.LATEST_MODERN_VERSION)
-            t.stateless = True  # a 2026-07-28 request: a 4xx's JSON-RPC error is its answer
             fut = self.calls.expect(rid, cancel_abandons=False)
             why = ""
             try:
                 async with asyncio.timeout(limit):
-                    await t.post(data, fut, headers=(("Mcp-Method", m26.SERVER_DISCOVER),))
+                    # a 2026-07-28 request: a 4xx's JSON-RPC error is its answer
+                    await t.post(data, fut, headers=(("Mcp-Method", m26.SERVER_DISCOVER),),
+                                 resumable=False, error_bodies=True)
                     why = (s.finish_discover(await fut) if fut.done()
                            else "server/discover got no JSON-RPC answer")
             except TimeoutError:
@@ -233,7 +236,6 @@ class Connection:
                 self.calls.forget(rid)
             break
         if not why:
-            t.stateless = True
             self.era = "stateless"
             self.generation += 1
             self.liveness.heard(time.monotonic())

@@ -145,7 +145,8 @@ class Listener:
         err: BaseException | None = None
         graceful = cancelled = False
         try:
-            await t.post(data, done, headers=conn.session.headers(m26.SUBSCRIPTIONS_LISTEN))
+            await t.post(data, done, headers=conn.session.headers(m26.SUBSCRIPTIONS_LISTEN),
+                         resumable=False, error_bodies=True)
             if done.done() and not done.cancelled() and done.exception() is not None:
                 err = done.exception()
             elif done.done():
