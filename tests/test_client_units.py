@@ -1,7 +1,7 @@
 """The MCP client's sans-IO units, fed ``(event, now)`` by hand: no sockets.
 
 * :class:`agentd.mcp.liveness.Liveness` -- when a ping is due, when a server
-  is stale;
+  is stale; :class:`~agentd.mcp.liveness.Reconnect` -- one recovery's plan;
 * :class:`agentd.mcp.listening.ListenPlan` -- the 2026-07-28 listen state
   machine (filter epochs, what is honoured, what ended);
 * :class:`agentd.mcp.catalogue.Freshness` -- the catalogue's ttl;
@@ -25,7 +25,7 @@ from agentd import log
 from agentd.errors import ToolFault
 from agentd.mcp.catalogue import Freshness
 from agentd.mcp.listening import ListenPlan
-from agentd.mcp.liveness import STALE_AFTER_MISSES, Liveness
+from agentd.mcp.liveness import STALE_AFTER_MISSES, Liveness, Reconnect
 from agentd.mcp.tasks import Tasks
 from agentd.wire import mcp2026 as m26
 
@@ -76,6 +76,30 @@ def test_stale_exactly_when_the_last_misses_run_reaches_the_bound(steps: list[st
         assert stale == (run == 3)
         if stale:
             run = 0
+
+
+def test_a_blip_probes_the_session_first_and_backs_off_from_the_second_try() -> None:
+    plan = Reconnect(expired=False, drop=False)
+    assert not plan.reopen()
+    assert plan.next_try() == 0  # the first try does not wait
+    assert plan.probes(has_session=True) and not plan.handshakes(has_session=True)
+    plan.failed(handshake=False)  # the probe's connection failed: probe again, later
+    assert plan.next_try() == 1 and plan.probes(has_session=True)
+    plan.session_lost()  # the probe says the server forgot us: re-initialize now
+    assert not plan.probes(has_session=True) and plan.handshakes(has_session=True)
+
+
+def test_a_stale_server_is_reopened_once_and_re_initialized() -> None:
+    plan = Reconnect(expired=False, drop=True)
+    assert plan.reopen() and not plan.reopen()
+    assert not plan.probes(has_session=True) and plan.handshakes(has_session=True)
+
+
+def test_no_session_to_probe_or_a_failed_handshake_re_initializes() -> None:
+    plan = Reconnect(expired=False, drop=False)
+    assert not plan.probes(has_session=False) and plan.handshakes(has_session=False)
+    plan.failed(handshake=True)
+    assert plan.handshakes(has_session=True)
 
 
 # ------------------------------------------------------------------ listen plan

@@ -33,7 +33,7 @@ from agentd.mcp.client_session import ClientSession, HandshakeError
 from agentd.mcp.connection import Connection
 from agentd.mcp.faults import HTTPStatusError, RetryPolicy, RPCError, SessionExpired, TransportError
 from agentd.mcp.listen import Listener
-from agentd.mcp.liveness import STALE_AFTER_MISSES
+from agentd.mcp.liveness import STALE_AFTER_MISSES, Reconnect
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
 
@@ -274,24 +274,21 @@ class Reconnecting:
         listener = self._listener
         if listener is not None and listener is not asyncio.current_task():
             listener.cancel()
-        attempt = 0
+        plan = Reconnect(expired=expired, drop=drop)
         while not self._closing:
-            if drop:
+            if plan.reopen():
                 await t.reopen()  # a stale server: new connections, new session
-                drop = False
-                expired = True
-            if attempt:
-                await self.policy.reconnect_pause(attempt, self._kick)
-            attempt += 1
+            if pause := plan.next_try():
+                await self.policy.reconnect_pause(pause, self._kick)
             try:
-                if not expired and t.session_id:
+                if plan.probes(bool(t.session_id)):
                     # the session may have survived a network blip: probe it
                     try:
                         await self._conn.ping(self.ping_timeout)
                     except (SessionExpired, HTTPStatusError) as exc:
                         if isinstance(exc, HTTPStatusError) and not 400 <= exc.status < 500:
                             raise  # a 4xx to our ping: the session is not usable either
-                        expired = True
+                        plan.session_lost()
                         self.log.warning(EXPIRED, reason=f"probe: {exc}"[:300])
                     except RPCError:
                         pass
@@ -299,14 +296,15 @@ class Reconnecting:
                         self._conn.generation += 1
                         self._spawn(self._finish_recover(), "restore")
                         return
-                if expired or not t.session_id:
+                if plan.handshakes(bool(t.session_id)):
                     await self._conn.handshake(self.init_timeout)
                     self._spawn(self._finish_recover(), "restore")
                     return
             except (HandshakeError, TransportError, HTTPStatusError, TimeoutError) as exc:
                 self.last_error = str(exc)[:300]
-                self.log.info("mcp.reconnect.failed", attempt=attempt, error=str(exc)[:300])
-                expired = expired or isinstance(exc, HandshakeError)
+                self.log.info("mcp.reconnect.failed", attempt=plan.attempt,
+                              error=str(exc)[:300])
+                plan.failed(handshake=isinstance(exc, HandshakeError))
 
     async def _finish_recover(self) -> None:
         try:
