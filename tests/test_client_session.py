@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentd.mcp.client_session import (
-    CapabilityError,
     ClientSession,
     Failed,
     HandshakeError,
@@ -89,15 +88,15 @@ def test_initialize_is_never_cancelled():
 def test_capabilities_gate_requests():
     s = ready({"tools": {}})
     s.request("tools/list")
-    with pytest.raises(CapabilityError):
+    with pytest.raises(HandshakeError, match="needs the server capability"):
         s.request("resources/list")
-    with pytest.raises(CapabilityError):
+    with pytest.raises(HandshakeError, match="needs the server capability"):
         s.request("resources/subscribe", {"uri": "x://y"})
     s2 = ready({"resources": {}})
     s2.request("resources/read", {"uri": "x://y"})
-    with pytest.raises(CapabilityError):
+    with pytest.raises(HandshakeError, match="needs the server capability"):
         s2.request("resources/subscribe", {"uri": "x://y"})
-    with pytest.raises(CapabilityError):
+    with pytest.raises(HandshakeError, match="needs the server capability"):
         s2.call_tool(b'"t"', b"{}", b"{}")
     with pytest.raises(AttributeError):
         s2.capabilities.tools = True  # frozen

@@ -179,13 +179,13 @@ async def test_a_stateless_error_answer_that_never_ends_is_bounded() -> None:
     up to the bound only, then the call fails with the status."""
     async with HostileMCP() as mcp:
         t = await _transport(mcp, cfg.StreamBounds(answer_bytes=1 << 20))
-        t.stateless = True
         answer = asyncio.get_running_loop().create_future()
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigerror", "arguments": {}}})
         try:
-            with pytest.raises(HTTPStatusError) as info:
-                await asyncio.wait_for(t.post(body, answer), 120)  # hang guard
+            with pytest.raises(HTTPStatusError) as info:  # a 2026-07-28 request's rules
+                await asyncio.wait_for(t.post(body, answer, resumable=False, error_bodies=True),
+                                       120)  # hang guard
         finally:
             await t.close()
     assert info.value.status == 400

@@ -79,6 +79,11 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.call_watch": 3,  # the wait the progress notifications re-arm
     "agentd.mcp.channel": 3,  # which stream carries `updated` (a mixin of the client)
     "agentd.mcp.client": 3,
+    "agentd.mcp.connection": 3,  # the client's thin connection: transport, session, dispatcher
+    "agentd.mcp.listen": 3,  # the 2026-07-28 listen stream (IO over mcp.listening)
+    "agentd.mcp.recovery": 3,  # the client's pinger and reconnection (IO over mcp.liveness)
+    "agentd.mcp.subscribing": 3,  # subscribe/unsubscribe, negotiation by need
+    "agentd.mcp.tool_calls": 3,  # the tools/call send path, MRTR
     "agentd.mcp.toolbox": 3,
     "agentd.mcp.updates": 3,  # the toolbox's update queue, routed by the broker
     "agentd.mcp.seams": 3,  # the Protocols the loop and the daemon name a toolbox by

@@ -16,7 +16,6 @@ _EXPORTS = {
     "ToolInfo": "agentd.wire.shapes",
     "ResourceInfo": "agentd.wire.shapes",
     "HandshakeError": "agentd.mcp.client_session",
-    "CapabilityError": "agentd.mcp.client_session",
     "Capabilities": "agentd.mcp.client_session",
     "Toolbox": "agentd.mcp.toolbox",
     "ToolEntry": "agentd.wire.shapes",

@@ -8,10 +8,12 @@ refreshed the deadline.  A :class:`CallWatches` per client knows the tokens of
 its calls in flight; a token is issued per send (each send is a new JSON-RPC
 request, and the spec wants a token unique among active requests).
 
-On expiry the wait raises :class:`CallLimitReached`: the client abandons the
-request the way its revision cancels (``notifications/cancelled`` at
-2025-11-25, closing the answer stream at 2026-07-28) and hands the model an
-``isError`` observation naming the limit (docs/client.md, docs/faults.md).
+On expiry the wait raises a :class:`~agentd.errors.ToolFault` with ``cause``
+``"limit"`` (the watch's ``deadline.ended`` says which limit): the client
+abandons the request the way its revision cancels (``notifications/cancelled``
+at 2025-11-25, closing the answer stream at 2026-07-28) and hands the model an
+``isError`` observation naming the limit (docs/client.md, docs/faults.md) --
+an observation, not a fault: the server is fine, the call was too long.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Final
 
 from msgspec import Raw
 
-from agentd.errors import MCPError
+from agentd.errors import ToolFault
 from agentd.log import Logger
 from agentd.mcp.call_limits import (
     CallDeadline,
@@ -32,19 +34,10 @@ from agentd.mcp.call_limits import (
     parse_progress,
 )
 
-__all__ = ["CallLimitReached", "CallWatch", "CallWatches"]
+__all__ = ["LIMIT_CAUSE", "CallWatch", "CallWatches"]
 
 MAX_STALL_LOGS: Final = 1  # info lines per call for progress that did not increase
-
-
-class CallLimitReached(MCPError):
-    """A call ran into ``--tool-idle-timeout`` or ``--tool-timeout`` (an observation,
-    not a fault: the server is fine, the call was too long)."""
-
-    def __init__(self, reached: LimitReached) -> None:
-        super().__init__(reached.text)
-        self.reached = reached
-
+LIMIT_CAUSE: Final = "limit"  # ToolFault.cause of a call that ran into its limit
 
 class CallWatch:
     """One call's deadline on the loop's clock; ``async with`` bounds one send."""
@@ -68,6 +61,11 @@ class CallWatch:
         if self.token is not None:
             self._owner.retire(self.token)
             self.token = None
+
+    @property
+    def reached(self) -> LimitReached | None:
+        """The limit this call ran into (set once, for good), or None."""
+        return self.deadline.ended
 
     def refresh(self) -> None:
         t = self._timeout
@@ -93,16 +91,18 @@ class CallWatch:
             assert reached is not None
             self._owner.log.warning("mcp.tool.limit", tool=self.tool[:200], limit=reached.limit,
                                     seconds=reached.seconds, flag=reached.flag)
-            raise CallLimitReached(reached) from None
+            raise ToolFault(self._owner.server, reached.text, retryable=False,
+                            method="tools/call", cause=LIMIT_CAUSE) from None
 
 
 class CallWatches:
     """The tokens of one client's calls in flight -> their watches."""
 
-    __slots__ = ("_live", "_next", "limits", "log", "unknown")
+    __slots__ = ("_live", "_next", "limits", "log", "server", "unknown")
 
-    def __init__(self, limits: ToolLimits, log: Logger) -> None:
+    def __init__(self, limits: ToolLimits, log: Logger, server: str = "") -> None:
         self.limits = limits
+        self.server = server  # named in the fault of a call that ran into its limit
         self.log = log
         self._live: dict[int | str, CallWatch] = {}
         self._next = 1

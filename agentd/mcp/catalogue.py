@@ -12,22 +12,26 @@ would take every good tool with it.
 Pure functions over one decoded :class:`~agentd.wire.mcp_types.Tool`: the
 client calls :func:`admit` per listed tool and logs each exclusion once
 (``mcp.tools.excluded``, see docs/client.md).  Every walk here is iterative
-and runs only after the depth bound held, so no schema a peer sends can raise
-anything but :class:`ToolExcluded`.
+and runs only after the depth bound held, and an exclusion is a return value
+(:class:`Excluded`, an expected outcome), so no schema a peer sends raises.
+
+:class:`Freshness` is the catalogue's other rule: when a listed part (tools,
+resources) may be re-listed -- its ``ttlMs`` ran out, or a ``list_changed``
+said so -- fed ``now`` by the caller (an injected clock).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 from agentd.config import MAX_SCHEMA_DEPTH_CAP
-from agentd.errors import MCPError
-from agentd.mcp.param_headers import HeaderDeclarationError, tool_header_declarations
+from agentd.mcp.param_headers import tool_header_declarations
 from agentd.wire import mcp_types as mt
 from agentd.wire.shapes import ParamHeader
 
-__all__ = ["PRUNE_DEPTH", "ToolExcluded", "admit", "prune_deep"]
+__all__ = ["PRUNE_DEPTH", "Excluded", "Freshness", "admit", "prune_deep"]
 
 _REF_KEYS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 _DATA_KEYS: Final = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
@@ -46,16 +50,19 @@ and far inside the JSON decoder's own nesting guard."""
 _TOKENS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|["\\]|[{}\[\]]', re.DOTALL)
 
 
-class ToolExcluded(MCPError, ValueError):
-    """A listed tool agentd leaves out of the catalogue; the message is the reason."""
+@dataclass(frozen=True, slots=True)
+class Excluded:
+    """A listed tool agentd leaves out of the catalogue, and why (``reason``)."""
+
+    reason: str
 
 
 _SCHEMA, _MAP, _DATA = 0, 1, 2  # what a node is, for the walk below
 
 
-def _scan(schema: Any, limit: int, where: str) -> tuple[list[tuple[str, Any]], set[str]]:
-    """One walk of ``schema``: :class:`ToolExcluded` if it nests (objects and arrays)
-    deeper than ``limit``, else its references (keyword, value) and anchors.
+def _scan(schema: Any, limit: int, where: str) -> tuple[list[tuple[str, Any]], set[str]] | str:
+    """One walk of ``schema``: why not, if it nests (objects and arrays) deeper
+    than ``limit``, else its references (keyword, value) and anchors.
 
     Iterative, and it stops at the first node past the limit, so a schema of
     any depth costs at most its size and never the interpreter's stack.  A
@@ -70,7 +77,7 @@ def _scan(schema: Any, limit: int, where: str) -> tuple[list[tuple[str, Any]], s
     while stack:
         node, depth, kind = stack.pop()
         if depth > limit:
-            raise ToolExcluded(f"{where} nests deeper than {limit} levels (max_schema_depth)")
+            return f"{where} nests deeper than {limit} levels (max_schema_depth)"
         below = depth + 1
         if isinstance(node, list):
             for v in node:
@@ -109,8 +116,9 @@ def _pointer(root: Any, fragment: str) -> bool:
 
 
 def _check_refs(schema: dict, where: str, refs: list[tuple[str, Any]],
-                anchors: set[str]) -> None:
-    """Every reference is a string, and every local one resolves in the document.
+                anchors: set[str]) -> str:
+    """Why not, unless every reference is a string and every local one resolves
+    in the document ("" then).
 
     Non-local references stay the validator's business (never fetched; that
     part of the check is skipped, agentd.mcp.schema); a local one that names
@@ -118,19 +126,20 @@ def _check_refs(schema: dict, where: str, refs: list[tuple[str, Any]],
     """
     for key, ref in refs:
         if not isinstance(ref, str):
-            raise ToolExcluded(f"{where} has a {key} that is not a string")
+            return f"{where} has a {key} that is not a string"
         if not ref.startswith("#"):
             continue
         fragment = ref[1:]
         ok = (_pointer(schema, fragment) if fragment == "" or fragment.startswith("/")
               else fragment in anchors)
         if not ok:
-            raise ToolExcluded(f"{where} has {key} {ref[:200]!r}, which does not resolve")
+            return f"{where} has {key} {ref[:200]!r}, which does not resolve"
+    return ""
 
 
 def admit(tool: mt.Tool, *, headers: bool, tasks: bool, max_depth: int
-          ) -> tuple[ParamHeader, ...]:
-    """The tool's ``Mcp-Param-*`` declarations if agentd can offer it, else :class:`ToolExcluded`.
+          ) -> tuple[ParamHeader, ...] | Excluded:
+    """The tool's ``Mcp-Param-*`` declarations if agentd can offer it, else :class:`Excluded`.
     They go into the tool's one shape as listed (`agentd.wire.shapes.ToolInfo.param_headers`).
 
     ``headers``: the session mirrors ``x-mcp-header`` parameters (2026-07-28);
@@ -141,20 +150,50 @@ def admit(tool: mt.Tool, *, headers: bool, tasks: bool, max_depth: int
     if isinstance(tool.outputSchema, dict):
         schemas.append(("outputSchema", tool.outputSchema))
     for where, schema in schemas:
-        refs, anchors = _scan(schema, max_depth, where)
-        if refs:
-            _check_refs(schema, where, refs, anchors)
+        scanned = _scan(schema, max_depth, where)
+        if isinstance(scanned, str):
+            return Excluded(scanned)
+        refs, anchors = scanned
+        if refs and (why := _check_refs(schema, where, refs, anchors)):
+            return Excluded(why)
     execution = tool.execution
     if (not tasks and isinstance(execution, mt.ToolExecution)
             and execution.taskSupport == "required"):
-        raise ToolExcluded("requires task augmentation (execution.taskSupport: required); "
-                           "agentd declares no tasks support")
+        return Excluded("requires task augmentation (execution.taskSupport: required); "
+                        "agentd declares no tasks support")
     if not headers:
         return ()
-    try:
-        return tool_header_declarations(tool.inputSchema)
-    except HeaderDeclarationError as exc:
-        raise ToolExcluded(str(exc)) from None
+    decls = tool_header_declarations(tool.inputSchema)
+    return Excluded(decls) if isinstance(decls, str) else decls
+
+
+class Freshness:
+    """When each catalogue part may be re-listed (sans-IO; ``now`` is monotonic
+    seconds from the caller's clock).
+
+    A part is stale once its ``ttlMs`` ran out or a ``list_changed`` marked it;
+    the ttl is honoured, never outguessed.  A part never listed is stale."""
+
+    __slots__ = ("_dirty", "_expires")
+
+    def __init__(self) -> None:
+        self._expires: dict[str, float] = {}  # part -> expiry (the clock's seconds)
+        self._dirty: set[str] = set()  # parts a list_changed invalidated
+
+    def invalidate(self, part: str) -> None:
+        """A ``list_changed`` for ``part``: stale until it is listed again."""
+        self._dirty.add(part)
+
+    def listing(self, part: str) -> None:
+        """A re-list of ``part`` starts: a change noticed from now on is a new one."""
+        self._dirty.discard(part)
+
+    def listed(self, part: str, ttl_ms: int, now: float) -> None:
+        """``part`` was listed with ``ttl_ms`` (0: stale at once) at ``now``."""
+        self._expires[part] = now + ttl_ms / 1000
+
+    def stale(self, part: str, now: float) -> bool:
+        return part in self._dirty or now >= self._expires.get(part, 0.0)
 
 
 def prune_deep(data: bytes | bytearray | str, limit: int = PRUNE_DEPTH) -> bytes | None:

@@ -24,8 +24,7 @@ import asyncio
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from agentd.mcp.client_session import ClientSession
-    from agentd.mcp.http_transport import StreamableHTTPTransport
+    from agentd.mcp.connection import Connection
 
 __all__ = ["Channel", "UpdateChannel"]
 
@@ -33,10 +32,9 @@ Channel = Literal["subscribe", "listen"]
 
 
 class UpdateChannel:
-    """`update_channel()` for a class holding a session and a transport."""
+    """`update_channel()` for a class holding a connection (session and transport)."""
 
-    _session: ClientSession
-    _transport: StreamableHTTPTransport | None
+    _conn: Connection
     init_timeout: float
 
     async def update_channel(self) -> Channel | None:
@@ -46,9 +44,9 @@ class UpdateChannel:
         handshake: this waits for its answer, at most `init_timeout` seconds
         (a server that has not answered the GET by then is taken to offer
         none)."""
-        if self._session.stateless:
+        if self._conn.session.stateless:
             return "listen"
-        t = self._transport
+        t = self._conn.transport
         if t is None or not t.session_id:  # no session to tie the subscription to
             return None
         if not t.get_known.is_set():

@@ -9,8 +9,8 @@ spec §1 that does not need a clock or a socket lives here:
   ``capabilities: {}`` and ``clientInfo {name: "agentd", version}``; accepting
   a downgrade to 2025-06-18, 2025-03-26 or 2024-11-05 and refusing any other
   version; then ``notifications/initialized``;
-* the negotiated capabilities, frozen, gating every later request
-  (:class:`CapabilityError`);
+* the negotiated capabilities, frozen, gating every later request (a
+  :class:`HandshakeError` naming the ``method`` and what it ``needs``);
 * request-id bookkeeping (which id is which method; ``initialize`` is never
   cancelled);
 * answering the server's requests: ``ping`` -> ``{}``, ``roots/list`` ->
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -60,9 +60,7 @@ __all__ = [
     "CLIENT_NAME",
     "STRUCTURED_OUTPUT_SINCE",
     "Capabilities",
-    "CapabilityError",
     "ClientSession",
-    "DiscoverDeclined",
     "Failed",
     "HandshakeError",
     "InputRequired",
@@ -74,39 +72,21 @@ __all__ = [
 CLIENT_NAME: Final = "agentd"
 STRUCTURED_OUTPUT_SINCE: Final = "2025-06-18"  # outputSchema / structuredContent
 
-# A request method -> the Capabilities attribute it needs.
-_REQUIRES: Final[dict[str, str]] = {
-    mt.TOOLS_LIST: "tools",
-    mt.TOOLS_CALL: "tools",
-    mt.RESOURCES_LIST: "resources",
-    mt.RESOURCES_TEMPLATES_LIST: "resources",
-    mt.RESOURCES_READ: "resources",
-    mt.RESOURCES_SUBSCRIBE: "resources_subscribe",
-    mt.RESOURCES_UNSUBSCRIBE: "resources_subscribe",
-    mt.PROMPTS_LIST: "prompts",
-    mt.PROMPTS_GET: "prompts",
-    mt.LOGGING_SET_LEVEL: "logging",
-    mt.COMPLETION_COMPLETE: "completions",
-}
-
-
 class HandshakeError(MCPError):
-    """The server could not be initialized: a connect failure (exit 6 if required)."""
+    """What the handshake settled refuses: the server could not be initialized
+    (a connect failure, exit 6 if required), or -- with ``method`` and ``needs``
+    set -- a request the negotiated (frozen) capabilities do not allow, never
+    sent."""
 
-
-class DiscoverDeclined(MCPError):
-    """``server/discover`` gave no positive evidence of a 2026-07-28 server:
-    fall back to ``initialize`` (not a failure)."""
-
-
-class CapabilityError(MCPError):
-    """A request the negotiated (frozen) capabilities do not allow; never sent."""
-
-    def __init__(self, method: str, needs: str) -> None:
-        super().__init__(f"{method} needs the server capability {needs!r}, "
-                         "which it did not advertise")
+    def __init__(self, message: str, *, method: str = "", needs: str = "") -> None:
+        super().__init__(message)
         self.method = method
         self.needs = needs
+
+    @classmethod
+    def not_allowed(cls, method: str, needs: str) -> HandshakeError:
+        return cls(f"{method} needs the server capability {needs!r}, "
+                   "which it did not advertise", method=method, needs=needs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +221,20 @@ _NOTIFIED: Final = frozenset({
     mt.NOTIFICATION_CANCELLED,
     m26.NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED,
 })
+# A request method -> the capability it needs (as named on the wire) and its test.
+_REQUIRES: Final[dict[str, tuple[str, Callable[[Capabilities], bool]]]] = {
+    mt.TOOLS_LIST: ("tools", lambda c: c.tools),
+    mt.TOOLS_CALL: ("tools", lambda c: c.tools),
+    mt.RESOURCES_LIST: ("resources", lambda c: c.resources),
+    mt.RESOURCES_TEMPLATES_LIST: ("resources", lambda c: c.resources),
+    mt.RESOURCES_READ: ("resources", lambda c: c.resources),
+    mt.RESOURCES_SUBSCRIBE: ("resources.subscribe", lambda c: c.resources_subscribe),
+    mt.RESOURCES_UNSUBSCRIBE: ("resources.subscribe", lambda c: c.resources_subscribe),
+    mt.PROMPTS_LIST: ("prompts", lambda c: c.prompts),
+    mt.PROMPTS_GET: ("prompts", lambda c: c.prompts),
+    mt.LOGGING_SET_LEVEL: ("logging", lambda c: c.logging),
+    mt.COMPLETION_COMPLETE: ("completions", lambda c: c.completions),
+}
 _MODERN_REMOVED: Final = m26.REMOVED_METHODS
 
 
@@ -348,19 +342,19 @@ class ClientSession:
                               b',"method":"server/discover","params":{"_meta":',
                               self.meta_json, b"}}"))
 
-    def finish_discover(self, result: Raw) -> None:
-        """Adopt a ``server/discover`` result, or raise :class:`DiscoverDeclined`
-        when it is not positive evidence of a 2026-07-28 server."""
+    def finish_discover(self, result: Raw) -> str:
+        """Adopt a ``server/discover`` result (returns ""), or say why it is not
+        positive evidence of a 2026-07-28 server: then the caller falls back to
+        ``initialize`` (an expected outcome, not a failure)."""
         try:
             d = _dec_discover.decode(result)
         except PEER_FAULTS as exc:
             self.state = "new"
-            raise DiscoverDeclined("undecodable server/discover result: "
-                                   f"{fault_text(exc)}") from None
+            return f"undecodable server/discover result: {fault_text(exc)}"
         if not any(v in m26.MODERN_PROTOCOL_VERSIONS for v in d.supportedVersions):
             self.state = "new"
-            raise DiscoverDeclined("server/discover lists no 2026-07-28 version: "
-                                   + ", ".join(map(str, d.supportedVersions[:8])))
+            return ("server/discover lists no 2026-07-28 version: "
+                    + ", ".join(map(str, d.supportedVersions[:8])))
         info = None
         if d._meta and isinstance(d._meta.get(m26.SERVER_INFO_META), dict):
             with contextlib.suppress(*PEER_FAULTS):
@@ -382,6 +376,7 @@ class ClientSession:
         self.structured_output = True
         self.stateless = True
         self.state = "ready"
+        return ""
 
     def discover_failed(self, code: int | None, data: Any = None) -> VersionChoice:
         """The probe was refused: what to try next (:mod:`agentd.mcp.negotiate`).
@@ -486,30 +481,16 @@ class ClientSession:
         self._next_id = rid + 1
         return rid
 
-    def check(self, method: str) -> None:
-        """Raise :class:`CapabilityError` unless the frozen capabilities allow ``method``."""
-        if self.stateless and method in _MODERN_REMOVED:
-            raise CapabilityError(method, "a revision before 2026-07-28")
-        need = _REQUIRES.get(method)
-        if need is not None and not getattr(self.capabilities, need):
-            raise CapabilityError(method, need.replace("_", "."))
-
-    def allows(self, method: str) -> bool:
-        if self.stateless and method in _MODERN_REMOVED:
-            return False
-        need = _REQUIRES.get(method)
-        return need is None or bool(getattr(self.capabilities, need))
-
     def request(self, method: str, params: Any = UNSET) -> tuple[int, bytes]:
         """A request's id and bytes; gated by the negotiated capabilities."""
         if self.state != "ready":
             raise RuntimeError(f"{method} before the session is ready (state {self.state})")
         need = _REQUIRES.get(method)
-        if need is not None and not getattr(self.capabilities, need):
-            raise CapabilityError(method, need.replace("_", "."))
+        if need is not None and not need[1](self.capabilities):
+            raise HandshakeError.not_allowed(method, need[0])
         if self.stateless:
             if method in _MODERN_REMOVED:
-                raise CapabilityError(method, "a revision before 2026-07-28")
+                raise HandshakeError.not_allowed(method, "a revision before 2026-07-28")
             if params is UNSET or (type(params) is not dict
                                    and getattr(params, "_meta", UNSET) is UNSET):
                 # the common case, spliced: the params object plus the one _meta
@@ -545,7 +526,7 @@ class ClientSession:
         if self.state != "ready":
             raise RuntimeError(f"tools/call before the session is ready (state {self.state})")
         if not self.capabilities.tools:
-            raise CapabilityError(mt.TOOLS_CALL, "tools")
+            raise HandshakeError.not_allowed(mt.TOOLS_CALL, "tools")
         rid = self._next_id
         self._next_id = rid + 1
         self._pending[rid] = mt.TOOLS_CALL

@@ -31,12 +31,14 @@ session layer decides what it is.
   up to ``answer_bytes`` only (``--mcp-max-bytes``).
 * :meth:`close` DELETEs the session (best effort) and closes the connector.
 
-With ``stateless`` set (a 2026-07-28 server) the same POST path carries every
-request with its per-request headers (``Mcp-Method``, ``Mcp-Name``,
-``Mcp-Param-*``, handed in by the caller); an SSE answer is never resumed
-(the revision has no ``Last-Event-ID``: a cut stream is an error the caller
-re-issues), and a 4xx answer whose body is a JSON-RPC error is delivered as
-that error (the revision answers -32020/-32022/-32601... with 400/404).
+The transport holds no revision: the caller says per request what its
+revision needs.  A 2026-07-28 request carries its per-request headers
+(``Mcp-Method``, ``Mcp-Name``, ``Mcp-Param-*``); it is posted with
+``resumable=False`` -- an SSE answer is never resumed (the revision has no
+``Last-Event-ID``: a cut stream is an error the caller re-issues) -- and
+``error_bodies=True`` -- a 4xx answer whose body is a JSON-RPC error is
+delivered as that error (the revision answers -32020/-32022/-32601... with
+400/404).
 """
 
 from __future__ import annotations
@@ -136,7 +138,6 @@ class StreamableHTTPTransport:
         self.protocol_version: str | None = None
         self.get_offered: bool | None = None  # None until the GET stream was tried
         self.not_offered = 0  # the HTTP status of the last "GET stream not offered"
-        self.stateless = False  # a 2026-07-28 server: no session, no GET, no resumption
         self._extra = dict(headers or {})
         self._ca_file = ca_file
         self._client_cert = client_cert
@@ -236,12 +237,15 @@ class StreamableHTTPTransport:
 
     async def post(self, body: bytes, answer: asyncio.Future | None = None, *,
                    initialize: bool = False,
-                   headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> None:
+                   headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+                   resumable: bool = True, error_bodies: bool = False) -> None:
         """POST one message and feed what comes back to ``on_message``.
 
         ``answer`` (for a request) is the future its response resolves; an SSE
-        answer is read until it has (resuming a cut stream), else until EOF.
-        Returns once the exchange is over; the caller checks its own future.
+        answer is read until it has (resuming a cut stream when ``resumable``),
+        else until EOF.  ``error_bodies``: a 4xx JSON body is the request's
+        JSON-RPC answer.  Returns once the exchange is over; the caller checks
+        its own future.
         """
         http = self._http
         if http is None:
@@ -265,7 +269,7 @@ class StreamableHTTPTransport:
                 ctype = resp.headers.get("Content-Type", "")
                 if _is_sse(ctype):
                     if answer is not None:
-                        await self._read_sse(resp, answer)
+                        await self._read_sse(resp, answer, resumable)
                     else:
                         await self._pump(resp, self.bounds.parser(), None)
                     return
@@ -283,7 +287,7 @@ class StreamableHTTPTransport:
             if status == 404 and had_session and not initialize:
                 raise SessionExpired(f"session {self.session_id} expired (HTTP 404)",
                                      status=404)
-            if (self.stateless and answer is not None and status >= 400
+            if (error_bodies and answer is not None and status >= 400
                     and resp.headers.get("Content-Type", "").startswith("application/json")):
                 data = b""
                 if (resp.content_length or 0) <= self.bounds.answer_bytes:
@@ -348,7 +352,8 @@ class StreamableHTTPTransport:
             resp.release()
         return bool(again)
 
-    async def _read_sse(self, resp: aiohttp.ClientResponse, answer: asyncio.Future) -> None:
+    async def _read_sse(self, resp: aiohttp.ClientResponse, answer: asyncio.Future,
+                        resumable: bool) -> None:
         """Read a POST's SSE answer; resume it with GET + Last-Event-ID if cut short.
 
         Should ``answer`` be resolved elsewhere (on the GET stream, or failed
@@ -368,9 +373,7 @@ class StreamableHTTPTransport:
                 if done():
                     return
                 # The stream ended (or broke) before our response: resume it if we can.
-                if self.stateless:
-                    raise TransportError("SSE stream ended before the response", sent=True)
-                if not parser.last_event_id:
+                if not resumable or not parser.last_event_id:
                     raise TransportError("SSE stream ended before the response", sent=True)
                 resumes = 0 if progressed else resumes + 1
                 if resumes >= MAX_RESUMES:

@@ -21,11 +21,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agentd.errors import MCPError
 from agentd.wire.shapes import ParamHeader
 
 __all__ = [
-    "HeaderDeclarationError",
     "ParamHeader",
     "encode_value",
     "param_headers",
@@ -38,10 +36,6 @@ _SENTINEL_HEAD: Final = "=?base64?"
 _SENTINEL_TAIL: Final = "?="
 _MAX_SAFE_INT: Final = 2 ** 53 - 1
 _PRIMITIVES: Final = frozenset({"string", "integer", "boolean"})
-
-
-class HeaderDeclarationError(MCPError, ValueError):
-    """A tool's ``x-mcp-header`` declarations break the revision's constraints."""
 
 
 def encode_value(value: str) -> str:
@@ -73,8 +67,8 @@ def _header_type(typ: Any) -> str | None:
 
 
 def _walk(schema: Any, path: tuple[str, ...], out: list[ParamHeader], seen: set[str],
-          reachable: bool) -> None:
-    """Collect ``x-mcp-header`` declarations; raise on any invalid one.
+          reachable: bool) -> str:
+    """Collect ``x-mcp-header`` declarations; the first invalid one's reason, else "".
 
     ``reachable`` is whether this subschema sits on a pure ``properties`` chain
     from the root: a declaration anywhere else (under ``items``, ``oneOf``,
@@ -82,44 +76,46 @@ def _walk(schema: Any, path: tuple[str, ...], out: list[ParamHeader], seen: set[
     """
     if isinstance(schema, list):
         for item in schema:
-            _walk(item, path, out, seen, False)
-        return
+            if why := _walk(item, path, out, seen, False):
+                return why
+        return ""
     if not isinstance(schema, dict):
-        return
+        return ""
     if "x-mcp-header" in schema:
         name = schema["x-mcp-header"]
         where = "/".join(path) or "(root)"
         if not reachable or not path:
-            raise HeaderDeclarationError(f"x-mcp-header on {where} is not reachable through "
-                                         "properties alone")
+            return f"x-mcp-header on {where} is not reachable through properties alone"
         if not isinstance(name, str) or not name or not _TOKEN.match(name):
-            raise HeaderDeclarationError(f"x-mcp-header {name!r} on {where} is not an HTTP "
-                                         "field-name token")
+            return f"x-mcp-header {name!r} on {where} is not an HTTP field-name token"
         typ = _header_type(schema.get("type"))
         if typ is None:
-            raise HeaderDeclarationError(f"x-mcp-header {name!r} on {where} has type "
-                                         f"{str(schema.get('type'))[:100]}; only string, "
-                                         "integer and boolean (or one of them with null) "
-                                         "may be mirrored")
+            return (f"x-mcp-header {name!r} on {where} has type "
+                    f"{str(schema.get('type'))[:100]}; only string, integer and boolean "
+                    "(or one of them with null) may be mirrored")
         key = name.lower()
         if key in seen:
-            raise HeaderDeclarationError(f"x-mcp-header {name!r} is declared twice")
+            return f"x-mcp-header {name!r} is declared twice"
         seen.add(key)
         out.append(ParamHeader("Mcp-Param-" + name, path))
     for key, sub in schema.items():
         if key == "properties" and isinstance(sub, dict):
             for prop, subschema in sub.items():
-                _walk(subschema, (*path, prop), out, seen, reachable)
+                if why := _walk(subschema, (*path, prop), out, seen, reachable):
+                    return why
         elif isinstance(sub, (dict, list)) and key not in ("const", "enum", "default",
                                                            "examples"):
-            _walk(sub, path, out, seen, False)
+            if why := _walk(sub, path, out, seen, False):
+                return why
+    return ""
 
 
-def tool_header_declarations(input_schema: Mapping[str, Any]) -> tuple[ParamHeader, ...]:
-    """The tool's ``Mcp-Param-*`` headers, or :class:`HeaderDeclarationError`."""
+def tool_header_declarations(input_schema: Mapping[str, Any]) -> tuple[ParamHeader, ...] | str:
+    """The tool's ``Mcp-Param-*`` headers, or why its declarations break the
+    revision's constraints (a str: the tool is left out, an expected outcome)."""
     out: list[ParamHeader] = []
-    _walk(input_schema, (), out, set(), True)
-    return tuple(out)
+    why = _walk(input_schema, (), out, set(), True)
+    return why or tuple(out)
 
 
 def param_headers(decls: tuple[ParamHeader, ...], arguments: Mapping[str, Any]

@@ -30,6 +30,7 @@ from agentd.log import Logger, log
 from agentd.obs import metrics
 from agentd.tree.childflags import CHILD_FLAG
 from agentd.tree.control import ControlSession, Incoming, Reply
+from agentd.wire.dispatch import Dispatcher
 
 __all__ = [
     "CHILD_ARGV",
@@ -185,7 +186,8 @@ class Channel:
         self._read_fd = read_fd
         self._write_fd = write_fd
         self._on_incoming = on_incoming
-        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        # THE dispatcher (agentd.wire.dispatch): a future given up forgets its id
+        self._calls: Dispatcher[int] = Dispatcher(lambda rid, _why: session.forget(rid))
         self._rtransport: asyncio.ReadTransport | None = None
         self._wtransport: asyncio.WriteTransport | None = None
         self._writer = _Writer()
@@ -214,19 +216,14 @@ class Channel:
         Requests can be pipelined: answers are matched by id. Cancelling the
         future gives up on the answer (a late one is dropped).
         """
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.closed.is_set():
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             fut.set_exception(ChannelClosed(self.failure or "control channel closed"))
             return fut
         rid, frame = self.session.request(method, params if params is not None else {})
-        self._waiters[rid] = fut
-        fut.add_done_callback(lambda _: self._given_up(rid))
+        fut = self._calls.expect(rid)
         self._send(frame)
         return fut
-
-    def _given_up(self, rid: int) -> None:
-        if self._waiters.pop(rid, None) is not None:  # settled without its answer: cancelled
-            self.session.forget(rid)
 
     async def call(self, method: str, params: Any = None, within: float | None = None) -> Any:
         """Send a request and await its result; RemoteError / ChannelClosed otherwise."""
@@ -292,13 +289,11 @@ class Channel:
         _FRAMES.inc("in", n=len(events))
         for ev in events:
             if isinstance(ev, Reply):
-                fut = self._waiters.pop(ev.id, None)
-                if fut is not None and not fut.done():
-                    if ev.error is not None:
-                        fut.set_exception(RemoteError(ev.error.code, ev.error.message,
-                                                      ev.error.data))
-                    else:
-                        fut.set_result(ev.result)
+                if ev.error is not None:
+                    self._calls.fail(ev.id, RemoteError(ev.error.code, ev.error.message,
+                                                        ev.error.data))
+                else:
+                    self._calls.resolve(ev.id, ev.result)
             else:
                 self._on_incoming(ev)
 
@@ -312,10 +307,7 @@ class Channel:
         if self.closed.is_set():
             return
         self.closed.set()
-        for fut in self._waiters.values():
-            if not fut.done():
-                fut.set_exception(ChannelClosed(self.failure or "control channel closed"))
-        self._waiters.clear()
+        self._calls.fail_all(lambda: ChannelClosed(self.failure or "control channel closed"))
 
 
 class _StderrDrain(asyncio.Protocol):
