@@ -67,6 +67,7 @@ from agentd.mcp.faults import (
     no_answer,
 )
 from agentd.mcp.negotiate import renegotiate_for_updates
+from agentd.mcp.oauth.errors import OAuthError
 from agentd.mcp.param_headers import encode_value, param_headers
 from agentd.mcp.schema import input_validator, output_validator
 from agentd.obs import trace
@@ -74,10 +75,7 @@ from agentd.obs.calls import McpCall
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
-from agentd.wire.jsonrpc import (
-    METHOD_NOT_FOUND,
-    ProtocolError,
-)
+from agentd.wire.jsonrpc import METHOD_NOT_FOUND
 from agentd.wire.shapes import Observation, ResourceInfo, ToolInfo
 
 if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
@@ -217,7 +215,7 @@ class MCPClient(UpdateChannel):
         headers = resolve_headers(self.spec, self.secrets_dir)
         spec = self.spec
         from agentd.mcp.http_transport import StreamableHTTPTransport
-        from agentd.mcp.oauth import AuthorizationRequired, auth_for
+        from agentd.mcp.oauth import auth_for
 
         auth = self.auth if self.auth is not None else auth_for(spec, self.secrets_dir, headers)
         self._transport = StreamableHTTPTransport(
@@ -230,8 +228,10 @@ class MCPClient(UpdateChannel):
             await self._transport.open()
             try:
                 await self._handshake()
-            except AuthorizationRequired as exc:  # OAuth: log in outside the handshake's
-                await exc.resolve()  # timeouts (or fail naming `agentd auth login`), retry
+            except OAuthError as exc:  # OAuth: log in outside the handshake's timeouts
+                if exc.kind != "required":
+                    raise
+                await exc.resolve()  # (or fail naming `agentd auth login`), retry
                 await self._handshake()
             if auth is not None:
                 auth.deferred = False  # from now on a 401/403 is handled inline
@@ -709,7 +709,7 @@ class MCPClient(UpdateChannel):
                 if fut is not None and not fut.done():
                     e = ev.error
                     fut.set_exception(RPCError(e.code, e.message,
-                                               None if e.data is UNSET else e.data))
+                                               None if e.data is UNSET else e.data, side="remote"))
             elif cls is Reply:
                 if ev.method not in (mt.PING, mt.ROOTS_LIST):
                     self.log.warning("mcp.server_request.refused", method=ev.method[:100])
@@ -882,7 +882,7 @@ class MCPClient(UpdateChannel):
     def _decode(self, raw: msgspec.Raw, type_: type, method: str) -> Any:
         try:
             return codec.decode_result(raw, type_)
-        except ProtocolError as exc:
+        except RPCError as exc:
             raise ToolFault(self.name, f"{method}: {exc.message}", retryable=False,
                             method=method) from None
 
