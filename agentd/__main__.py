@@ -7,7 +7,7 @@ control frame as early as possible.
 
 import sys
 
-from agentd.tree.childflags import CHILD_FLAG, FORKSERVER_FLAG
+from agentd.tree.boot import CHILD_FLAG, FORKSERVER_FLAG
 
 
 def _main() -> None:

@@ -10,7 +10,6 @@ docs/cli.md and docs/security.md.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any
@@ -38,9 +37,8 @@ def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]
 
     flags = _flags(ctx, local)
     config = config_from_flags(flags, needs_instruction=False)
-    # quiet by default (a person is reading): AGENTD_LOG_LEVEL shows more
-    _log.configure(fmt=config.log_format,
-                   level=_log.env_level() if "AGENTD_LOG_LEVEL" in os.environ else "warning")
+    # quiet by default (a person is reading): --log-level / AGENTD_LOG_LEVEL shows more
+    _log.configure(fmt=config.log_format, level=config.log_level or "warning")
     oauth.configure(state_dir=config.state_dir)
     return config, flags
 

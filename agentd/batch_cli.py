@@ -113,7 +113,7 @@ def batch(ctx: click.Context, **local: Any) -> None:
         except OSError as exc:
             raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
     opts = BatchOptions(out=out, record=record, replay=replay)
-    _log.configure(fmt=config.log_format, level=_log.env_level())
+    _log.configure(fmt=config.log_format, level=config.log_level or "info")
     from agentd.log_bridge import route_stdlib
 
     route_stdlib()

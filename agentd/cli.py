@@ -17,7 +17,7 @@ from agentd import config as cfg
 from agentd.auth_cli import auth as auth_commands
 from agentd.batch_cli import batch as batch_command
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
-from agentd.flags import apply_log_level, check_intelligence, config_from_flags
+from agentd.flags import check_intelligence, config_from_flags, parse_log_level
 from agentd.netaddr import is_loopback_host
 
 # Help sections, in order; each option names its section via `section=`.
@@ -183,7 +183,7 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     from agentd import runtime
     from agentd.app.run import run
 
-    _log.configure(fmt=config.log_format, level=_log.env_level())
+    _log.configure(fmt=config.log_format, level=config.log_level or "info")
     from agentd.log_bridge import route_stdlib
 
     route_stdlib()  # aiohttp's and asyncio's records as agentd lines too
@@ -251,9 +251,9 @@ def demo_cmd(ctx: click.Context) -> None:
     from agentd.demo import main as demo_main
 
     flags = ctx.obj or {}
-    apply_log_level(flags.get("log_level"))
-    _log.configure(fmt=flags.get("log_format") or "text", level=_log.env_level())
-    ctx.exit(runtime.run(demo_main()))
+    level = parse_log_level(flags.get("log_level"))
+    _log.configure(fmt=flags.get("log_format") or "text", level=level or "info")
+    ctx.exit(runtime.run(demo_main(level=level)))
 
 
 cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/auth_cli.py)

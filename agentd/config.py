@@ -236,7 +236,8 @@ class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def limits(self) -> RunLimits:
         """Just the limits (a `Config` or `ChildConfig` narrowed to them)."""
-        return RunLimits(**{f: getattr(self, f) for f in RunLimits.__struct_fields__})
+        mine = msgspec.structs.asdict(self)
+        return RunLimits(**{f: mine[f] for f in RunLimits.__struct_fields__})
 
 
 class Config(RunLimits, frozen=True):
@@ -266,6 +267,9 @@ class Config(RunLimits, frozen=True):
     sse_retry_max_ms: int = DEFAULT_SSE_RETRY_MAX_MS
     mcp_max_bytes: int = DEFAULT_MCP_MAX_BYTES
     log_format: str = DEFAULT_LOG_FORMAT
+    # --log-level / env AGENTD_LOG_LEVEL / the file's log_level; None: not asked (a run
+    # logs at info, the interactive commands at warning); subagents get it as a value
+    log_level: str | None = None
     secrets_dir: str = DEFAULT_SECRETS_DIR
     state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.oauth)
     auth_interactive: bool = False  # --auth-interactive: a login may happen during a run
@@ -561,8 +565,8 @@ def _endpoint_specs(path: str, raws: object, key: str, what: str) -> list[Server
                              ("tool_timeout", spec.tool_timeout)):
             if limit is not None and not limit >= 0:
                 raise ConfigError(f"{where}: {field} must not be negative (0: no limit)")
-        for field in ("ca_file", "client_cert", "client_key"):
-            value = getattr(spec, field)
+        for field, value in (("ca_file", spec.ca_file), ("client_cert", spec.client_cert),
+                             ("client_key", spec.client_key)):
             if value and not os.access(value, os.R_OK):
                 raise ConfigError(f"{where}: {field} {value}: not readable")
         out.append(spec)

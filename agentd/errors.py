@@ -3,46 +3,58 @@
 Every exception agentd raises on purpose descends from `AgentdError`. The
 nodes here name the domains; each layer's own errors live beside the code
 that raises them and subclass the right node (an error that needs a layer's
-types, like the wire's `ProtocolError` building an `ErrorResponse`, cannot
-live below that layer). This module imports nothing of agentd but the exit
-codes, so every layer may use it.
+types cannot live below that layer: `RPCError` has plain fields, and the wire
+layer renders it, `agentd.wire.jsonrpc.error_response`). This module imports
+nothing of agentd but the exit codes, so every layer may use it.
 
 A class says how a run that it ends exits: `exit_code` and the log `event`
 (`None`: a plain failure, logged `run.failed` with the class name in front of
-the text). `classify()` is the one lookup the entry points use.
+the text); where a `kind` decides (the pool, a required server's handshake)
+the instance sets them. `classify()` is the one lookup the entry points use. One
+class per domain: an outcome callers must tell apart is a `kind` field, and
+an outcome that is expected (a replay's divergence, a closed wake router) is
+a return value, not an exception.
 
     AgentdError                          exit 1
     ├── ConfigError                      exit 2 (agentd.config)
-    ├── PeerError: a JSON-RPC error object (code, message, data)
-    │   ├── ProtocolError                one to answer (agentd.wire.jsonrpc; + id)
-    │   ├── RPCError                     the MCP peer answered our request with one
-    │   ├── RemoteError                  the control-wire peer answered with one
-    │   └── BrokerError                  the broker answers a child with one
+    ├── RPCError                         THE JSON-RPC error object (code, message, data) on
+    │                                    every wire; side "remote" (a peer answered us with
+    │                                    it) or "local" (we answer a peer with it; + id)
     ├── MCPError                         the MCP client, server engine and auth
     │   ├── ToolFault                    a protocol/transport fault of a call
+    │   ├── OAuthError                   kind failed | refused | required (agentd.mcp.oauth)
     │   └── RequiredServerLost           exit 1, or 6 at the handshake (agentd.mcp.faults)
-    ├── IntelligenceError
+    ├── IntelligenceError                kind unavailable | ceiling | retry | playback
     │   └── IntelligenceUnavailable      exit 5 (agentd.intelligence.base)
-    ├── TreeError                        subagents, the control wire, spawners
-    ├── ReactiveError                    the wake router
-    └── A2AFault                         A2A peers and the served A2A agent
+    ├── TreeError                        subagents, the control wire, spawners, cassettes
+    ├── ReactiveError                    exit 6: a --subscribe URI the daemon cannot watch
+    ├── A2AFault                         kind fault | not_found | card
+    └── PoolError                        kind unavailable | auth
+
+The other layers' own classes (the MCP client's transport and handshake
+faults, the tree's) hang under these nodes beside the code that raises them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from msgspec import UNSET
 
 from agentd.exitcodes import ExitCode
 
 __all__ = [
     "A2AFault",
+    "A2AKind",
     "AgentdError",
     "IntelligenceError",
+    "IntelligenceKind",
     "MCPError",
-    "PeerError",
+    "PoolError",
+    "PoolKind",
     "RPCError",
     "ReactiveError",
-    "RemoteError",
+    "Side",
     "ToolFault",
     "TreeError",
     "classify",
@@ -63,29 +75,36 @@ def classify(exc: BaseException) -> tuple[ExitCode, str, str]:
     return exc.exit_code, exc.event, str(exc)
 
 
-class PeerError(AgentdError):
-    """A JSON-RPC error object as an exception: what a peer sent us, or what we
-    answer one. Its text is the message; the wire renderings add the code."""
+Side = Literal["remote", "local"]
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+
+class RPCError(AgentdError):
+    """THE JSON-RPC error object as an exception, on every wire agentd speaks
+    (MCP, the control wire, the broker's answers, the served A2A agent).
+
+    ``side`` says whose it is: ``"remote"`` -- a peer answered our request with
+    it (never to be forwarded as our own answer); ``"local"`` -- we answer a
+    peer with it, or we refuse what a peer sent (a malformed message or result:
+    those are never sent back for a response). ``data`` is ``UNSET`` when the
+    object has none; ``id`` is the request it answers when known. The wire
+    renderings (``agentd.wire.jsonrpc.error_response``) add nothing of their own.
+    """
+
+    def __init__(self, code: int, message: str, data: Any = UNSET, *, side: Side,
+                 id: int | str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(code={self.code}, message={self.message!r})"
-
-
-class RPCError(PeerError):
-    """A top-level JSON-RPC error answering our MCP request."""
+        self.side: Side = side
+        self.id = id
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
 
-
-class RemoteError(PeerError):
-    """The control-wire peer (parent or child) answered a request with a JSON-RPC error."""
+    def __repr__(self) -> str:
+        return (f"RPCError(code={self.code}, message={self.message!r}, side={self.side!r}, "
+                f"id={self.id!r})")
 
 
 class MCPError(AgentdError):
@@ -113,8 +132,27 @@ class ToolFault(MCPError):
         self.cause = cause
 
 
+IntelligenceKind = Literal["unavailable", "ceiling", "retry", "playback"]
+
+
 class IntelligenceError(AgentdError):
-    """The model gateway: unreachable, refused by the ledger, a bad playback file."""
+    """The model gateway; `kind` says which outcome (no subclass per outcome):
+
+    * ``"unavailable"``: unreachable or failing after the provider's own retries
+      (`agentd.intelligence.base.IntelligenceUnavailable`, exit 5);
+    * ``"ceiling"``: the tree's token ledger refused the call -- the run ends
+      `budget_exhausted` (exit 3) with its partial result;
+    * ``"retry"``: one gateway attempt failed and may be retried, after at least
+      ``retry_after`` seconds when the gateway said so (inside the provider);
+    * ``"playback"``: the playback file is missing or malformed (exit 2, as a
+      `ConfigError` at startup).
+    """
+
+    def __init__(self, message: str, *, kind: IntelligenceKind,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind: IntelligenceKind = kind
+        self.retry_after = retry_after
 
 
 class TreeError(AgentdError):
@@ -122,8 +160,53 @@ class TreeError(AgentdError):
 
 
 class ReactiveError(AgentdError):
-    """The reactive mode's wake router."""
+    """The reactive daemon refuses to start: a `--subscribe` URI it cannot watch
+    (its owner can deliver no `updated` for it with polling disabled,
+    `--poll-interval 0`, or several servers could own it and it names none --
+    `server=URI` says which). Exit 6, like a required server that failed."""
+
+    exit_code = ExitCode.MCP_REQUIRED
+    event = "reactive.refused"
+
+    def __init__(self, uri: str, server: str | None, reason: str, *,
+                 polling_off: bool = True) -> None:
+        where = f" on server {server!r}" if server is not None else ""
+        tail = "; polling is disabled (--poll-interval 0)" if polling_off else ""
+        super().__init__(f"cannot watch {uri}{where}: {reason}{tail}")
+        self.uri = uri
+        self.server = server
+        self.reason = reason
+
+
+A2AKind = Literal["fault", "not_found", "card"]
 
 
 class A2AFault(AgentdError):
-    """A2A: a peer's protocol error or transport fault, or one the served agent answers."""
+    """An A2A peer's protocol error or a transport fault. `kind`: ``"fault"``;
+    ``"not_found"`` -- the peer does not know the task (JSON-RPC -32001, REST 404);
+    ``"card"`` -- its Agent Card cannot be had or is not acceptable (a required
+    peer's: a `RequiredServerLost` at the handshake, exit 6). `retryable`: worth
+    another try (connection refused/reset, 5xx); `code`: the A2A/JSON-RPC code
+    or HTTP status when there was one."""
+
+    def __init__(self, message: str, *, kind: A2AKind = "fault", code: int | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind: A2AKind = kind
+        self.code = code
+        self.retryable = retryable
+
+
+PoolKind = Literal["unavailable", "auth"]
+
+
+class PoolError(AgentdError):
+    """The worker pool. `kind`: ``"unavailable"`` -- the owner did not answer a
+    relayed operation (down, unreachable, a bad answer; logged
+    `pool.relay_unavailable` if it ends a run); ``"auth"`` -- a relay request
+    whose authentication fails (the relay answers 401)."""
+
+    def __init__(self, message: str, *, kind: PoolKind) -> None:
+        super().__init__(message)
+        self.kind: PoolKind = kind
+        self.event = "pool.relay_unavailable" if kind == "unavailable" else None

@@ -8,23 +8,24 @@ is opened or process started.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from agentd import config as cfg
 
 
-def apply_log_level(level: str | None) -> None:
-    """``--log-level``: validated, then published as AGENTD_LOG_LEVEL, the one
-    place the run, its reactive daemon and every subagent read it from."""
+def parse_log_level(level: Any) -> str | None:
+    """``--log-level`` (click reads env AGENTD_LOG_LEVEL for it) or the config
+    file's ``log_level``, validated; None when nobody asked. It travels as a value
+    (`Config.log_level`, a child's `ChildConfig.log_level`), never through the
+    process environment."""
     if level is None:
-        return
+        return None
     from agentd.log import LEVELS
 
-    norm = level.strip().lower()
+    norm = level.strip().lower() if isinstance(level, str) else level
     if norm not in LEVELS:
         raise cfg.ConfigError(f"--log-level {level!r}: expected debug, info, warning or error")
-    os.environ["AGENTD_LOG_LEVEL"] = norm
+    return str(norm)
 
 
 def over_root(root: dict[str, Any], local: dict[str, Any], keys: Any) -> dict[str, Any]:
@@ -103,8 +104,8 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
         values["pool"] = pool
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
         raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
-    apply_log_level(flags.pop("log_level", None))
     values.update({k: v for k, v in flags.items() if v is not None})
+    values["log_level"] = parse_log_level(values.get("log_level"))
     values["mcp"] = servers
     secrets_dir = values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR
     # a required server's header {{secret:…}} that is not set: exit 2 now, not at connect

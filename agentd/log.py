@@ -11,7 +11,6 @@ replaced by `***` in each emitted line, wherever it appears.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, TextIO
@@ -132,9 +131,3 @@ def redact(text: str) -> str:
     """`text` with every registered secret replaced (what a log line gets; a batch
     cassette too, agentd.app.cassette)."""
     return _sink.redact(text)
-
-
-def env_level() -> str:
-    """The level from AGENTD_LOG_LEVEL, defaulting to info."""
-    level = os.environ.get("AGENTD_LOG_LEVEL", "info").lower()
-    return level if level in LEVELS else "info"

@@ -62,7 +62,7 @@ from agentd import runtime  # noqa: E402
 from agentd.agent.subagents import SpawnRequest  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.config import Config  # noqa: E402
-from agentd.tree.childflags import FAULT_ENV  # noqa: E402
+from agentd.tree.boot import FAULT_ENV  # noqa: E402
 from agentd.tree.forkserver import ForkserverSpawner  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
@@ -79,6 +79,9 @@ BARE_CHILD = (
 )
 FRAME = b'{"jsonrpc":"2.0","id":1,"method":"child/configure","params":{}}'
 
+
+
+CHILD_LOG_LEVEL = "warning"  # children's info lines would be the benchmark (child/configure)
 
 def pct(values: list[float], q: float) -> float:
     if not values:
@@ -292,7 +295,7 @@ async def main(args: argparse.Namespace) -> dict:
     pb.write_text(json.dumps(PLAYBACK))
     ns = [int(x) for x in args.n.split(",")]
     cfg = Config(intelligence=f"playback:{pb}", max_children=max(ns), max_subagents=max(ns),
-                 drain_timeout=10.0, init_timeout=60.0)
+                 drain_timeout=10.0, init_timeout=60.0, log_level=CHILD_LOG_LEVEL)
     out: dict = {"bench": "fanout", "via": args.via, "python": sys.version.split()[0],
                  "cpus": os.cpu_count(), "load": round(os.getloadavg()[0], 1),
                  "floors": {"bare_exec": await floor_bare(args.reps, 64),
@@ -518,7 +521,7 @@ async def main_io(args: argparse.Namespace) -> dict:
 
         cfg = Config(intelligence=gw, mcp=(ServerSpec(name="echo", url=mcp_url),),
                      max_children=max(ns), max_subagents=max(ns), drain_timeout=10.0,
-                     init_timeout=60.0, ping_interval=3600.0)
+                     init_timeout=60.0, ping_interval=3600.0, log_level=CHILD_LOG_LEVEL)
         out["baseline_sdk_client_per_task"] = [await baseline_sdk_client(gw, mcp_url, n)
                                                for n in ns]
         out["baseline_aiohttp_pooled"] = [await baseline_pooled(gw, mcp_url, n) for n in ns]
@@ -560,6 +563,5 @@ if __name__ == "__main__":
     if not a.no_compile:
         for package in ("agentd", "agentd_native"):  # what every exec'd child imports
             compileall.compile_dir(str(ROOT / package), quiet=1)
-    os.environ["AGENTD_LOG_LEVEL"] = "warning"  # children's info lines would be the benchmark
     agentd_log.configure(level="warning")
     print(json.dumps(runtime.run(main_io(a) if a.workload == "io" else main(a))), flush=True)

@@ -3,7 +3,7 @@
 ``TARGETS`` maps a name to a callable taking arbitrary bytes. A target feeds
 them to one decoder the way the code does with a peer's input and raises
 ``AssertionError`` when anything escapes other than the project's own errors
-(:class:`agentd.errors.AgentdError` and its subclasses: ``ProtocolError``,
+(:class:`agentd.errors.AgentdError` and its subclasses: ``RPCError``,
 ``HandshakeError``, ``IntelligenceError``, ``OAuthError``, the A2A fault, the
 control wire's error, ``ConfigError``). ``fuzz/run.py`` discovers this file and
 runs the targets (atheris when installed, else a random loop);
@@ -27,7 +27,7 @@ import msgspec
 
 from agentd.a2a.client import A2AClient
 from agentd.config import ServerSpec, check_endpoint
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, RPCError
 from agentd.intelligence.openai import OpenAICompatible
 from agentd.mcp import stateless_session as stateless
 from agentd.mcp.call_limits import parse_progress
@@ -43,7 +43,7 @@ from agentd.wire import a2a as w
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import loads_peer
-from agentd.wire.jsonrpc import ProtocolError, Request
+from agentd.wire.jsonrpc import Request
 from agentd_native import encode_frame
 
 Target = Callable[[bytes], None]
@@ -89,7 +89,7 @@ def _codec_decode_result(data: bytes) -> None:
     for tp in (t.CallToolResult, t.InitializeResult, t.ReadResourceResult):
         try:
             codec.decode_result(msgspec.Raw(data), tp)
-        except ProtocolError:
+        except RPCError:
             pass
 
 
@@ -98,7 +98,7 @@ def _codec_decode_params(data: bytes) -> None:
     for method in (t.TOOLS_CALL, t.INITIALIZE, t.NOTIFICATION_PROGRESS):
         try:
             codec.decode_params(method, msgspec.Raw(data), 1)
-        except ProtocolError:
+        except RPCError:
             pass
 
 
@@ -146,11 +146,11 @@ def _stateless_classify(data: bytes) -> None:
     stateless.is_modern_request(req)
     try:
         stateless.meta_free_params(req)
-    except ProtocolError:
+    except RPCError:
         pass
     try:
         stateless.listen_params(req)
-    except ProtocolError:
+    except RPCError:
         pass
     stateless.classify(req)
 

@@ -14,11 +14,12 @@ from typing import Any
 import orjson
 from msgspec import UNSET, Raw
 
+from agentd.errors import RPCError
 from agentd.mcp.handler import Handler, ServerSession
 from agentd.mcp.server_session import ORIGIN_STDIO
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
-from agentd.wire.jsonrpc import ErrorResponse, Notification, ProtocolError, Request, Response
+from agentd.wire.jsonrpc import ErrorResponse, Notification, Request, Response
 
 __all__ = ["LocalConnection"]
 
@@ -27,7 +28,7 @@ class LocalConnection:
     """An in-process client of a handler: the Stdio origin, no transport.
 
     ``await conn.request(method, params)`` returns the decoded result (plain
-    JSON values) or raises ``ProtocolError``; unsolicited notifications land in
+    JSON values) or raises ``RPCError``; unsolicited notifications land in
     ``conn.notifications`` (a list of decoded messages).
     """
 
@@ -47,7 +48,7 @@ class LocalConnection:
         msg = codec.decode(out)
         if type(msg) is ErrorResponse:
             e = msg.error
-            raise ProtocolError(e.code, e.message, e.data, msg.id)
+            raise RPCError(e.code, e.message, e.data, id=msg.id, side="remote")
         assert type(msg) is Response, msg
         return orjson.loads(bytes(msg.result))
 

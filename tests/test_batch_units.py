@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from agentd.app.batch_files import finished_ids, load_tasks
-from agentd.app.cassette import CassetteError, Replay, cassette_path, first_difference
+from agentd.app.cassette import Replay, cassette_path, first_difference
 from agentd.config import ConfigError
+from agentd.errors import TreeError
 
 
 def test_first_difference_names_the_path_and_both_values():
@@ -81,7 +82,7 @@ def test_a_version_1_cassette_replays_and_may_not_hold_updates(tmp_path):
     write(tmp_path, 1, SUB)
     assert Replay(str(tmp_path), "s").updates_after("", 1) == []
     write(tmp_path, 1, SUB, upd(1, "u://a"))
-    with pytest.raises(CassetteError, match="an update line in a version-1 cassette"):
+    with pytest.raises(TreeError, match="an update line in a version-1 cassette"):
         Replay(str(tmp_path), "s")
 
 
@@ -92,13 +93,13 @@ def test_a_version_1_cassette_replays_and_may_not_hold_updates(tmp_path):
 ])
 def test_a_malformed_update_line_is_refused(tmp_path, line):
     write(tmp_path, 2, SUB, line)
-    with pytest.raises(CassetteError, match="not a version-2 cassette"):
+    with pytest.raises(TreeError, match="not a version-2 cassette"):
         Replay(str(tmp_path), "s")
 
 
 def test_version_3_is_refused(tmp_path):
     write(tmp_path, 3, SUB)
-    with pytest.raises(CassetteError, match="version 3 of sample 's'"):
+    with pytest.raises(TreeError, match="version 3 of sample 's'"):
         Replay(str(tmp_path), "s")
 
 
@@ -131,5 +132,5 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
     path = next(tmp_path.glob("*.jsonl"))
     text = path.read_text().replace('"["', "[" * 100_000 + "]" * 100_000)
     path.write_text(text)
-    with pytest.raises(CassetteError, match="not a version-2 cassette"):
+    with pytest.raises(TreeError, match="not a version-2 cassette"):
         Replay(str(tmp_path), "s")

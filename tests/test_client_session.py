@@ -183,10 +183,10 @@ def test_retry_policy_classification():
     assert not classify(HTTPStatusError(500), idempotent=False).resend
     assert not classify(HTTPStatusError(401), idempotent=True).retryable
     for code in (-32700, -32600, -32601, -32602, -32002):
-        assert not classify(RPCError(code, "x"), idempotent=True).retryable
-    assert classify(RPCError(-32603, "x"), idempotent=True).resend
-    assert not classify(RPCError(-32603, "x"), idempotent=False).resend
-    assert classify(RPCError(-32603, "x"), idempotent=False).retryable
+        assert not classify(RPCError(code, "x", side="remote"), idempotent=True).retryable
+    assert classify(RPCError(-32603, "x", side="remote"), idempotent=True).resend
+    assert not classify(RPCError(-32603, "x", side="remote"), idempotent=False).resend
+    assert classify(RPCError(-32603, "x", side="remote"), idempotent=False).retryable
     p = RetryPolicy()
     assert all(0 < p.backoff(n) <= p.cap for n in range(1, 40))
     assert all(0 < p.reconnect_backoff(n) <= p.reconnect_cap for n in range(0, 100))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 import orjson
 import pytest
@@ -105,3 +106,24 @@ def test_result_object_shape():
     obj = orjson.loads(line)
     assert list(obj) == ["run_id", "status", "partial", "result", "steps", "usage"]
     assert obj["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+
+
+def test_log_level_is_a_value_never_published_through_the_environment(tmp_path, monkeypatch):
+    """--log-level (or the file's log_level) lands on the Config, validated; the
+    process environment is left alone (children get it in child/configure)."""
+    monkeypatch.delenv("AGENTD_LOG_LEVEL", raising=False)
+    config = config_from_flags({"instruction": "go", "log_level": " DEBUG "})
+    assert config.log_level == "debug"
+    assert "AGENTD_LOG_LEVEL" not in os.environ
+    assert config_from_flags({"instruction": "go"}).log_level is None  # nobody asked
+    path = tmp_path / "agentd.toml"
+    path.write_text("log_level = 'warning'\n")
+    assert config_from_flags({"config_file": str(path), "instruction": "go"}).log_level == \
+        "warning"
+    assert config_from_flags({"config_file": str(path), "instruction": "go",
+                              "log_level": "error"}).log_level == "error"  # the flag wins
+    with pytest.raises(cfg.ConfigError, match="--log-level 'loud'"):
+        config_from_flags({"instruction": "go", "log_level": "loud"})
+    path.write_text("log_level = 3\n")
+    with pytest.raises(cfg.ConfigError, match="--log-level 3"):
+        config_from_flags({"config_file": str(path), "instruction": "go"})

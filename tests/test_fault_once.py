@@ -108,8 +108,9 @@ def toolbox(server: FaultServer, sleeps: Sleeps, *, required: bool = True) -> To
     (HTTPStatusError(500), True, True, ""),
     (HTTPStatusError(401), True, False, "refused"),
     (HTTPStatusError(404), True, False, ""),
-    (RPCError(-32603, "boom"), False, False, ""),
-    (RPCError(-32602, "bad"), False, False, "refused"),  # a tools/call of a listed tool
+    (RPCError(-32603, "boom", side="remote"), False, False, ""),
+    (RPCError(-32602, "bad",
+              side="remote"), False, False, "refused"),  # a tools/call of a listed tool
     (TimeoutError(), True, False, "timeout"),
     (ToolFault("f", "server unavailable (reconnecting)", retryable=True), True, False,
      "unreachable"),
@@ -131,7 +132,7 @@ def test_the_retry_after_travels_in_the_decision_and_is_the_one_delay() -> None:
 
 
 def test_invalid_params_are_the_models_to_fix_except_on_a_listed_tool() -> None:
-    d = classify(RPCError(-32602, "bad"), idempotent=True, method="resources/read")
+    d = classify(RPCError(-32602, "bad", side="remote"), idempotent=True, method="resources/read")
     assert not d.abort and not d.resend and not d.retryable
 
 

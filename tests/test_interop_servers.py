@@ -338,7 +338,7 @@ def test_only_a_listing_is_cut_any_other_deep_answer_is_refused():
     (-32603, "Resource not found", {"uri": "a://b"}, False),
 ])
 def test_resource_missing_is_one_rule(code, message, data, missing):
-    assert resource_missing(RPCError(code, message, data)) is missing
+    assert resource_missing(RPCError(code, message, data, side="remote")) is missing
 
 
 async def test_cli_serves_the_rest_of_a_catalogue_with_bad_tools(catalog, tmp_path: Path,

@@ -128,7 +128,7 @@ def test_a_mid_run_32022_is_resent_after_negotiating_again():
     from agentd.mcp.faults import classify
 
     d = classify(RPCError(-32022, "Unsupported protocol version",
-                          {"supported": ["2025-11-25"]}), idempotent=False)
+                          {"supported": ["2025-11-25"]}, side="remote"), idempotent=False)
     assert d.retryable and d.resend and d.reconnect  # refused before it ran, even tools/call
 
 

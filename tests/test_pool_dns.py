@@ -24,12 +24,13 @@ from test_pool import POOL_KEY, Pool, _book, client
 from test_reactive_cli import Agentd
 
 from agentd import config as cfg
+from agentd.errors import PoolError
 from agentd.flags import config_from_flags
 from agentd.pool import handles
 from agentd.pool.discovery import MAX_ADDRESSES, Discovery, address_url
 from agentd.pool.dns import DnsRefresher, SystemResolver
 from agentd.pool.membership import Membership
-from agentd.pool.relay import Relay, RelayUnavailable
+from agentd.pool.relay import Relay
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
 
@@ -238,7 +239,7 @@ async def test_three_workers_on_one_port_are_identified_by_their_signed_probes(
             resolver.addresses = ADDRS[:2]  # its pod left the answer: the peer stays
             await dns.refresh()
             assert found.peers()["w3"] == f"http://127.0.0.4:{port}"
-            with pytest.raises(RelayUnavailable, match="unreachable"):  # and its probes fail
+            with pytest.raises(PoolError, match="unreachable"):  # and its probes fail
                 await relay.probe_url(found.peers()["w3"], 1.0)
             # a prober without the pool key learns nothing: the answer is refused
             other = Relay(handles.PoolKey(b"another-pool-key-0123456789"), "w9", {})

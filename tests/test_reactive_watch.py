@@ -223,14 +223,13 @@ async def test_server_without_subscribe_is_polled(logs) -> None:
 async def test_polling_disabled_refuses_at_startup(logs) -> None:
     """`--poll-interval 0`: a URI that could only be polled ends the daemon at
     startup (exit 6), naming server, URI and reason; nothing on the wire."""
-    from agentd.errors import classify
-    from agentd.reactive.daemon import WatchRefused
+    from agentd.errors import ReactiveError, classify
 
     with sdk_peer("--no-subscribe") as srv:
         base = f"http://127.0.0.1:{srv.port}"
         async with toolbox_for(plain=srv.url) as tb:
             daemon = ReactiveDaemon(tb, Recorder(), poll_interval=0)
-            with pytest.raises(WatchRefused) as info:
+            with pytest.raises(ReactiveError) as info:
                 await daemon.serve(asyncio.Event(), [A])
             stats = await get(f"{base}/stats")
     code, event, message = classify(info.value)
@@ -544,13 +543,12 @@ async def test_an_ambiguous_subscribe_flag_refuses_at_startup(unlisted, logs) ->
     """`--subscribe URI` that two resource servers could own, naming neither: the
     daemon refuses to start (exit 6, the reason says to name the server) rather
     than run watching nothing; `server=URI` then watches it."""
-    from agentd.errors import classify
-    from agentd.reactive.daemon import WatchRefused
+    from agentd.errors import ReactiveError, classify
 
     watched, plain = unlisted
     async with two_servers(watched, plain) as tb:
         daemon = ReactiveDaemon(tb, never_woken, debounce=0.0)
-        with pytest.raises(WatchRefused) as info:
+        with pytest.raises(ReactiveError) as info:
             await daemon.serve(asyncio.Event(), [A])
         assert daemon.watched == {}
         named = ReactiveDaemon(tb, never_woken, debounce=0.0)

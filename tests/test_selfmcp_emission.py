@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
+from agentd.errors import RPCError
+
 try:  # the official MCP Python SDK: a real peer (test dependency)
     from mcp import Client
 except ImportError:  # pragma: no cover
@@ -28,7 +30,6 @@ from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, Unkn
 from agentd.mcp.http_server import serve
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
 from agentd.tree.selfmcp import SelfMCP
-from agentd.wire.jsonrpc import ProtocolError
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -169,7 +170,7 @@ async def test_handles_outside_served_are_not_reachable():
         r = await conn.request("tools/call", {"name": tool, "arguments": args})
         assert r["isError"] and r["content"][0]["text"] == "unknown handle: 0.1"
     assert be.states["0.1"].status == "running"
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         await conn.request("resources/read", {"uri": "agent://subagent/0.1"})
     assert e.value.code == -32002
 
@@ -193,7 +194,7 @@ async def test_resource_bodies():
     assert status["run_id"] == "r9" and status["mode"] == "reactive"
     assert status["spawns"] == {"spawned": 1, "running": 0}
     for uri in ("agent://run/1", "agent://subagent/served.1/result", "agent://subagent/"):
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             await conn.request("resources/read", {"uri": uri})
         assert e.value.code == -32002 and e.value.data == {"uri": uri}
 
@@ -227,7 +228,7 @@ async def test_emission_rule_in_process():
     # what is not a handle of this principal is refused (-32602, data.uri), never {}
     for uri in ("test://watched-resource", "agent://status", "agent://subagent/served.99",
                 "file:///etc/passwd", "agent://subagent/0.1"):
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             await c.request("resources/subscribe", {"uri": uri})
         assert e.value.code == -32602 and e.value.data == {"uri": uri}
         assert await c.request("resources/unsubscribe", {"uri": uri}) == {}
@@ -241,7 +242,7 @@ async def test_eviction_by_count_and_ttl():
     conn = await local(SelfMCP(be))
     for _ in range(3):
         await spawn(conn, instruction="x")  # sync: terminal at once
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         await conn.request("resources/read", {"uri": "agent://subagent/served.1"})
     assert e.value.code == -32002
     r = await conn.request("tools/call", {"name": "subagent.status",
@@ -255,10 +256,10 @@ async def test_eviction_by_count_and_ttl():
     await spawn(conn2, instruction="x", **{"async": True})
     await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})  # running: kept
     be2.finish("served.1", "r")  # any later look is past a TTL of 0
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         await conn2.request("resources/read", {"uri": "agent://subagent/served.1"})
     assert e.value.code == -32002
-    with pytest.raises(ProtocolError) as e:  # evicted: unknown, so refused
+    with pytest.raises(RPCError) as e:  # evicted: unknown, so refused
         await conn2.request("resources/subscribe", {"uri": "agent://subagent/served.1"})
     assert e.value.code == -32602 and e.value.data == {"uri": "agent://subagent/served.1"}
     assert updates(conn2) == []

@@ -20,6 +20,7 @@ import pytest
 from test_selfmcp_emission import ScriptedBackend
 from waiting import until
 
+from agentd.errors import RPCError
 from agentd.mcp.handler import Handler
 from agentd.mcp.http_server import Limits, serve
 from agentd.tree.selfmcp import SelfMCP
@@ -465,6 +466,10 @@ async def test_handler_bug_and_sse_answers(http):
     async def boom(args, ctx):
         raise RuntimeError("secret detail")
 
+    @h.tool("forward", {"type": "object"})
+    async def forward(args, ctx):  # a peer's error escaping a handler: a bug, never ours
+        raise RPCError(-32002, "the upstream said no", {"uri": "x://y"}, side="remote")
+
     @h.tool("chatty", {"type": "object"})
     async def chatty(args, ctx):
         await ctx.notify("notifications/progress", {"progressToken": 1, "progress": 1})
@@ -473,6 +478,9 @@ async def test_handler_bug_and_sse_answers(http):
     runner = await serve(h, port=0)
     try:
         msg = body(1, "tools/call", {"name": "boom", "arguments": {}})
+        status, _, out = await rpc(http, runner.url, msg)
+        assert status == 200 and out["error"] == {"code": -32603, "message": "Internal error"}
+        msg = body(3, "tools/call", {"name": "forward", "arguments": {}})
         status, _, out = await rpc(http, runner.url, msg)
         assert status == 200 and out["error"] == {"code": -32603, "message": "Internal error"}
         msg = body(2, "tools/call", {"name": "chatty", "arguments": {}})
@@ -491,7 +499,6 @@ def test_ladder_without_headers_is_sans_io():
     """The rules run without a transport (headers=None skips the header rung)."""
     from agentd.mcp import stateless_session as stateless
     from agentd.wire import codec
-    from agentd.wire.jsonrpc import ProtocolError
 
     def req(meta):
         return codec.decode(json.dumps(body(1, "tools/list", meta=meta)).encode())
@@ -503,7 +510,7 @@ def test_ladder_without_headers_is_sans_io():
                        ({**META, "io.modelcontextprotocol/protocolVersion": "2025-11-25"},
                         -32022),
                        ({**META, "io.modelcontextprotocol/clientInfo": {"name": 1}}, -32602)):
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             stateless.classify(req(meta), None)
         assert e.value.code == code and e.value.id == 1
     assert stateless.decode_header_value("=?base64?aGk=?=") == "hi"

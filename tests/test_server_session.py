@@ -9,10 +9,11 @@ import orjson
 import pytest
 from local_connection import LocalConnection
 
-from agentd.mcp.handler import Handler, ResourceNotFound, tool_error
+from agentd.errors import RPCError
+from agentd.mcp.handler import Handler, tool_error
 from agentd.mcp.server_session import ORIGIN_STDIO, negotiate_version
 from agentd.wire import mcp_types as t
-from agentd.wire.jsonrpc import Notification, ProtocolError, Request
+from agentd.wire.jsonrpc import Notification, Request, resource_not_found
 
 
 def make_handler() -> Handler:
@@ -42,7 +43,7 @@ def make_handler() -> Handler:
 
     async def dyn(uri):
         if uri.endswith("/missing"):
-            raise ResourceNotFound(uri)
+            raise resource_not_found(uri)
         return {"uri": uri}
 
     h.resource_prefix("test://dyn/", dyn)
@@ -78,11 +79,11 @@ async def test_unknown_version_gets_latest():
 
 async def test_initialize_twice_and_bad_params():
     c = LocalConnection(make_handler())
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         await c.request("initialize", {"protocolVersion": "2025-11-25"})
     assert e.value.code == -32602
     await c.initialize()
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         await c.initialize()
     assert e.value.code == -32600
 
@@ -91,7 +92,7 @@ async def test_ping_and_unknown_methods(conn):
     assert await conn.request("ping") == {}
     for method in ("server/discover", "prompts/list", "logging/setLevel", "completion/complete",
                    "tasks/list", "sampling/createMessage"):
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             await conn.request(method, {})
         assert e.value.code == -32601, method
 
@@ -126,11 +127,11 @@ async def test_tool_errors_are_jsonrpc_errors(conn):
         (None, -32602),
     ]
     for params, code in cases:
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             await conn.request("tools/call", params) if params is not None \
                 else await conn.request("tools/call")
         assert e.value.code == code, params
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         await conn.request("tools/call", {"name": "crash", "arguments": {}})
     assert e.value.code == -32603 and "bug" not in e.value.message
     assert await conn.request("ping") == {}  # still serving
@@ -145,7 +146,7 @@ async def test_resources(conn):
     r = await conn.request("resources/read", {"uri": "test://dyn/a"})
     assert r["contents"][0]["mimeType"] == "application/json"
     for uri in ("test://dyn/missing", "test://other"):
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             await conn.request("resources/read", {"uri": uri})
         assert e.value.code == -32002 and e.value.data == {"uri": uri}
 
@@ -178,7 +179,7 @@ async def test_capabilities_follow_registrations():
     r = await c.initialize()
     assert r["capabilities"] == {"tools": {}}
     for method in ("resources/list", "resources/subscribe"):
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             await c.request(method, {"uri": "x://y"})
         assert e.value.code == -32601
 
@@ -192,3 +193,29 @@ def test_invalid_schema_is_refused_at_registration():
     h = Handler("x", "1")
     with pytest.raises(ValueError):
         h.add_tool("bad", lambda a, c: None, {"type": 12})
+
+
+async def test_a_remote_rpc_error_is_never_answered_as_ours():
+    """A handler that lets a peer's JSON-RPC error (side "remote") escape is a bug:
+    the client gets -32603, not the peer's code; a local one is the answer."""
+    h = Handler("relay", "1")
+
+    @h.tool("forward", {"type": "object"})
+    async def forward(args, ctx):
+        raise RPCError(-32002, "the upstream said no", {"uri": "x://y"}, side="remote")
+
+    @h.tool("refuse", {"type": "object"})
+    async def refuse(args, ctx):
+        raise RPCError(-32010, "not here", side="local")
+
+    c = LocalConnection(h)
+    await c.initialize()
+    try:
+        with pytest.raises(RPCError) as e:
+            await c.request("tools/call", {"name": "forward", "arguments": {}})
+        assert (e.value.code, e.value.message) == (-32603, "Internal error")
+        with pytest.raises(RPCError) as e:
+            await c.request("tools/call", {"name": "refuse", "arguments": {}})
+        assert (e.value.code, e.value.message, e.value.side) == (-32010, "not here", "remote")
+    finally:
+        c.close()

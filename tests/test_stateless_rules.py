@@ -18,11 +18,12 @@ import orjson
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from agentd.errors import RPCError
 from agentd.mcp import stateless_session as rules
-from agentd.mcp.handler import Handler, ResourceNotFound
+from agentd.mcp.handler import Handler
 from agentd.mcp.server_session import Dispatch, SessionState
 from agentd.wire import codec
-from agentd.wire.jsonrpc import ProtocolError
+from agentd.wire.jsonrpc import resource_not_found
 
 V = "2026-07-28"
 META = {"io.modelcontextprotocol/protocolVersion": V,
@@ -72,7 +73,7 @@ def session(h: Handler) -> SessionState:
 
 
 def served(h: Handler, req: Any, hdrs: Any = None) -> Any:
-    """classify + route, as the driver runs them (the first ProtocolError raises)."""
+    """classify + route, as the driver runs them (the first RPCError raises)."""
     return rules.route(session(h), req, rules.classify(req, hdrs), hdrs)
 
 
@@ -88,7 +89,7 @@ def served(h: Handler, req: Any, hdrs: Any = None) -> Any:
 ])
 def test_header_mismatch_is_32020(pairs, name, why):
     req = request(1, "resources/read", {"uri": "r://a"})
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         rules.classify(req, headers(req, *pairs, name=name))
     assert e.value.code == -32020 and why in e.value.message and e.value.id == 1
     assert rules.http_status(e.value.code) == 400
@@ -100,11 +101,11 @@ def test_header_rung_checks_method_and_version_and_decodes_base64_names():
     assert env.name == "r://a" and env.version == V
     bad = CIMultiDictProxy(CIMultiDict([("MCP-Protocol-Version", V), ("Mcp-Method", "tools/list"),
                                         ("Mcp-Name", "r://a")]))
-    with pytest.raises(ProtocolError, match="Mcp-Method"):
+    with pytest.raises(RPCError, match="Mcp-Method"):
         rules.classify(req, bad)
     bad = CIMultiDictProxy(CIMultiDict([("MCP-Protocol-Version", "2025-11-25"),
                                         ("Mcp-Method", "resources/read"), ("Mcp-Name", "r://a")]))
-    with pytest.raises(ProtocolError, match="MCP-Protocol-Version"):
+    with pytest.raises(RPCError, match="MCP-Protocol-Version"):
         rules.classify(req, bad)
     assert rules.is_modern_request(req)
     assert not rules.is_modern_request(request(2, "tools/list", meta=None))
@@ -119,7 +120,7 @@ def test_header_rung_checks_method_and_version_and_decodes_base64_names():
                                     "resources/subscribe", "resources/unsubscribe"])
 def test_removed_methods_are_32601_with_404(method):
     req = request(3, method, {"uri": "r://a"})
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         served(handler(), req)
     assert e.value.code == -32601 and e.value.message.endswith("(removed at 2026-07-28)")
     out, status = rules.refuse(req.id, e.value)
@@ -127,7 +128,7 @@ def test_removed_methods_are_32601_with_404(method):
 
 
 def test_unknown_method_is_32601_without_hint():
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         served(handler(), request(3, "prompts/list"))
     assert e.value.code == -32601 and e.value.message == "Method not found: prompts/list"
 
@@ -144,7 +145,7 @@ def test_calls_and_reads_are_dispatched_to_the_handler():
 
 def test_missing_client_capability_is_32021_before_the_call():
     req = request(6, "tools/call", {"name": "sample", "arguments": {}})
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         served(handler(), req)
     assert e.value.code == -32021 and e.value.data == {"requiredCapabilities": {"sampling": {}}}
     assert rules.refuse(6, e.value)[1] == 400
@@ -162,7 +163,7 @@ def test_missing_client_capability_is_32021_before_the_call():
 ])
 def test_param_headers_must_mirror_the_arguments(args, pairs, why):
     req = request(7, "tools/call", {"name": "echo", "arguments": args})
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(RPCError) as e:
         served(handler(), req, headers(req, *pairs, name="echo"))
     assert e.value.code == -32020 and why in e.value.message
 
@@ -215,7 +216,7 @@ def test_discover_answers_versions_capabilities_and_server_info():
 
 
 def test_resource_not_found_is_32602_with_the_uri_and_a_bug_is_32603():
-    out, status = rules.refuse(12, ResourceNotFound("r://gone"))
+    out, status = rules.refuse(12, resource_not_found("r://gone"))
     assert status == 400 and orjson.loads(out)["error"] == {
         "code": -32602, "message": "Resource not found", "data": {"uri": "r://gone"}}
     out, status = rules.internal_error(13)
@@ -306,6 +307,6 @@ def test_listen_params_refuse_malformed_requests():
         raw = {"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen"}
         if params is not None:
             raw["params"] = params
-        with pytest.raises(ProtocolError) as e:
+        with pytest.raises(RPCError) as e:
             rules.listen_params(codec.decode(json.dumps(raw).encode()))
         assert e.value.code == -32602 and e.value.id == 9

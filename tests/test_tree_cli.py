@@ -86,3 +86,33 @@ async def test_graph_run_from_the_loop(tmp_path):
     exits = [json.loads(ln) for ln in err.splitlines() if b'"subagent.exit"' in ln]
     assert [(e["handle"], e["status"]) for e in exits] == [("0.1", "completed"),
                                                           ("0.2", "completed")]
+
+
+SPAWN_ONE = {"playback": 1, "scripts": [
+    {"match": "orchestrate",
+     "turns": [{"tool_calls": [{"name": "agentd__subagent_spawn",
+                                "arguments": {"instruction": "child work"}}]},
+               {"content": "{\"done\": true}"}]},
+    {"match": "", "turns": [{"content": "{\"ok\": true}"}], "repeat_last": True}]}
+
+
+@pytest.mark.parametrize("flag", [("--log-level", "debug"), ()])
+async def test_log_level_reaches_a_subagent_as_a_value(agentd_bin, tmp_path, flag):
+    """--log-level, with no AGENTD_LOG_LEVEL in the environment, reaches the
+    subagent (in child/configure; the flag no longer writes os.environ, see
+    test_config_log): the child logs at debug only when the flag says so."""
+    from agentd_proc import agentd_env, run_agentd
+
+    pb = tmp_path / "pb.json"
+    pb.write_text(json.dumps(SPAWN_ONE))
+    env = agentd_env()
+    env.pop("AGENTD_LOG_LEVEL", None)
+    done = await run_agentd(agentd_bin, [*flag, "--instruction", "orchestrate",
+                                         "--intelligence", f"playback:{pb}", "--spawn", "exec"],
+                            env=env)
+    assert done.rc == 0, done.stderr[-2000:]
+    child = [json.loads(e["line"]) for e in done.events("subagent.stderr")
+             if e["line"].startswith("{")]
+    assert any(c.get("event") == "run.end" for c in child), done.stderr[-2000:]
+    debug = [c for c in child if c.get("level") == "debug"]
+    assert bool(debug) is bool(flag), child

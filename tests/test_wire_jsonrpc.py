@@ -7,6 +7,7 @@ import peers
 import pytest
 from msgspec import UNSET, Raw
 
+from agentd.errors import RPCError
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import (
@@ -19,15 +20,15 @@ from agentd.wire.jsonrpc import (
     ErrorObject,
     ErrorResponse,
     Notification,
-    ProtocolError,
     Request,
     Response,
-    ResultDecodeError,
+    error_object,
+    error_response,
 )
 
 
-def _err(data: bytes | str) -> ProtocolError:
-    with pytest.raises(ProtocolError) as ei:
+def _err(data: bytes | str) -> RPCError:
+    with pytest.raises(RPCError) as ei:
         codec.decode(data)
     return ei.value
 
@@ -86,7 +87,7 @@ def test_decode_response():
 def test_decode_response_null_result_is_a_response():
     m = codec.decode(b'{"jsonrpc":"2.0","id":1,"result":null}')
     assert type(m) is Response and bytes(m.result) == b"null"
-    with pytest.raises(ResultDecodeError):
+    with pytest.raises(RPCError):
         codec.decode_result(m.result, t.EmptyResult, m.id)
 
 
@@ -148,12 +149,12 @@ def test_parse_error(data):
     e = _err(data)
     assert e.code == PARSE_ERROR
     assert e.id is None
-    resp = e.to_response()
+    resp = error_response(e)
     assert resp.id is None and resp.error.code == -32700
 
 
 def test_parse_error_response_encodes_null_id():
-    wire = codec.encode(_err(b"nope").to_response())
+    wire = codec.encode(error_response(_err(b"nope")))
     assert msgspec.json.decode(wire)["id"] is None
     assert b'"id":null' in wire and b'"jsonrpc":"2.0"' in wire
 
@@ -233,13 +234,14 @@ def test_invalid_request_messages_name_the_problem():
 
 
 # --------------------------------------------------------------------------
-# -32601 / -32602 and ProtocolError
+# -32601 / -32602 and RPCError
 # --------------------------------------------------------------------------
 
 
 def test_method_not_found_constructible_and_round_trips():
-    err = ProtocolError(METHOD_NOT_FOUND, "Method not found: sampling/createMessage", id=12)
-    wire = codec.encode(err.to_response())
+    err = RPCError(METHOD_NOT_FOUND, "Method not found: sampling/createMessage", id=12,
+                   side="local")
+    wire = codec.encode(error_response(err))
     back = codec.decode(wire)
     assert back == ErrorResponse(
         12, ErrorObject(-32601, "Method not found: sampling/createMessage")
@@ -252,29 +254,30 @@ def test_method_not_found_constructible_and_round_trips():
 
 
 def test_invalid_params_constructible_and_round_trips():
-    err = ProtocolError(INVALID_PARAMS, "bad", data={"field": "name"}, id="x")
-    back = codec.decode(codec.encode(err.to_response()))
+    err = RPCError(INVALID_PARAMS, "bad", data={"field": "name"}, id="x", side="local")
+    back = codec.decode(codec.encode(error_response(err)))
     assert back == ErrorResponse("x", ErrorObject(-32602, "bad", {"field": "name"}))
 
 
 def test_resource_not_found_round_trips_with_uri():
-    err = ProtocolError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": "agent://x"}, 3)
-    back = codec.decode(codec.encode(err.to_response()))
+    err = RPCError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": "agent://x"}, id=3,
+                   side="local")
+    back = codec.decode(codec.encode(error_response(err)))
     assert back.error.code == -32002 and back.error.data == {"uri": "agent://x"}
 
 
 def test_protocol_error_attributes():
-    err = ProtocolError(INTERNAL_ERROR, "oops")
+    err = RPCError(INTERNAL_ERROR, "oops", side="local")
     assert (err.code, err.message, err.data, err.id) == (-32603, "oops", UNSET, None)
     assert isinstance(err, Exception)
     assert "-32603" in str(err) and "oops" in repr(err)
-    assert err.to_error() == ErrorObject(-32603, "oops")
+    assert error_object(err) == ErrorObject(-32603, "oops")
 
 
 def test_decode_params_unknown_method_is_method_not_found():
     assert not codec.known_method("sampling/createMessage")
     assert codec.known_method("tools/call")
-    with pytest.raises(ProtocolError) as ei:
+    with pytest.raises(RPCError) as ei:
         codec.decode_params("sampling/createMessage", Raw(b"{}"), id=5)
     assert ei.value.code == METHOD_NOT_FOUND and ei.value.id == 5
 
@@ -293,18 +296,18 @@ def test_decode_params_unknown_method_is_method_not_found():
     ],
 )
 def test_decode_params_mismatch_is_invalid_params(method, params, needle):
-    with pytest.raises(ProtocolError) as ei:
+    with pytest.raises(RPCError) as ei:
         codec.decode_params(method, Raw(params), id=42)
     e = ei.value
     assert e.code == INVALID_PARAMS and e.id == 42
     assert method in e.message and needle in e.message
-    assert codec.decode(codec.encode(e.to_response())).error.code == -32602
+    assert codec.decode(codec.encode(error_response(e))).error.code == -32602
 
 
 @pytest.mark.parametrize("method", ["tools/call", "resources/read", "initialize"])
 def test_decode_params_required_but_absent(method):
     for raw in (UNSET, Raw(b"null")):
-        with pytest.raises(ProtocolError) as ei:
+        with pytest.raises(RPCError) as ei:
             codec.decode_params(method, raw, id=1)
         assert ei.value.code == INVALID_PARAMS and "required" in ei.value.message
 
@@ -426,10 +429,10 @@ def test_decode_result_typed():
 
 def test_result_decode_error_is_a_protocol_error_with_the_id():
     m = codec.decode(b'{"jsonrpc":"2.0","id":11,"result":{"tools":[{"name":1}]}}')
-    with pytest.raises(ResultDecodeError) as ei:
+    with pytest.raises(RPCError) as ei:
         codec.decode_result(m.result, codec.RESULT_TYPES["tools/list"], m.id)
     e = ei.value
-    assert isinstance(e, ProtocolError)
+    assert isinstance(e, RPCError)
     assert e.code == INTERNAL_ERROR and e.id == 11
     assert "ListToolsResult" in e.message and "result.tools[0].name" in e.message
 
@@ -454,13 +457,13 @@ def test_decode_response_other_messages_pass_through():
 
 
 def test_decode_response_errors_match_general_path():
-    with pytest.raises(ProtocolError) as ei:
+    with pytest.raises(RPCError) as ei:
         codec.decode_response(b"{not json", t.CallToolResult)
     assert ei.value.code == PARSE_ERROR
-    with pytest.raises(ProtocolError) as ei:
+    with pytest.raises(RPCError) as ei:
         codec.decode_response(b'{"jsonrpc":"2.0","id":true,"result":{}}', t.EmptyResult)
     assert ei.value.code == INVALID_REQUEST
-    with pytest.raises(ResultDecodeError) as ei:
+    with pytest.raises(RPCError) as ei:
         codec.decode_response(b'{"jsonrpc":"2.0","id":3,"result":{"content":5}}', t.CallToolResult)
     assert ei.value.id == 3 and "result.content" in ei.value.message
 
@@ -477,7 +480,7 @@ def test_decode_response_unknown_content_block_survives():
 
 
 # --------------------------------------------------------------------------
-# robustness: decode never fails with anything but ProtocolError
+# robustness: decode never fails with anything but RPCError
 # --------------------------------------------------------------------------
 
 hypothesis = peers.import_peer("hypothesis")
@@ -509,7 +512,7 @@ _envelope = st.fixed_dictionaries(
 def test_decode_arbitrary_bytes_only_raises_protocol_error(data):
     try:
         codec.decode(data)
-    except ProtocolError as e:
+    except RPCError as e:
         assert e.code in (PARSE_ERROR, INVALID_REQUEST)
 
 
@@ -519,16 +522,16 @@ def test_decode_arbitrary_envelopes(obj):
     data = msgspec.json.encode(obj)
     try:
         m = codec.decode(data)
-    except ProtocolError as e:
+    except RPCError as e:
         assert e.code == INVALID_REQUEST
         assert e.id is None or type(e.id) in (int, str)
         return
     # whatever was accepted re-encodes to an equal message
     assert codec.decode(codec.encode(m)) == m
-    # and the one-pass path agrees with the general one, or fails only as a ProtocolError
+    # and the one-pass path agrees with the general one, or fails only as a RPCError
     try:
         typed = codec.decode_response(data, t.EmptyResult)
-    except ProtocolError:
+    except RPCError:
         assert type(m) is Response
     else:
         assert type(typed) is type(m) and getattr(typed, "id", None) == getattr(m, "id", None)

@@ -10,9 +10,10 @@ import msgspec
 import pytest
 from msgspec import UNSET, Raw
 
+from agentd.errors import RPCError
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
-from agentd.wire.jsonrpc import ProtocolError, Request, Response, ResultDecodeError
+from agentd.wire.jsonrpc import Request, Response
 
 # --------------------------------------------------------------------------
 # fully populated samples of every Struct
@@ -378,7 +379,7 @@ def test_missing_required_fields_rejected(obj):
     req = _required(tp)
     for name in req:
         broken = {k: v for k, v in full.items() if k != name}
-        with pytest.raises(ResultDecodeError) as ei:
+        with pytest.raises(RPCError) as ei:
             codec.decode_result(msgspec.json.encode(broken), tp)
         assert name in ei.value.message
 
@@ -398,7 +399,7 @@ def test_missing_required_fields_rejected(obj):
     ],
 )
 def test_malformed_content_rejected(payload):
-    with pytest.raises(ResultDecodeError):
+    with pytest.raises(RPCError):
         codec.decode_result(msgspec.json.encode(payload), t.CallToolResult)
 
 
@@ -410,7 +411,7 @@ def test_wrong_types_rejected():
         (t.ReadResourceResult, {"contents": [{"uri": "u", "text": 5}]}),
         (t.ListResourcesResult, {"resources": [{"uri": "u", "name": "n", "size": "big"}]}),
     ]:  # fmt: skip
-        with pytest.raises(ResultDecodeError):
+        with pytest.raises(RPCError):
             codec.decode_result(msgspec.json.encode(payload), tp)
 
 
@@ -758,5 +759,5 @@ def _subset(a: Any, b: Any) -> bool:
 def test_raw_result_passthrough_is_not_materialised():
     m = codec.decode(_as_response(b'{"huge":[' + b",".join([b"1"] * 1000) + b"]}"))
     assert isinstance(m.result, Raw)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RPCError):
         codec.decode_result(m.result, t.CallToolResult, m.id)

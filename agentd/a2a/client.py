@@ -13,7 +13,7 @@ at least one interface agentd speaks -- `JSONRPC` or `HTTP+JSON`, protocol
 the configured one -- a card never points agentd at another host.
 
 Limits. Every answer body and every SSE event is bounded (`max_bytes`, default
-8 MiB): a bigger one is a clear `A2AError`, never a memory blow-up. Requests
+8 MiB): a bigger one is a clear `A2AFault`, never a memory blow-up. Requests
 carry `A2A-Version: 1.0` and the peer's configured headers
 (`{{secret:NAME}}` resolved at connect time, never logged).
 """
@@ -39,30 +39,16 @@ from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd_native import SSEEventTooLarge, SSEParser
 
-__all__ = ["DEFAULT_MAX_BYTES", "A2AClient", "A2AError", "CardError", "TaskNotFound"]
+__all__ = ["DEFAULT_MAX_BYTES", "A2AClient"]
 
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 _log = log.bind(component="a2a")
 DEFAULT_TIMEOUT: Final = 30.0  # one unary request (a streaming read has no total bound)
 
 
-class A2AError(A2AFault):
-    """A peer's protocol error or a transport fault. `retryable`: worth another try
-    (connection refused/reset, 5xx); `code` is the A2A/JSON-RPC code when there was one."""
-
-    def __init__(self, message: str, *, code: int | None = None,
-                 retryable: bool = False) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retryable = retryable
-
-
-class TaskNotFound(A2AError):
-    pass
-
-
-class CardError(A2AFault):
+def _card(message: str) -> A2AFault:
     """The Agent Card cannot be had or is not acceptable (a required peer: exit 6)."""
+    return A2AFault(message, kind="card")
 
 
 class _RpcError(msgspec.Struct):
@@ -99,7 +85,7 @@ def card_url(url: str) -> str:
 
 def choose_interface(card: w.AgentCard, declared: str) -> w.AgentInterface:
     """The interface to use: same origin as `declared`, a binding we speak, A2A 1.x;
-    JSON-RPC preferred. Raises CardError saying why none fits."""
+    JSON-RPC preferred. Raises an A2AFault of kind "card" saying why none fits."""
     origin = _origin(declared)
     seen: list[str] = []
     fits: list[w.AgentInterface] = []
@@ -121,7 +107,7 @@ def choose_interface(card: w.AgentCard, declared: str) -> w.AgentInterface:
         fits.append(iface)
     if not fits:
         why = "; ".join(seen) or "the card lists no supportedInterfaces"
-        raise CardError(f"no usable interface in the Agent Card: {why}")
+        raise _card(f"no usable interface in the Agent Card: {why}")
     fits.sort(key=lambda i: i.protocol_binding != w.BINDING_JSONRPC)
     return fits[0]
 
@@ -191,17 +177,17 @@ class A2AClient:
             async with asyncio.timeout(self.init_timeout):
                 status, body = await self._get_bytes(url)
         except TimeoutError:
-            raise CardError(f"Agent Card at {url}: no answer within "
-                            f"{self.init_timeout}s") from None
-        except (aiohttp.ClientError, OSError, A2AError) as exc:
-            raise CardError(f"Agent Card at {url}: {exc}") from None
+            raise _card(f"Agent Card at {url}: no answer within "
+                        f"{self.init_timeout}s") from None
+        except (aiohttp.ClientError, OSError, A2AFault) as exc:
+            raise _card(f"Agent Card at {url}: {exc}") from None
         if status != 200:
-            raise CardError(f"Agent Card at {url}: HTTP {status}")
+            raise _card(f"Agent Card at {url}: HTTP {status}")
         try:
             card = w.card_decoder.decode(body)
         except PEER_FAULTS as exc:
-            raise CardError(f"Agent Card at {url} is not a valid Agent Card: "
-                            f"{fault_text(exc)}") from None
+            raise _card(f"Agent Card at {url} is not a valid Agent Card: "
+                        f"{fault_text(exc)}") from None
         self.interface = choose_interface(card, self.spec.url)
         self.card = card
         return card
@@ -215,8 +201,8 @@ class A2AClient:
             if size > self.max_bytes:
                 _log.warning("a2a.limit", peer=self.name, limit="max_bytes",
                              bytes=self.max_bytes)
-                raise A2AError(f"peer {self.name}: answer exceeds {self.max_bytes} bytes "
-                               "(max_bytes); dropped")
+                raise A2AFault(f"peer {self.name}: answer exceeds {self.max_bytes} bytes "
+                              "(max_bytes); dropped")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -225,9 +211,9 @@ class A2AClient:
         async with self._http.get(url, allow_redirects=False) as resp:
             return resp.status, await self._read(resp)
 
-    def _fault(self, exc: BaseException, what: str) -> A2AError:
-        return A2AError(f"peer {self.name}: {what}: {type(exc).__name__}: {exc}",
-                        retryable=True)
+    def _fault(self, exc: BaseException, what: str) -> A2AFault:
+        return A2AFault(f"peer {self.name}: {what}: {type(exc).__name__}: {exc}",
+                       retryable=True)
 
     async def _rpc(self, method: str, params: Any) -> msgspec.Raw:
         assert self._http is not None and self.interface is not None
@@ -240,23 +226,23 @@ class A2AClient:
                 data = await self._read(resp)
                 status = resp.status
         except TimeoutError:
-            raise A2AError(f"peer {self.name}: {method}: no answer within {self.timeout}s",
-                           retryable=True) from None
+            raise A2AFault(f"peer {self.name}: {method}: no answer within {self.timeout}s",
+                          retryable=True) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise self._fault(exc, method) from None
         if status >= 500:
-            raise A2AError(f"peer {self.name}: {method}: HTTP {status}", retryable=True)
+            raise A2AFault(f"peer {self.name}: {method}: HTTP {status}", retryable=True)
         try:
             env = _envelope.decode(data)
         except PEER_FAULTS:
-            raise A2AError(f"peer {self.name}: {method}: HTTP {status}, not a JSON-RPC "
-                           "answer") from None
+            raise A2AFault(f"peer {self.name}: {method}: HTTP {status}, not a JSON-RPC "
+                          "answer") from None
         if env.error is not None:
-            cls = TaskNotFound if env.error.code == w.TASK_NOT_FOUND else A2AError
-            raise cls(f"peer {self.name}: {method}: {env.error.message} "
-                      f"({env.error.code})", code=env.error.code)
+            raise A2AFault(f"peer {self.name}: {method}: {env.error.message} "
+                           f"({env.error.code})", code=env.error.code,
+                           kind="not_found" if env.error.code == w.TASK_NOT_FOUND else "fault")
         if not env.result:
-            raise A2AError(f"peer {self.name}: {method}: an answer without a result")
+            raise A2AFault(f"peer {self.name}: {method}: an answer without a result")
         return env.result
 
     async def _rest(self, verb: str, path: str, body: Any = None) -> bytes:
@@ -270,8 +256,8 @@ class A2AClient:
                 raw = await self._read(resp)
                 status = resp.status
         except TimeoutError:
-            raise A2AError(f"peer {self.name}: {verb} {path}: no answer within "
-                           f"{self.timeout}s", retryable=True) from None
+            raise A2AFault(f"peer {self.name}: {verb} {path}: no answer within "
+                          f"{self.timeout}s", retryable=True) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise self._fault(exc, f"{verb} {path}") from None
         if status >= 400:
@@ -280,9 +266,8 @@ class A2AClient:
                 err = _rest_error.decode(raw).error
                 if err is not None and err.message:
                     message = f"{err.message} (HTTP {status})"
-            cls = TaskNotFound if status == 404 else A2AError
-            raise cls(f"peer {self.name}: {verb} {path}: {message}", code=status,
-                      retryable=status >= 500)
+            raise A2AFault(f"peer {self.name}: {verb} {path}: {message}", code=status,
+                           retryable=status >= 500, kind="not_found" if status == 404 else "fault")
         return raw
 
     def _decode(self, decoder: msgspec.json.Decoder, raw: bytes | msgspec.Raw,
@@ -290,8 +275,8 @@ class A2AClient:
         try:
             return decoder.decode(raw)
         except PEER_FAULTS as exc:
-            raise A2AError(f"peer {self.name}: {what}: malformed answer: "
-                           f"{fault_text(exc)}") from None
+            raise A2AFault(f"peer {self.name}: {what}: malformed answer: "
+                          f"{fault_text(exc)}") from None
 
     # ------------------------------------------------------------ methods
     async def send(self, request: w.SendMessageRequest) -> w.SendMessageResponse:
@@ -302,7 +287,7 @@ class A2AClient:
             raw = await self._rest("POST", "/message:send", request)
         resp = self._decode(w.send_response_decoder, raw, "SendMessage")
         if resp.task is None and resp.message is None:
-            raise A2AError(f"peer {self.name}: SendMessage: neither a task nor a message")
+            raise A2AFault(f"peer {self.name}: SendMessage: neither a task nor a message")
         return resp
 
     async def get_task(self, task_id: str, history_length: int | None = 0) -> w.Task:
@@ -325,8 +310,8 @@ class A2AClient:
     async def stream(self, request: w.SendMessageRequest) -> AsyncGenerator[w.StreamResponse, None]:
         """SendStreamingMessage: the task's events until the peer ends the stream.
 
-        A cut connection raises a retryable A2AError (the caller falls back to
-        polling GetTask); a JSON-RPC error event raises A2AError.
+        A cut connection raises a retryable A2AFault (the caller falls back to
+        polling GetTask); a JSON-RPC error event raises A2AFault.
         """
         assert self._http is not None and self.interface is not None
         rpc = self.binding == w.BINDING_JSONRPC
@@ -349,12 +334,12 @@ class A2AClient:
                         with contextlib.suppress(*PEER_FAULTS):  # no envelope: the status
                             env = _envelope.decode(raw) if raw.startswith(b"{") else None
                         if env is not None and env.error is not None:
-                            raise A2AError(f"peer {self.name}: SendStreamingMessage: "
-                                           f"{env.error.message} ({env.error.code})",
-                                           code=env.error.code)
-                    raise A2AError(f"peer {self.name}: SendStreamingMessage: HTTP "
-                                   f"{resp.status} {ctype or 'no content type'}",
-                                   retryable=resp.status >= 500)
+                            raise A2AFault(f"peer {self.name}: SendStreamingMessage: "
+                                          f"{env.error.message} ({env.error.code})",
+                                          code=env.error.code)
+                    raise A2AFault(f"peer {self.name}: SendStreamingMessage: HTTP "
+                                  f"{resp.status} {ctype or 'no content type'}",
+                                  retryable=resp.status >= 500)
                 parser = SSEParser(max_event=self.max_bytes)  # the bound is the parser's
                 while chunk := await resp.content.readany():
                     try:
@@ -362,8 +347,8 @@ class A2AClient:
                     except SSEEventTooLarge:
                         _log.warning("a2a.limit", peer=self.name, limit="max_bytes",
                                      bytes=self.max_bytes)
-                        raise A2AError(f"peer {self.name}: a stream event exceeds "
-                                       f"{self.max_bytes} bytes (max_bytes); dropped") from None
+                        raise A2AFault(f"peer {self.name}: a stream event exceeds "
+                                      f"{self.max_bytes} bytes (max_bytes); dropped") from None
                     for ev in events:
                         if not ev.data:
                             continue
@@ -375,9 +360,9 @@ class A2AClient:
         if rpc:
             env = self._decode(_envelope, data.encode(), "SendStreamingMessage")
             if env.error is not None:
-                raise A2AError(f"peer {self.name}: stream: {env.error.message} "
-                               f"({env.error.code})", code=env.error.code)
+                raise A2AFault(f"peer {self.name}: stream: {env.error.message} "
+                              f"({env.error.code})", code=env.error.code)
             if not env.result:
-                raise A2AError(f"peer {self.name}: stream: an event without a result")
+                raise A2AFault(f"peer {self.name}: stream: an event without a result")
             return self._decode(w.stream_decoder, env.result, "stream event")
         return self._decode(w.stream_decoder, data.encode(), "stream event")

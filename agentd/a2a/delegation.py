@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from agentd.a2a.client import A2AError
 from agentd.a2a.peers import A2APeers, Delegation
+from agentd.errors import A2AFault
 from agentd.mcp.selftool import error
 from agentd.wire import a2a as w
 from agentd.wire.shapes import Observed
@@ -73,7 +73,7 @@ async def delegate(peers: A2APeers, a: DelegateArgs) -> Observed:
     try:
         d = await peers.delegate(a.peer, a.message, task_id=a.task_id,
                                  context_id=a.context_id, wait=not a.mode_async)
-    except A2AError as exc:
+    except A2AFault as exc:
         return error(f"{NAME}: {exc}")
     if a.mode_async and not d.settled:
         body = d.body()

@@ -2,7 +2,7 @@
 
 `A2APeers(specs, ...)` is an async context manager beside the MCP Toolbox. On
 entry every peer's Agent Card is fetched and validated; a required peer that
-fails is `RequiredPeerFailed` (a `RequiredServerLost` at the handshake: exit 6,
+fails is a `RequiredServerLost` at the handshake (exit 6,
 before the intelligence is called), an optional one is logged and left out.
 
 Following a task. `follow()` drives one task to a *settled* state -- terminal
@@ -41,15 +41,16 @@ from typing import Any, Final
 
 import msgspec
 
-from agentd.a2a.client import A2AClient, A2AError, CardError, TaskNotFound
+from agentd.a2a.client import A2AClient
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
+from agentd.errors import A2AFault
 from agentd.log import log
 from agentd.mcp.faults import RequiredServerLost
 from agentd.mcp.seams import AgentToolbox, ResourceServer
 from agentd.wire import a2a as w
 from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 
-__all__ = ["SCHEME", "A2APeers", "Delegation", "RequiredPeerFailed", "task_uri"]
+__all__ = ["SCHEME", "A2APeers", "Delegation", "task_uri"]
 
 SCHEME: Final = "a2a://"
 POLL_FIRST: Final = 0.05
@@ -60,13 +61,6 @@ TAIL_WAIT: Final = 0.25  # how long the end of a settled task's stream is awaite
 MAX_TRACKED: Final = 1024  # async tasks remembered per run (oldest settled dropped first)
 
 _log = log.bind(component="a2a")
-
-
-class RequiredPeerFailed(RequiredServerLost):
-    """A required A2A peer's Agent Card could not be had: exit 6."""
-
-    def __init__(self, peer: str, reason: str) -> None:
-        super().__init__(peer, reason, handshake=True, what="A2A peer")
 
 
 def task_uri(peer: str, task_id: str) -> str:
@@ -228,7 +222,7 @@ class A2APeers:
         except BaseException as exc:
             await self._stack.__aexit__(type(exc), exc, exc.__traceback__)
             if isinstance(exc, BaseExceptionGroup):
-                leaf = next((e for e in exc.exceptions if isinstance(e, RequiredPeerFailed)),
+                leaf = next((e for e in exc.exceptions if isinstance(e, RequiredServerLost)),
                             None)
                 if leaf is not None:
                     raise leaf from None
@@ -243,10 +237,13 @@ class A2APeers:
                                init_timeout=self.init_timeout)
         try:
             await client.__aenter__()
-        except (CardError, OSError, ValueError) as exc:
-            if spec.required:
+        except (A2AFault, OSError, ValueError) as exc:
+            if isinstance(exc, A2AFault) and exc.kind != "card":
+                raise
+            if spec.required:  # a required peer's card: exit 6, as a required MCP server
                 _log.error("a2a.card.failed", peer=spec.name, error=str(exc), required=True)
-                raise RequiredPeerFailed(spec.name, str(exc)) from None
+                raise RequiredServerLost(spec.name, str(exc), handshake=True,
+                                         what="A2A peer") from None
             _log.warning("a2a.card.failed", peer=spec.name, error=str(exc), required=False,
                          detail="optional peer left out")
             return None
@@ -333,7 +330,7 @@ class A2APeers:
     async def _background(self, client: A2AClient, d: Delegation, uri: str) -> None:
         try:
             await self._poll(client, d)
-        except A2AError as exc:  # never leaves the follow: the task's state says it
+        except A2AFault as exc:  # never leaves the follow: the task's state says it
             d.state, d.error = "unknown", str(exc)
         finally:
             self.running.pop(uri, None)
@@ -383,7 +380,7 @@ class A2APeers:
                 if d is not None and d.settled:
                     # Let the peer end the stream (briefly), so the connection goes
                     # back to the pool instead of being closed mid-response.
-                    with contextlib.suppress(TimeoutError, A2AError):
+                    with contextlib.suppress(TimeoutError, A2AFault):
                         async with asyncio.timeout(TAIL_WAIT):
                             async for _ in events:
                                 pass
@@ -392,13 +389,13 @@ class A2APeers:
             if d is not None:
                 await self._cancel_remote(client, d)
             raise
-        except A2AError as exc:
+        except A2AFault as exc:
             if d is None or not exc.retryable:
                 raise
             _log.warning("a2a.stream.broken", peer=client.name, task_id=d.task_id,
                          error=str(exc), detail="following by GetTask")
         if d is None:
-            raise A2AError(f"peer {client.name}: the stream ended before a task was named")
+            raise A2AFault(f"peer {client.name}: the stream ended before a task was named")
         await self._poll(client, d)  # the stream ended or broke before the task settled
         return d
 
@@ -423,10 +420,10 @@ class A2APeers:
                 delay = min(delay * 2, POLL_MAX)
                 try:
                     task = await client.get_task(d.task_id)
-                except TaskNotFound as exc:
-                    d.state, d.error = "unknown", str(exc)
-                    return
-                except A2AError as exc:
+                except A2AFault as exc:
+                    if exc.kind == "not_found":
+                        d.state, d.error = "unknown", str(exc)
+                        return
                     failures += 1
                     if not exc.retryable or failures >= UNREACHABLE_AFTER:
                         d.state, d.error = "unknown", str(exc)
@@ -444,7 +441,7 @@ class A2APeers:
         """CancelTask for a task we stop following (deadline, signal, drain)."""
         if d.settled:
             return
-        with contextlib.suppress(A2AError, TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(A2AFault, TimeoutError, asyncio.CancelledError):
             async with asyncio.timeout(CANCEL_TIMEOUT):
                 task = await asyncio.shield(client.cancel(d.task_id))
                 d.absorb(task)
@@ -464,7 +461,7 @@ class A2APeers:
         d = self.tracked.get(uri) or Delegation(peer=peer, task_id=task_id)
         try:
             d.absorb(await client.get_task(task_id))
-        except A2AError as exc:
+        except A2AFault as exc:
             if uri not in self.tracked:
                 return Observed(f"resource not found: {uri}: {exc}", is_error=True)
             d.error = str(exc)

@@ -32,14 +32,14 @@ import orjson
 from agentd.agent import prompt as P
 from agentd.agent.selftools import SelfTools
 from agentd.config import RunLimits
-from agentd.errors import ToolFault
+from agentd.errors import IntelligenceError, ToolFault
 from agentd.intelligence.base import (
-    CeilingReached,
     Completion,
     Intelligence,
     Message,
     ToolCall,
     ToolDef,
+    is_ceiling,
     model_label,
     system,
     tool_result,
@@ -234,18 +234,19 @@ class Loop:
                         if trace.enabled else trace.NOSPAN as call_span:
                     try:
                         completion = await self.intelligence.complete(messages, defs)
-                    except CeilingReached:
-                        raise  # the ledger's refusal, not the intelligence failing
-                    except Exception:
-                        metrics.INTELLIGENCE.inc(self._model, "error")
+                    except Exception as exc:
+                        if not is_ceiling(exc):  # the ledger's refusal is no intelligence error
+                            metrics.INTELLIGENCE.inc(self._model, "error")
                         raise
                     if trace.enabled:
                         call_span.update({
                             "gen_ai.usage.input_tokens": completion.usage.prompt_tokens,
                             "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
                             "agentd.tool_calls": len(completion.tool_calls)})
-            except CeilingReached as exc:  # the tree's ledger refused this call
-                return self._exhausted(str(exc))
+            except IntelligenceError as exc:
+                if exc.kind != "ceiling":
+                    raise
+                return self._exhausted(str(exc))  # the tree's ledger refused this call
             metrics.turn(self._model, completion.usage, time.perf_counter() - t0)
             st.steps += 1
             st.usage.add(completion.usage)

@@ -48,7 +48,7 @@ from agentd.intelligence.base import (
     Message,
     ToolDef,
 )
-from agentd.log import configure, env_level, log
+from agentd.log import configure, log
 from agentd.output import Usage
 from agentd.tree.supervisor import ROOT, Supervisor
 
@@ -233,7 +233,7 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                     finished: set[str]) -> int:
     """The whole batch; returns the exit code (0, 1, 130; 6 before any sample)."""
     run_id = new_run_id()
-    configure(fmt=config.log_format, run_id=run_id, level=env_level())
+    configure(fmt=config.log_format, run_id=run_id, level=config.log_level or "info")
     todo = [t for t in tasks if t.id not in finished]
     stats = Stats(len(tasks), len(tasks) - len(todo))
     log.info("batch.start", tasks=len(tasks), skipped=stats.skipped, parallel=config.parallel,
@@ -283,7 +283,7 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             holder.append(batch)
             if signalled:  # a signal during start-up
                 batch.interrupt(now=True)
-            async with progress(stats, config.progress_interval):
+            async with progress(stats, config.progress_interval, log_level=config.log_level):
                 await batch.run(todo)
     except Exception as exc:  # nothing ran, or the batch root itself failed
         code, event, message = classify(exc)

@@ -21,15 +21,9 @@ from typing import Any
 
 import msgspec
 
-from agentd.app.cassette import (
-    CassetteError,
-    ErrorBody,
-    Recorder,
-    Replay,
-    ReplayDiverged,
-    UpdateBody,
-)
+from agentd.app.cassette import Divergence, ErrorBody, Recorder, Replay, UpdateBody
 from agentd.config import DEFAULT_CASSETTE_BYTES
+from agentd.errors import TreeError
 from agentd.log import log
 from agentd.output import Usage
 from agentd.tree.broker import Broker
@@ -112,7 +106,7 @@ class SampleBroker(Broker):
                 tally.replay = Replay(self.replay_dir, sample_id,
                                       max_bytes=self.cassette_bytes)
                 self._replayed = tally.replay.header.catalogue
-            except CassetteError as exc:
+            except TreeError as exc:  # missing, too large, not in the format
                 tally.failure = str(exc)
 
     def end(self, sample: str) -> Tally:
@@ -217,10 +211,9 @@ class SampleBroker(Broker):
                 req: IoRequest) -> IoAnswer:
         if tally.failure is not None or tally.replay is None:
             return io_error(IO_FAULT, tally.failure or "replay: no cassette")
-        try:
-            answer = tally.replay.answer(rel, step, req)
-        except ReplayDiverged as exc:
-            tally.failure = str(exc)
+        answer = tally.replay.answer(rel, step, req)
+        if isinstance(answer, Divergence):
+            tally.failure = str(answer)
             log.warning("batch.replay.diverged", sample=tally.replay.sample, handle=rel,
                         step=step, error=tally.failure)
             return io_error(IO_FAULT, tally.failure)

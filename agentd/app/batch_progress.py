@@ -3,7 +3,7 @@
 On a terminal (stderr is a tty) and with rich installed (the `top` extra): a
 live bar on stderr — done of total, failed, running, rate, ETA, tokens so far —
 with the log lines printed above it (at warning and up unless
-AGENTD_LOG_LEVEL asks for more: a person is reading). Anywhere else (a CI
+--log-level / AGENTD_LOG_LEVEL asks for more: a person is reading). Anywhere else (a CI
 log, a file, rich missing): a `batch.progress` JSON log line every
 `--progress-interval` seconds. Either way the batch ends with its
 `batch.end` summary line (counts by status, tokens, wall time, p50/p95 per
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -63,8 +62,10 @@ def _want_bar() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def progress(stats: Counts, interval: float) -> AsyncIterator[None]:
-    """Report `stats` while the body runs (see the module doc)."""
+async def progress(stats: Counts, interval: float, *,
+                   log_level: str | None = None) -> AsyncIterator[None]:
+    """Report `stats` while the body runs (see the module doc); `log_level`: the
+    level asked for (`Config.log_level`), None for the bar's quiet default."""
     if not _want_bar():
         task = asyncio.create_task(_lines(stats, interval), name="batch-progress")
         try:
@@ -74,7 +75,7 @@ async def progress(stats: Counts, interval: float) -> AsyncIterator[None]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         return
-    async with _bar(stats):
+    async with _bar(stats, log_level):
         yield
 
 
@@ -85,7 +86,7 @@ async def _lines(stats: Counts, interval: float) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _bar(stats: Counts) -> AsyncIterator[None]:
+async def _bar(stats: Counts, log_level: str | None) -> AsyncIterator[None]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -95,7 +96,7 @@ async def _bar(stats: Counts) -> AsyncIterator[None]:
                    transient=False)
     todo = stats.total - stats.skipped
     task = bar.add_task("", total=todo)
-    if "AGENTD_LOG_LEVEL" not in os.environ:
+    if log_level is None:
         configure(level="warning")
 
     def describe() -> str:

@@ -30,7 +30,7 @@ requests are sequential, so the lookup does not depend on how the subtree's
 handles interleaved. A request that differs from the recorded one, a request
 the recording does not have, or a recording with requests the run never made
 is a divergence (an update recorded after a step the run never reached is
-reported as that step): `ReplayDiverged` names the sample, the handle's step and the
+reported as that step): its `Divergence` names the sample, the handle's step and the
 first difference (a JSON path and both values).
 """
 
@@ -40,6 +40,7 @@ import errno
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -57,12 +58,15 @@ READABLE_VERSIONS = (1, 2)  # a version-1 cassette is a version 2 without update
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-class ReplayDiverged(TreeError):
-    """A replayed sample asked for something its cassette does not hold."""
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """A replayed sample asked for something its cassette does not hold: an
+    expected outcome of a replay (the sample fails), so a value, not an error."""
 
+    text: str
 
-class CassetteError(TreeError):
-    """A cassette that is missing, too large, or not in the format."""
+    def __str__(self) -> str:
+        return self.text
 
 
 class ErrorBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -201,25 +205,25 @@ class Replay:
         self.path = path = cassette_path(directory, sample_id)
         try:
             if os.path.getsize(path) > max_bytes:
-                raise CassetteError(f"cassette {path}: larger than --cassette-bytes={max_bytes}")
+                raise TreeError(f"cassette {path}: larger than --cassette-bytes={max_bytes}")
             with open(path, "rb") as f:
                 lines = f.read().splitlines()
         except OSError as exc:
-            raise CassetteError(f"no cassette for sample {sample_id!r}: {path}: "
+            raise TreeError(f"no cassette for sample {sample_id!r}: {path}: "
                                 f"{exc.strerror or exc}") from None
         try:
             self.header = msgspec.json.decode(lines[0] if lines else b"", type=Header)
             body = [_decode_line(ln) for ln in lines[1:] if ln.strip()]
         except PEER_FAULTS as exc:  # an edited file is input like any other
-            raise CassetteError(f"cassette {path}: not a version-{CASSETTE_VERSION} "
+            raise TreeError(f"cassette {path}: not a version-{CASSETTE_VERSION} "
                                 f"cassette: {exc}") from None
         if self.header.cassette not in READABLE_VERSIONS or self.header.sample != sample_id:
-            raise CassetteError(f"cassette {path}: version {self.header.cassette} of sample "
+            raise TreeError(f"cassette {path}: version {self.header.cassette} of sample "
                                 f"{self.header.sample!r}, expected version "
                                 f"{CASSETTE_VERSION} (or 1) of {sample_id!r}")
         updates = [u for u in body if isinstance(u, UpdateLine)]
         if updates and self.header.cassette < 2:
-            raise CassetteError(f"cassette {path}: an update line in a version-1 cassette")
+            raise TreeError(f"cassette {path}: an update line in a version-1 cassette")
         self._entries = {(e.handle, e.step): e for e in body if isinstance(e, Entry)}
         self._used: set[tuple[str, int]] = set()
         self._updates: dict[tuple[str, int], list[UpdateBody]] = {}
@@ -236,21 +240,22 @@ class Replay:
         self._delivered.add(key)
         return self._updates.get(key, [])
 
-    def _diverged(self, handle: str, step: int, what: str) -> ReplayDiverged:
+    def _diverged(self, handle: str, step: int, what: str) -> Divergence:
         who = "the sample" if not handle else f"subagent {handle}"
-        return ReplayDiverged(f"replay diverged at sample {self.sample!r} step {step} of "
-                              f"{who}: {what}")
+        return Divergence(f"replay diverged at sample {self.sample!r} step {step} of "
+                          f"{who}: {what}")
 
-    def answer(self, handle: str, step: int, req: IoRequest) -> IoResult | ErrorBody:
-        """The recorded answer of this request; ReplayDiverged if it is not the one."""
+    def answer(self, handle: str, step: int,
+               req: IoRequest) -> IoResult | ErrorBody | Divergence:
+        """The recorded answer of this request, or the Divergence if it is not the one."""
         entry = self._entries.get((handle, step))
         now = request_json(req)
         if entry is None:
-            raise self._diverged(handle, step, f"a {now.get('kind')} request the recording "
-                                               "does not have")
+            return self._diverged(handle, step, f"a {now.get('kind')} request the recording "
+                                                "does not have")
         diff = first_difference(entry.request, now, "request")
         if diff is not None:
-            raise self._diverged(handle, step, diff)
+            return self._diverged(handle, step, diff)
         self._used.add((handle, step))
         if entry.error is not None:
             return entry.error
@@ -259,7 +264,7 @@ class Replay:
             result.completion.usage = Usage()
         return result
 
-    def unplayed(self) -> ReplayDiverged | None:
+    def unplayed(self) -> Divergence | None:
         """After the sample ended: the first recorded request it never made (first
         in the recording's order: where the run fell behind it earliest)."""
         rest = [k for k in self._entries if k not in self._used]

@@ -27,7 +27,7 @@ on purpose: `crash`, `malformed`, `oversized`, `ignore_term`, `hang`.
 import os
 import sys
 
-from agentd.tree.childflags import FAULT_ENV, ppid_of, set_pdeathsig
+from agentd.tree.boot import FAULT_ENV, ppid_of, set_pdeathsig
 
 FIRST_FRAME_MAX = 16 * 1024 * 1024
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

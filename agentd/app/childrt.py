@@ -20,7 +20,7 @@ from typing import Any
 
 from agentd.log import log
 from agentd.obs import trace
-from agentd.tree.childflags import LINGER
+from agentd.tree.boot import LINGER
 from agentd.tree.control import (
     BUSY,
     ChildConfig,

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from agentd.tree.childflags import (
+from agentd.tree.boot import (
     FAULT_ENV,
     FS_FD,
     FS_MSG_MAX,

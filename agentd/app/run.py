@@ -41,7 +41,7 @@ from agentd.errors import classify
 from agentd.exitcodes import ExitCode
 from agentd.intelligence import make_intelligence
 from agentd.intelligence.base import Intelligence, Message, user
-from agentd.log import configure, env_level, log
+from agentd.log import configure, log
 from agentd.mcp.faults import RequiredServerLost
 from agentd.mcp.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
@@ -510,7 +510,7 @@ def _result(run_id: str, status: str, partial: bool, result: Any,
 async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = None) -> int:
     """`agentd --instruction ...`: the whole run; returns the exit code."""
     run_id = new_run_id()
-    configure(fmt=config.log_format, run_id=run_id, level=env_level())
+    configure(fmt=config.log_format, run_id=run_id, level=config.log_level or "info")
     log.info("run.start", mode=config.mode, servers=[s.name for s in config.mcp],
              max_steps=config.max_steps, deadline_s=config.deadline,
              token_ceiling=config.token_ceiling, serve=config.serve is not None)

@@ -21,7 +21,7 @@ subscribe / `updated` / read; the worker is drained.
 
 A readable trace goes to stderr, the one result object (the main run's) to
 stdout; the exit code is the main run's (1 if an act failed). Logs are quiet (errors only) so the trace reads well; set
-AGENTD_LOG_LEVEL=info to see every log line too.
+--log-level info (or AGENTD_LOG_LEVEL=info) to see every log line too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.resources
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -54,10 +53,12 @@ ACT_MODULES = ("agentd.demo.composition_act", "agentd.demo.tree_act", "agentd.de
 class DemoContext:
     """What an act gets: the running sample servers, the script, the trace."""
 
-    def __init__(self, servers: dict[str, Any], script: str, trace: Trace) -> None:
+    def __init__(self, servers: dict[str, Any], script: str, trace: Trace,
+                 log_level: str | None = None) -> None:
         self.servers = servers  # name -> Runner (.url, .handler)
         self.script = script  # path of the playback file
         self.trace = trace
+        self.log_level = log_level  # --log-level, for the demo's runs and their subagents
 
     def spec(self, *names: str) -> tuple[ServerSpec, ...]:
         return tuple(ServerSpec(name=n, url=self.servers[n].url) for n in names)
@@ -68,7 +69,8 @@ class DemoContext:
         kw.setdefault("deadline", 60.0)
         kw.setdefault("drain_timeout", 10.0)
         return Config(instruction=instruction, intelligence=f"playback:{self.script}",
-                      mcp=self.spec(*servers), log_format="text", **kw)
+                      mcp=self.spec(*servers), log_format="text", log_level=self.log_level,
+                      **kw)
 
 
 Act = Callable[[DemoContext], Awaitable[None]]
@@ -121,16 +123,16 @@ def _script_path(stack: contextlib.ExitStack) -> str:
     return str(stack.enter_context(importlib.resources.as_file(ref)))
 
 
-async def main(*, out: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    """Run the demo; returns the main run's exit code."""
+async def main(*, out: TextIO | None = None, stdout: TextIO | None = None,
+               level: str | None = None) -> int:
+    """Run the demo; returns the main run's exit code. `level`: --log-level
+    (validated; None: error, so the trace is what a person reads)."""
     from agentd.app.run import execute, new_run_id
     from agentd.demo import servers as samples
 
     err = out or sys.stderr
     run_id = new_run_id()
-    level = os.environ.get("AGENTD_LOG_LEVEL", "error").lower()
-    configure(fmt="text", run_id=run_id, level=level if level in
-              ("debug", "info", "warning", "error") else "error")
+    configure(fmt="text", run_id=run_id, level=level or "error")
     trace = Trace(err)
     trace.line("agentd demo — offline: a scripted (playback) intelligence and sample MCP "
                "servers on loopback")
@@ -144,7 +146,7 @@ async def main(*, out: TextIO | None = None, stdout: TextIO | None = None) -> in
                 running[name] = runner
                 trace.line(f"  server {name:6} {runner.url}  tools: "
                            f"{', '.join(runner.handler.tool_names())}")
-            ctx = DemoContext(running, script, trace)
+            ctx = DemoContext(running, script, trace, level)
             config = ctx.config(ROOT_INSTRUCTION, "notes", "calc",
                                 output_contract=OUTPUT_CONTRACT)
             trace.line(f"\nthe instruction: {ROOT_INSTRUCTION}")

@@ -95,7 +95,7 @@ async def composition(ctx: DemoContext) -> None:
                                 intelligence=f"playback:{ctx.script}",
                                 mcp=(ServerSpec(name="worker", url=url),),
                                 max_steps=10, deadline=60.0, drain_timeout=10.0,
-                                log_format="text")
+                                log_format="text", log_level=ctx.log_level)
             parent_trace = _Prefixed(ctx.trace, "parent")
             result, code, _ = await execute(parent_cfg, run_id=new_run_id(), signals=False,
                                             tracer=parent_trace)

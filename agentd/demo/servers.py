@@ -21,8 +21,9 @@ import asyncio
 import sys
 from typing import Any
 
-from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, tool_error
+from agentd.mcp.handler import CallContext, Handler, tool_error
 from agentd.mcp.http_server import Runner, serve
+from agentd.wire.jsonrpc import resource_not_found
 
 NUMBER = {"type": "number"}
 
@@ -68,7 +69,7 @@ def notes_handler(notes: dict[str, str] | None = None) -> Handler:
     async def note(uri: str) -> Any:
         title = uri.removeprefix("notes://note/")
         if title not in store:
-            raise ResourceNotFound(uri)
+            raise resource_not_found(uri)
         return store[title]
 
     h.add_resource("notes://index", index, name="index", mime_type="application/json",

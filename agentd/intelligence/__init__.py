@@ -22,6 +22,7 @@ import os
 from urllib.parse import urlsplit
 
 from agentd.config import ConfigError, StreamBounds
+from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -86,15 +87,17 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
         raise ConfigError("--intelligence is required for a run "
                           "(https://host/v1, a loopback http:// URL, or playback:PATH)")
     if spec.startswith(PLAYBACK):
-        from agentd.intelligence.playback import Playback, PlaybackError
+        from agentd.intelligence.playback import Playback
 
         path = spec[len(PLAYBACK):]
         if not path:
             raise ConfigError("--intelligence playback:PATH: the path is empty")
         try:
             return Playback(path)
-        except PlaybackError as exc:
-            raise ConfigError(str(exc)) from None
+        except IntelligenceError as exc:
+            if exc.kind != "playback":
+                raise
+            raise ConfigError(str(exc)) from None  # a bad file: exit 2
     parts = urlsplit(spec)
     ok = (parts.scheme == "https" and parts.hostname) or (
         parts.scheme == "http" and parts.hostname and is_loopback_host(parts.hostname))

@@ -26,7 +26,6 @@ from agentd.exitcodes import ExitCode
 from agentd.output import Usage
 
 __all__ = [
-    "CeilingReached",
     "Completion",
     "FunctionCall",
     "FunctionDef",
@@ -37,6 +36,8 @@ __all__ = [
     "ToolDef",
     "Usage",
     "assistant",
+    "ceiling_reached",
+    "is_ceiling",
     "system",
     "tool_result",
     "user",
@@ -49,10 +50,19 @@ class IntelligenceUnavailable(IntelligenceError):
     exit_code = ExitCode.INTELLIGENCE
     event = "intelligence.unavailable"
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="unavailable")
 
-class CeilingReached(IntelligenceError):
+
+def ceiling_reached(message: str) -> IntelligenceError:
     """The tree's token ledger refused an intelligence call: the run ends
     `budget_exhausted` (exit 3) with its partial result (agentd.intelligence.ledger)."""
+    return IntelligenceError(message, kind="ceiling")
+
+
+def is_ceiling(exc: BaseException) -> bool:
+    """Whether `exc` is the ledger's refusal (not the intelligence failing)."""
+    return isinstance(exc, IntelligenceError) and exc.kind == "ceiling"
 
 
 class FunctionCall(Struct, omit_defaults=True):

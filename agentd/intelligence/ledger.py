@@ -4,7 +4,7 @@ Every intelligence call of the tree — the root loop's own, and every
 subagent's, brokered up the control wire to the root (agentd.tree.broker) —
 goes through `Metered.complete`, which asks the ledger first:
 
-* `admit(handle)` refuses (`CeilingReached`: the run ends `budget_exhausted`,
+* `admit(handle)` refuses (`ceiling_reached`, an `IntelligenceError` of kind "ceiling": the run ends `budget_exhausted`,
   exit 3, partial) when the tokens already spent plus a *reservation* for the
   calls in flight reach the ceiling. The reservation of each call in flight is
   the largest call seen so far (before any call has finished it is 0);
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentd.intelligence.base import CeilingReached, Completion, Intelligence, Message, ToolDef
+from agentd.intelligence.base import Completion, Intelligence, Message, ToolDef, ceiling_reached
 from agentd.intelligence.flow import FlowGate
 
-__all__ = ["CeilingReached", "Ledger", "Metered"]
+__all__ = ["Ledger", "Metered"]
 
 
 class Ledger:
@@ -53,12 +53,12 @@ class Ledger:
         return None if self.ceiling is None else max(self.ceiling - self.spent, 0)
 
     def admit(self, handle: str, *, enforce: bool = True) -> None:
-        """Take a slot for one call, or raise CeilingReached."""
+        """Take a slot for one call, or raise the ledger's refusal (`ceiling_reached`)."""
         c = self.ceiling
         if enforce and c is not None and self.spent + self.inflight * self.largest >= c:
             self.refused += 1
-            raise CeilingReached(f"token_ceiling={c} reached ({self.spent} tokens spent by "
-                                 f"the tree, {self.inflight} calls in flight)")
+            raise ceiling_reached(f"token_ceiling={c} reached ({self.spent} tokens spent by "
+                                  f"the tree, {self.inflight} calls in flight)")
         self.inflight += 1
 
     def settle(self, handle: str, tokens: int) -> None:

@@ -42,6 +42,7 @@ from agentd.intelligence.base import (
     ToolDef,
     Usage,
 )
+from agentd.intelligence.flow import FlowGate
 from agentd.log import log
 from agentd.mcp.faults import parse_retry_after
 from agentd.obs import trace
@@ -135,11 +136,9 @@ _response_decoder = msgspec.json.Decoder(ChatResponse)
 _chunk_decoder = msgspec.json.Decoder(ChatChunk)
 
 
-class _Retryable(IntelligenceError):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
+def _retryable(reason: str, retry_after: float | None = None) -> IntelligenceError:
+    """One attempt failed in a way the next may not (see `OpenAIProvider.complete`)."""
+    return IntelligenceError(reason, kind="retry", retry_after=retry_after)
 
 
 def _arguments_text(value: Any) -> str:
@@ -148,7 +147,7 @@ def _arguments_text(value: Any) -> str:
     try:  # a gateway that sends an object: any depth msgspec decoded, any integer
         return _encoder.encode(value).decode()
     except PEER_FAULTS as exc:
-        raise _Retryable(f"malformed response: tool-call arguments {fault_text(exc)}") from None
+        raise _retryable(f"malformed response: tool-call arguments {fault_text(exc)}") from None
 
 
 class _StreamAssembler:
@@ -162,7 +161,7 @@ class _StreamAssembler:
 
     def add(self, chunk: ChatChunk) -> None:
         if chunk.error is not None:
-            raise _Retryable(f"stream error: {chunk.error.message[:200]}")
+            raise _retryable(f"stream error: {chunk.error.message[:200]}")
         if chunk.usage is not None:
             self.usage = chunk.usage
         for choice in chunk.choices[:1]:
@@ -231,7 +230,7 @@ class OpenAICompatible:
             self._request_headers = {**self._headers, "Accept": "application/json"}
         # The tree's FlowGate (agentd.intelligence.flow), set by the ledger's meter:
         # a 429 / Retry-After pauses every call of the tree, not just this one.
-        self.gate: Any = None
+        self.gate: FlowGate | None = None  # set by the ledger that meters this provider
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -243,7 +242,7 @@ class OpenAICompatible:
             self._session = aiohttp.ClientSession(
                 # as many connections as the tree may have calls in flight (the gate's M)
                 connector=aiohttp.TCPConnector(
-                    ssl=ssl, limit=max(16, getattr(self.gate, "max_inflight", 16))),
+                    ssl=ssl, limit=max(16, self.gate.max_inflight if self.gate else 16)),
                 # no cookie jar: a gateway's cookies are not state this client keeps
                 cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("Accept-Encoding", "User-Agent"))
@@ -276,18 +275,20 @@ class OpenAICompatible:
         for attempt in range(1, self.attempts + 1):
             try:
                 return await self._attempt(body)
-            except _Retryable as exc:
-                last = exc.reason
+            except IntelligenceError as exc:
+                if exc.kind != "retry":
+                    raise
+                last = str(exc)
                 if attempt == self.attempts:
                     break
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
                 delay *= 0.5 + random.random() / 2  # jitter
                 if exc.retry_after is not None:
                     delay = min(MAX_RETRY_AFTER, max(delay, exc.retry_after))
-                _log.warning("intelligence.retry", attempt=attempt, reason=exc.reason,
+                _log.warning("intelligence.retry", attempt=attempt, reason=last,
                              delay_s=round(delay, 3))
                 gate = self.gate
-                if gate is not None and (exc.retry_after is not None or exc.reason == "HTTP 429"):
+                if gate is not None and (exc.retry_after is not None or last == "HTTP 429"):
                     gate.pause(delay)  # the whole tree waits, not only this call
                     await gate.clear()
                 else:
@@ -309,9 +310,9 @@ class OpenAICompatible:
                     return await self._read_stream(resp)
                 raw = await self._read_body(resp)
         except aiohttp.ClientError as exc:  # connection, payload, or a head no parser takes
-            raise _Retryable(f"{type(exc).__name__}: {exc}"[:FAULT_TEXT_MAX]) from None
+            raise _retryable(f"{type(exc).__name__}: {exc}"[:FAULT_TEXT_MAX]) from None
         except TimeoutError:
-            raise _Retryable(f"request timed out after {self.timeout}s") from None
+            raise _retryable(f"request timed out after {self.timeout}s") from None
         return self._decode(raw)
 
     async def _read_body(self, resp: aiohttp.ClientResponse) -> bytes:
@@ -338,7 +339,7 @@ class OpenAICompatible:
             text = ""
         detail = " ".join(text.split())[:200]
         if status in RETRY_STATUSES or status >= 500:
-            raise _Retryable(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After"),
+            raise _retryable(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After"),
                                                                  cap=MAX_RETRY_AFTER))
         raise IntelligenceUnavailable(
             f"intelligence gateway {self.url} refused the request: HTTP {status} {detail}".rstrip())
@@ -347,11 +348,11 @@ class OpenAICompatible:
         try:
             resp = _response_decoder.decode(raw)
         except PEER_FAULTS as exc:
-            raise _Retryable(f"malformed response: {fault_text(exc)}") from None
+            raise _retryable(f"malformed response: {fault_text(exc)}") from None
         if resp.error is not None and not resp.choices:
-            raise _Retryable(f"gateway error: {resp.error.message[:200]}")
+            raise _retryable(f"gateway error: {resp.error.message[:200]}")
         if not resp.choices:
-            raise _Retryable("response without choices")
+            raise _retryable("response without choices")
         choice = resp.choices[0]
         msg = choice.message
         calls = [ToolCall(id=tc.id or f"call_{i}",
@@ -387,11 +388,11 @@ class OpenAICompatible:
                     try:
                         acc.add(_chunk_decoder.decode(payload))
                     except PEER_FAULTS as exc:
-                        raise _Retryable(f"malformed stream chunk: {fault_text(exc)}") from None
+                        raise _retryable(f"malformed stream chunk: {fault_text(exc)}") from None
                 if done:
                     break
         finally:
             parser.close()
         if not done and acc.finish is None:
-            raise _Retryable("stream ended before [DONE]")
+            raise _retryable("stream ended before [DONE]")
         return acc.completion()

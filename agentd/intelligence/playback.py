@@ -32,8 +32,9 @@ from agentd.intelligence.base import (
 FORMAT_VERSION = 1
 
 
-class PlaybackError(IntelligenceError, ValueError):
+def _bad_file(message: str) -> IntelligenceError:
     """The playback file is missing or malformed (a config error: exit 2)."""
+    return IntelligenceError(message, kind="playback")
 
 
 class PCall(msgspec.Struct, forbid_unknown_fields=True):
@@ -114,37 +115,37 @@ class _Compiled:
 
 
 def load(path: str) -> list[PScript]:
-    """Read and validate a playback file (raises PlaybackError)."""
+    """Read and validate a playback file (raises an IntelligenceError of kind "playback")."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise PlaybackError(f"playback:{path}: {exc.strerror or exc}") from None
+        raise _bad_file(f"playback:{path}: {exc.strerror or exc}") from None
     try:
         pf = _decoder.decode(data)
     except msgspec.DecodeError as exc:
-        raise PlaybackError(f"playback:{path}: {exc}") from None
+        raise _bad_file(f"playback:{path}: {exc}") from None
     if pf.playback != FORMAT_VERSION:
-        raise PlaybackError(f"playback:{path}: format version {pf.playback} "
+        raise _bad_file(f"playback:{path}: format version {pf.playback} "
                             f"(this agentd reads {FORMAT_VERSION})")
     scripts = list(pf.scripts)
     if pf.turns is not None:
         scripts.append(PScript(name="default", turns=pf.turns,
                                repeat_last=pf.repeat_last, usage=pf.usage))
     if not scripts:
-        raise PlaybackError(f"playback:{path}: no scripts and no turns")
+        raise _bad_file(f"playback:{path}: no scripts and no turns")
     for i, s in enumerate(scripts):
         if not s.turns:
-            raise PlaybackError(f"playback:{path}: script {s.name or i} has no turns")
+            raise _bad_file(f"playback:{path}: script {s.name or i} has no turns")
         if s.match_regex:
             try:
                 re.compile(s.match_regex)
             except re.error as exc:
-                raise PlaybackError(
+                raise _bad_file(
                     f"playback:{path}: script {s.name or i}: bad match_regex: {exc}") from None
         for t, turn in enumerate(s.turns):
             if turn.fail is None and turn.content is None and not turn.tool_calls:
-                raise PlaybackError(f"playback:{path}: script {s.name or i} turn {t + 1}: "
+                raise _bad_file(f"playback:{path}: script {s.name or i} turn {t + 1}: "
                                     "needs content, tool_calls or fail")
     return scripts
 

@@ -64,6 +64,7 @@ from agentd.mcp.faults import (
     classify,
 )
 from agentd.mcp.listen import Listener
+from agentd.mcp.oauth.errors import OAuthError
 from agentd.mcp.param_headers import encode_value
 from agentd.mcp.schema import input_validator, output_validator
 from agentd.mcp.subscribing import Subscribing
@@ -73,7 +74,6 @@ from agentd.obs.calls import McpCall
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
-from agentd.wire.jsonrpc import ProtocolError
 from agentd.wire.shapes import Observation, ResourceInfo, ToolInfo
 
 if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
@@ -218,7 +218,7 @@ class MCPClient(UpdateChannel, Subscribing, ToolCalling):
         headers = resolve_headers(self.spec, self.secrets_dir)
         spec = self.spec
         from agentd.mcp.http_transport import StreamableHTTPTransport
-        from agentd.mcp.oauth import AuthorizationRequired, auth_for
+        from agentd.mcp.oauth import auth_for
 
         auth = self.auth if self.auth is not None else auth_for(spec, self.secrets_dir, headers)
         self._conn.bind(StreamableHTTPTransport(
@@ -232,8 +232,10 @@ class MCPClient(UpdateChannel, Subscribing, ToolCalling):
             await t.open()
             try:
                 await self._conn.handshake(self.init_timeout)
-            except AuthorizationRequired as exc:  # OAuth: log in outside the handshake's
-                await exc.resolve()  # timeouts (or fail naming `agentd auth login`), retry
+            except OAuthError as exc:  # OAuth: log in outside the handshake's timeouts
+                if exc.kind != "required":
+                    raise
+                await exc.resolve()  # (or fail naming `agentd auth login`), retry
                 await self._conn.handshake(self.init_timeout)
             if auth is not None:
                 auth.deferred = False  # from now on a 401/403 is handled inline
@@ -372,7 +374,7 @@ class MCPClient(UpdateChannel, Subscribing, ToolCalling):
     def _decode(self, raw: msgspec.Raw, type_: type, method: str) -> Any:
         try:
             return codec.decode_result(raw, type_)
-        except ProtocolError as exc:
+        except RPCError as exc:
             raise ToolFault(self.name, f"{method}: {exc.message}", retryable=False,
                             method=method) from None
 

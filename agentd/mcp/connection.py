@@ -100,7 +100,7 @@ class Connection:
             elif cls is Failed:
                 e = ev.error
                 calls.fail(ev.id, RPCError(e.code, e.message, None if e.data is msgspec.UNSET
-                                           else e.data))
+                                           else e.data, side="remote"))
             elif cls is Reply:
                 if ev.method not in (mt.PING, mt.ROOTS_LIST):
                     self.log.warning("mcp.server_request.refused", method=ev.method[:100])

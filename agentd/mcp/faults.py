@@ -247,7 +247,7 @@ def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Dec
             return Decision(False, False, False,
                             f"HTTP {s} after the handshake (credentials refused)", "refused")
         return Decision(False, False, False, f"HTTP {s}")
-    if isinstance(fault, RPCError):
+    if isinstance(fault, RPCError) and fault.side == "remote":
         c = fault.code
         text = f"JSON-RPC {c}: {fault.message}"
         if c == UNSUPPORTED_PROTOCOL_VERSION:  # refused before it ran: negotiate again
@@ -347,5 +347,5 @@ def no_answer(method: str, garbled: str) -> MCPError | RPCError:
     fault, not retried: -32700 is fatal above), else a lost connection."""
     if garbled:
         return RPCError(PARSE_ERROR, f"{method}: the answer was not a valid message "
-                             f"({garbled})")
+                             f"({garbled})", side="remote")
     return TransportError(f"{method}: the answer held no response", sent=True)

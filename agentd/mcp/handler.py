@@ -35,6 +35,7 @@ import jsonschema_rs
 import orjson
 from msgspec import UNSET, Raw
 
+from agentd.errors import RPCError
 from agentd.log import log
 from agentd.mcp import stateless_session as modern
 from agentd.mcp.server_session import (
@@ -52,19 +53,16 @@ from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.jsonrpc import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
     Notification,
-    ProtocolError,
     Request,
+    resource_not_found,
 )
 
 __all__ = [
     "ROUTES",
     "CallContext",
     "Handler",
-    "ResourceNotFound",
     "ServerSession",
-    "SubscribeRefused",
     "current_principal",
     "resource_result",
     "run_dispatch",
@@ -80,23 +78,6 @@ current_principal: ContextVar[str | None] = ContextVar("agentd_principal", defau
 
 _log = log.bind(component="mcp.server")
 _RESULT_EMPTY: Final = Raw(b"{}")
-
-
-class ResourceNotFound(ProtocolError):
-    """-32002 with ``data.uri`` (MCP: resources/read of a URI the server does not serve)."""
-
-    def __init__(self, uri: str) -> None:
-        super().__init__(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
-
-
-class SubscribeRefused(ProtocolError):
-    """-32602 with ``data.uri``: ``resources/subscribe`` of a URI the handler will
-    never announce.  A 2025-11-25 session gets it as the answer; a 2026-07-28
-    listen stream leaves the URI out of its acknowledgement instead."""
-
-    def __init__(self, uri: str) -> None:
-        super().__init__(INVALID_PARAMS, "Invalid params: not a subscribable resource",
-                         {"uri": uri})
 
 
 # --------------------------------------------------------------------------
@@ -194,11 +175,13 @@ class ServerSession(SessionState):
             if type(out) is Dispatch:
                 out = await run_dispatch(self, req, out, emit)
             return modern.answer(self.handler, req, env, out)
-        except ProtocolError as exc:
-            return modern.refuse(req.id, exc)
+        except RPCError as exc:
+            if exc.side == "local":  # a peer's answer to the handler's own request is a bug
+                return modern.refuse(req.id, exc)
+            self._internal(req, exc)
+            return modern.internal_error(req.id)
         except Exception as exc:  # a handler bug never kills the server
-            _log.error("mcp.serve.internal_error", method=req.method, origin=self.origin,
-                       error=type(exc).__name__, detail=str(exc)[:500])
+            self._internal(req, exc)
             return modern.internal_error(req.id)
 
     async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:
@@ -215,16 +198,23 @@ class ServerSession(SessionState):
         try:
             route = ROUTES.get(method)
             if route is None:
-                raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
+                raise RPCError(METHOD_NOT_FOUND, f"Method not found: {method}", side="local")
             return self.answer(req.id, await route(self, req, emit))
-        except ProtocolError as exc:
+        except RPCError as exc:
+            if exc.side == "remote":  # a peer's answer to the handler's own request: a bug here
+                self._internal(req, exc)
+                return self.internal_error(req.id)
             if _log.enabled("debug"):
                 _log.debug("mcp.serve.error", method=method, code=exc.code, origin=self.origin)
             return self.refuse(req.id, exc)
         except Exception as exc:  # a handler bug never kills the server
-            _log.error("mcp.serve.internal_error", method=method, origin=self.origin,
-                       error=type(exc).__name__, detail=str(exc)[:500])
+            self._internal(req, exc)
             return self.internal_error(req.id)
+
+    def _internal(self, req: Request, exc: Exception) -> None:
+        """Log a handler bug (the client sees -32603 "Internal error", no detail)."""
+        _log.error("mcp.serve.internal_error", method=req.method, origin=self.origin,
+                   error=type(exc).__name__, detail=str(exc)[:500])
 
 
 async def run_dispatch(s: ServerSession, req: Request, d: Dispatch, emit: Emit | None) -> Any:
@@ -299,7 +289,7 @@ class Handler:
     ``@handler.resource(uri, name=..., description=..., mime_type=...)`` on
     ``async def read(uri)`` returning ``str`` / ``bytes`` / ``dict`` (JSON) /
     a ``ReadResourceResult``; ``handler.resource_prefix(prefix, read)`` serves
-    unlisted URIs under a prefix (``read`` raises :class:`ResourceNotFound`).
+    unlisted URIs under a prefix (``read`` raises :func:`~agentd.wire.jsonrpc.resource_not_found`).
     ``subscribe=True`` advertises ``resources.subscribe``; then
     ``handler.notify_updated(uri)`` reaches every subscribed session.
 
@@ -387,7 +377,7 @@ class Handler:
 
     def resources_list_raw(self) -> Raw:
         if not self.has_resources:
-            raise ProtocolError(METHOD_NOT_FOUND, "Method not found: resources/list")
+            raise RPCError(METHOD_NOT_FOUND, "Method not found: resources/list", side="local")
         raw = self._resources_raw
         if raw is None:
             raw = self._resources_raw = Raw(codec.encode(
@@ -428,10 +418,10 @@ class Handler:
     async def call_tool(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> Any:
         entry = self._tools.get(name)
         if entry is None:
-            raise ProtocolError(METHOD_NOT_FOUND, f"Unknown tool: {name}")
+            raise RPCError(METHOD_NOT_FOUND, f"Unknown tool: {name}", side="local")
         if not _valid(entry, arguments):
-            raise ProtocolError(INVALID_PARAMS, f"Invalid arguments for tool {name}: "
-                                f"{_first_error(entry.validator, arguments)}")
+            raise RPCError(INVALID_PARAMS, f"Invalid arguments for tool {name}: "
+                           f"{_first_error(entry.validator, arguments)}", side="local")
         return tool_result(await entry.fn(arguments, ctx))
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
@@ -443,7 +433,7 @@ class Handler:
         for prefix, read in self._prefixes:
             if uri.startswith(prefix):
                 return resource_result(uri, await read(uri), None)
-        raise ResourceNotFound(uri)
+        raise resource_not_found(uri)
 
     async def admit(self, uris: list[str], ctx: CallContext) -> dict[str, Any]:
         """The awaited step before subscribes are answered (a listen's acknowledgement,
@@ -456,7 +446,7 @@ class Handler:
 
     def subscribe(self, uri: str, ctx: CallContext) -> None:
         """Default: track any URI for this session (override to restrict: raise
-        :class:`SubscribeRefused` for a URI that will never be announced)."""
+        :func:`~agentd.wire.jsonrpc.subscribe_refused` for a URI that will never be announced)."""
         ctx.session.subscribe(uri)
 
     def unsubscribe(self, uri: str, ctx: CallContext) -> None:

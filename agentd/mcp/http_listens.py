@@ -17,6 +17,7 @@ import asyncio
 
 from aiohttp import web
 
+from agentd.errors import RPCError
 from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.mcp import stateless
@@ -24,7 +25,7 @@ from agentd.mcp.handler import Handler, current_principal
 from agentd.mcp.http_limits import Limits
 from agentd.mcp.http_responses import SSE_HEADERS, plain, rpc_error, sse_event
 from agentd.mcp.server_session import ORIGIN_MANAGEMENT
-from agentd.wire.jsonrpc import INTERNAL_ERROR, ProtocolError, Request
+from agentd.wire.jsonrpc import INTERNAL_ERROR, Request
 
 __all__ = ["Listens"]
 
@@ -58,21 +59,22 @@ class Listens:
             return plain(406, "Not Acceptable: a listen stream is text/event-stream")
         try:
             params = stateless.listen_params(msg)
-        except ProtocolError as exc:
+        except RPCError as exc:
             return rpc_error(400, exc)
         client = current_principal.get() or "anonymous"  # bounded per principal, as sessions
         lim = self.limits
         if self._per_client.get(client, 0) >= lim.listen_per_client:
             throttled(_log, "warning", "mcp.serve.limit", key="listens_per_principal",
                       reason="listens_per_principal")
-            return rpc_error(429, ProtocolError(
+            return rpc_error(429, RPCError(
                 stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams for this "
-                f"principal (limit {lim.listen_per_client})", id=msg.id))
+                f"principal (limit {lim.listen_per_client})", id=msg.id, side="local"))
         if len(self.listeners) >= lim.max_listens or self._stopping:
             throttled(_log, "warning", "mcp.serve.limit", key="max_listens",
                       reason="max_listens")
-            return rpc_error(503, ProtocolError(
-                stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams", id=msg.id))
+            return rpc_error(503, RPCError(
+                stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams", id=msg.id,
+                side="local"))
         self._seq += 1
         wake = asyncio.Event()  # set on every frame; the writer drains after the ack
         listener = stateless.Listener(self.handler, msg.id, env,
@@ -90,8 +92,8 @@ class Listens:
             except Exception as exc:  # a handler bug never kills the server
                 _log.error("mcp.serve.internal_error", method=msg.method,
                            error=type(exc).__name__, detail=str(exc)[:500])
-                return rpc_error(200, ProtocolError(INTERNAL_ERROR, "Internal error",
-                                                    id=msg.id))
+                return rpc_error(200, RPCError(INTERNAL_ERROR, "Internal error",
+                                               id=msg.id, side="local"))
             _log.info("mcp.serve.listen", auth=self.auth, subscription=str(msg.id)[:32],
                       uris=len(listener.subscriptions))
             await resp.prepare(request)

@@ -13,8 +13,8 @@ from typing import Final
 
 from aiohttp import web
 
+from agentd.errors import RPCError
 from agentd.wire import codec
-from agentd.wire.jsonrpc import ProtocolError
 
 __all__ = ["JSON", "SSE_HEADERS", "PostStream", "closing", "plain", "rpc_error", "sse_event"]
 
@@ -34,7 +34,7 @@ def closing(status: int, text: str) -> web.Response:
     return resp
 
 
-def rpc_error(status: int, exc: ProtocolError) -> web.Response:
+def rpc_error(status: int, exc: RPCError) -> web.Response:
     return web.Response(status=status, body=codec.encode_error(exc.id, exc.code, exc.message,
                                                                exc.data), headers=JSON)
 

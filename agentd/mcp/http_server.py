@@ -62,6 +62,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from agentd.errors import RPCError
 from agentd.log import log, register_secret
 from agentd.log_bridge import route_stdlib, throttled
 from agentd.mcp import http_checks, stateless
@@ -82,13 +83,7 @@ from agentd.obs import served, trace
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
-from agentd.wire.jsonrpc import (
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    Notification,
-    ProtocolError,
-    Request,
-)
+from agentd.wire.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND, Notification, Request
 
 __all__ = ["HttpServer", "Limits", "Runner", "serve"]
 
@@ -186,7 +181,9 @@ class HttpServer:
             with served.span(named.method if named is not None else None,
                              named.params if named is not None else None, request.headers):
                 return await self._route(request, msg, accept_json, accept_sse)
-        except ProtocolError as exc:  # the message, or a rule that read more of it
+        except RPCError as exc:  # the message, or a rule that read more of it
+            if exc.side == "remote":  # not ours to answer with
+                raise
             throttled(_log, "info", "mcp.serve.rejected", key=str(exc.code), code=exc.code,
                       reason=exc.message[:120])
             return rpc_error(400, exc)
@@ -205,8 +202,9 @@ class HttpServer:
             if req is not None and req.method == t.INITIALIZE:
                 return await self.sessions.initialize(request, req)
             if req is not None and req.method not in SERVED_METHODS:
-                return rpc_error(200, ProtocolError(METHOD_NOT_FOUND,
-                                                    f"Method not found: {req.method}", id=req.id))
+                return rpc_error(200, RPCError(METHOD_NOT_FOUND,
+                                               f"Method not found: {req.method}", id=req.id,
+                                               side="local"))
             return plain(400, "Bad Request: Mcp-Session-Id header is required")
         ch = self.sessions.channels.get(sid)
         if ch is None:
@@ -230,17 +228,18 @@ class HttpServer:
         if type(msg) is Notification:  # no client notifications are defined: accept, drop
             version = request.headers.get("MCP-Protocol-Version")
             if version not in m.MODERN_PROTOCOL_VERSIONS:
-                return rpc_error(400, ProtocolError(
+                return rpc_error(400, RPCError(
                     m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
                     m.UnsupportedVersionData(supported=stateless.SUPPORTED_VERSIONS,
-                                             requested=version)))
+                                             requested=version), side="local"))
             return web.Response(status=202)
         if type(msg) is not Request:
-            return rpc_error(400, ProtocolError(INVALID_REQUEST,
-                                                "Invalid Request: clients send no responses"))
+            return rpc_error(400, RPCError(INVALID_REQUEST,
+                                           "Invalid Request: clients send no responses",
+                                           side="local"))
         try:
             env = stateless.classify(msg, request.headers)
-        except ProtocolError as exc:
+        except RPCError as exc:
             if _log.enabled("debug"):  # a peer's mistake, answered: never a log flood
                 _log.debug("mcp.serve.rejected", method=msg.method, code=exc.code)
             return rpc_error(stateless.http_status(exc.code), exc)

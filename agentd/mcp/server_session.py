@@ -38,6 +38,7 @@ from typing import Any, Final, Protocol
 import msgspec
 from msgspec import UNSET, Raw
 
+from agentd.errors import RPCError
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import PEER_FAULTS
@@ -46,7 +47,6 @@ from agentd.wire.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     Notification,
-    ProtocolError,
     Request,
 )
 
@@ -189,7 +189,7 @@ class SessionState:
         return codec.encode_response(request_id, result)
 
     @staticmethod
-    def refuse(request_id: Any, exc: ProtocolError) -> bytes:
+    def refuse(request_id: Any, exc: RPCError) -> bytes:
         return codec.encode_error(request_id, exc.code, exc.message, exc.data)
 
     @staticmethod
@@ -273,7 +273,8 @@ def _params(method: str, req: Request) -> Any:
 def _initialize(s: SessionState, req: Request) -> Any:
     p = _params(t.INITIALIZE, req)
     if s.protocol_version is not None:
-        raise ProtocolError(INVALID_REQUEST, "Invalid Request: the session is already initialized")
+        raise RPCError(INVALID_REQUEST, "Invalid Request: the session is already initialized",
+                       side="local")
     s.protocol_version = negotiate_version(p.protocolVersion)
     s.requested_version = p.protocolVersion
     s.client_info = p.clientInfo
@@ -315,7 +316,7 @@ def _resources_list(s: SessionState, req: Request) -> Any:
 
 def _templates_list(s: SessionState, req: Request) -> Any:
     if not s.handler.has_resources:
-        raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {req.method}")
+        raise RPCError(METHOD_NOT_FOUND, f"Method not found: {req.method}", side="local")
     return t.ListResourceTemplatesResult(resourceTemplates=[])
 
 
@@ -325,7 +326,7 @@ def _resources_read(s: SessionState, req: Request) -> Any:
 
 def _subscription(s: SessionState, req: Request) -> Any:
     if not s.handler.can_subscribe:
-        raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {req.method}")
+        raise RPCError(METHOD_NOT_FOUND, f"Method not found: {req.method}", side="local")
     return Dispatch(req.method, _params(req.method, req))
 
 

@@ -11,7 +11,7 @@ dispatch runs on the handler).  What stays here:
   worker has answered), then runs the handler's own ``subscribe`` for each
   (so a handler's admission rules -- the self-MCP's unlisted-URI
   rule and ownership check -- apply unchanged); a URI the handler refuses
-  (:class:`~agentd.mcp.handler.SubscribeRefused`, a 2025-11-25 session's -32602)
+  (:func:`~agentd.wire.jsonrpc.subscribe_refused`, a 2025-11-25 session's -32602)
   is not honoured: the acknowledgement, the subset the server agreed to,
   leaves it out.
 
@@ -22,8 +22,9 @@ revision's whole surface to it.
 
 from __future__ import annotations
 
+from agentd.errors import RPCError
 from agentd.log import log
-from agentd.mcp.handler import CallContext, Handler, SubscribeRefused
+from agentd.mcp.handler import CallContext, Handler
 from agentd.mcp.stateless_session import (
     LIMIT_EXCEEDED,
     SUPPORTED_VERSIONS,
@@ -35,6 +36,7 @@ from agentd.mcp.stateless_session import (
     listen_params,
 )
 from agentd.wire import mcp2026 as m
+from agentd.wire.jsonrpc import is_subscribe_refusal
 
 __all__ = [
     "LIMIT_EXCEEDED",
@@ -70,7 +72,9 @@ class Listener(ListenState):
         for uri in uris:
             try:
                 self.handler.subscribe(uri, ctx)
-            except SubscribeRefused:
+            except RPCError as exc:
+                if not is_subscribe_refusal(exc):
+                    raise
                 if _log.enabled("debug"):  # a peer's ask, answered by the ack: no flood
                     _log.debug("mcp.serve.listen.refused", uri=uri[:200])
             self.subscribed(uri)

@@ -52,6 +52,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, Raw
 
+from agentd.errors import RPCError
 from agentd.mcp.server_session import ROUTES as RULES
 from agentd.mcp.server_session import Catalogue, SessionState
 from agentd.wire import codec
@@ -63,16 +64,15 @@ from agentd.wire.jsonrpc import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     RESOURCE_NOT_FOUND,
-    ProtocolError,
     Request,
 )
+from agentd.wire.mcp2026 import missing_client_capability
 
 __all__ = [
     "LIMIT_EXCEEDED",
     "SUPPORTED_VERSIONS",
     "Envelope",
     "ListenState",
-    "MissingClientCapability",
     "answer",
     "check_param_headers",
     "classify",
@@ -103,14 +103,6 @@ _ROUTING_HEADERS: Final = (m.MCP_PROTOCOL_VERSION_HEADER, m.MCP_METHOD_HEADER, m
 
 def http_status(code: int | None) -> int:
     return 200 if code is None else m.ERROR_HTTP_STATUS.get(code, 200)
-
-
-class MissingClientCapability(ProtocolError):
-    """-32021: the request needs a client capability its envelope did not declare."""
-
-    def __init__(self, required: dict[str, Any]) -> None:
-        super().__init__(m.MISSING_CLIENT_CAPABILITY, "Missing required client capability: "
-                         + ", ".join(sorted(required)), {"requiredCapabilities": required})
 
 
 # --------------------------------------------------------------------------
@@ -149,8 +141,8 @@ def _probe(req: Request) -> _Probe:
     except msgspec.ValidationError:  # params not an object
         return _EMPTY_PROBE
     except PEER_FAULTS as exc:  # nested beyond the guard, not UTF-8
-        raise ProtocolError(INVALID_PARAMS, f"Invalid params: {fault_text(exc)}",
-                            id=req.id) from None
+        raise RPCError(INVALID_PARAMS, f"Invalid params: {fault_text(exc)}",
+                       id=req.id, side="local") from None
 
 
 def _raw_meta(req: Request) -> Any:
@@ -180,12 +172,12 @@ def decode_header_value(value: str | None) -> str | None:
         return None
 
 
-def _mismatch(message: str, rid: Any) -> ProtocolError:
-    return ProtocolError(m.HEADER_MISMATCH, f"Header mismatch: {message}", id=rid)
+def _mismatch(message: str, rid: Any) -> RPCError:
+    return RPCError(m.HEADER_MISMATCH, f"Header mismatch: {message}", id=rid, side="local")
 
 
 def classify(req: Request, headers: Any = None) -> Envelope:
-    """Run the ladder over one request; raises the first rung's ProtocolError.
+    """Run the ladder over one request; raises the first rung's RPCError.
 
     ``headers``: a case-insensitive multi-mapping with ``getall`` (aiohttp's
     ``CIMultiDictProxy``), or None off HTTP (the header rung is skipped)."""
@@ -195,13 +187,13 @@ def classify(req: Request, headers: Any = None) -> Envelope:
     key = m.NAME_BEARING_METHODS.get(req.method)
     body_name = (probe.uri if key == "uri" else probe.name) if key is not None else None
     if not isinstance(meta, dict):
-        raise ProtocolError(INVALID_PARAMS, "params._meta must be an object carrying "
-                            f"{m.PROTOCOL_VERSION_META!r} and {m.CLIENT_CAPABILITIES_META!r}",
-                            id=rid)
+        raise RPCError(INVALID_PARAMS, "params._meta must be an object carrying "
+                       f"{m.PROTOCOL_VERSION_META!r} and {m.CLIENT_CAPABILITIES_META!r}",
+                       id=rid, side="local")
     missing = [k for k in (m.PROTOCOL_VERSION_META, m.CLIENT_CAPABILITIES_META) if k not in meta]
     if missing:
-        raise ProtocolError(INVALID_PARAMS, "params._meta is missing the required key(s): "
-                            + ", ".join(missing), id=rid)
+        raise RPCError(INVALID_PARAMS, "params._meta is missing the required key(s): "
+                       + ", ".join(missing), id=rid, side="local")
     version = meta[m.PROTOCOL_VERSION_META]
     if headers is not None:
         for name in _ROUTING_HEADERS:
@@ -216,24 +208,24 @@ def classify(req: Request, headers: Any = None) -> Envelope:
                 decode_header_value(headers.get(m.MCP_NAME_HEADER)) != body_name:
             raise _mismatch(f"Mcp-Name header does not match params.{key}", rid)
     if not isinstance(version, str):
-        raise ProtocolError(INVALID_PARAMS, f"_meta {m.PROTOCOL_VERSION_META} must be a string",
-                            id=rid)
+        raise RPCError(INVALID_PARAMS, f"_meta {m.PROTOCOL_VERSION_META} must be a string",
+                       id=rid, side="local")
     if version not in m.MODERN_PROTOCOL_VERSIONS:
-        raise ProtocolError(m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
-                            m.UnsupportedVersionData(supported=SUPPORTED_VERSIONS,
-                                                     requested=version), id=rid)
+        raise RPCError(m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
+                       m.UnsupportedVersionData(supported=SUPPORTED_VERSIONS,
+                                                requested=version), id=rid, side="local")
     caps = meta[m.CLIENT_CAPABILITIES_META]
     if not isinstance(caps, dict):
-        raise ProtocolError(INVALID_PARAMS, f"_meta {m.CLIENT_CAPABILITIES_META} must be an "
-                            "object", id=rid)
+        raise RPCError(INVALID_PARAMS, f"_meta {m.CLIENT_CAPABILITIES_META} must be an "
+                       "object", id=rid, side="local")
     info_raw = meta.get(m.CLIENT_INFO_META)
     info = None
     if info_raw is not None:
         try:
             info = msgspec.convert(info_raw, _impl_convert)
         except PEER_FAULTS as exc:
-            raise ProtocolError(INVALID_PARAMS, f"_meta {m.CLIENT_INFO_META}: "
-                                f"{fault_text(exc)}", id=rid) from None
+            raise RPCError(INVALID_PARAMS, f"_meta {m.CLIENT_INFO_META}: "
+                           f"{fault_text(exc)}", id=rid, side="local") from None
     tp = meta.get("traceparent")
     return Envelope(version=version, capabilities=caps, client_info=info,
                     traceparent=tp if isinstance(tp, str) else None, name=body_name)
@@ -244,8 +236,8 @@ def meta_free_params(req: Request) -> dict[str, Any]:
     when they cannot be decoded)."""
     if req.params is UNSET:
         return {}
-    out = loads_peer(bytes(req.params), lambda text: ProtocolError(
-        INVALID_PARAMS, f"Invalid params: {text}", id=req.id))
+    out = loads_peer(bytes(req.params), lambda text: RPCError(
+        INVALID_PARAMS, f"Invalid params: {text}", id=req.id, side="local"))
     return out if isinstance(out, dict) else {}
 
 
@@ -420,7 +412,7 @@ def discover(handler: Catalogue) -> m.DiscoverResult:
 def route(s: SessionState, req: Request, env: Envelope, headers: Any = None) -> Any:
     """The result of one classified request on a per-request session ``s``, or a
     :class:`~agentd.mcp.server_session.Dispatch` for the handler; raises the
-    ``ProtocolError`` the rules answer (``headers``: as for :func:`classify`)."""
+    ``RPCError`` the rules answer (``headers``: as for :func:`classify`)."""
     method = req.method
     h: Catalogue = s.handler
     if method == m.SERVER_DISCOVER:
@@ -428,14 +420,14 @@ def route(s: SessionState, req: Request, env: Envelope, headers: Any = None) -> 
     rule = _MODERN_RULES.get(method)
     if rule is None:
         hint = " (removed at 2026-07-28)" if method in m.REMOVED_METHODS else ""
-        raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}")
+        raise RPCError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}", side="local")
     if method == t.TOOLS_CALL and isinstance(env.name, str):
         name = env.name
         required = h.tool_requirements(name)
         if required:
             lacking = {k: v for k, v in required.items() if k not in env.capabilities}
             if lacking:
-                raise MissingClientCapability(lacking)
+                raise missing_client_capability(lacking)
         if headers is not None and param_header_decls(h.tool_input_schema(name)):
             args = meta_free_params(req).get("arguments")
             check_param_headers(h.tool_input_schema(name),
@@ -455,7 +447,7 @@ def answer(handler: Catalogue, req: Request, env: Envelope,
     return codec.encode_response(req.id, complete(handler, result, cache)), 200
 
 
-def refuse(request_id: Any, exc: ProtocolError) -> tuple[bytes, int]:
+def refuse(request_id: Any, exc: RPCError) -> tuple[bytes, int]:
     """The error response for what the rules or the handler refused, and its HTTP status."""
     code, data = exc.code, exc.data
     if code == RESOURCE_NOT_FOUND:
@@ -577,9 +569,10 @@ _listen_decoder: Final = msgspec.json.Decoder(m.ListenParams)
 def listen_params(req: Request) -> m.ListenParams:
     """Decode ``subscriptions/listen`` params (-32602 when malformed)."""
     if req.params is UNSET:
-        raise ProtocolError(INVALID_PARAMS, "subscriptions/listen requires params", id=req.id)
+        raise RPCError(INVALID_PARAMS, "subscriptions/listen requires params", id=req.id,
+                       side="local")
     try:
         return _listen_decoder.decode(req.params)
     except PEER_FAULTS as exc:
-        raise ProtocolError(INVALID_PARAMS, "Invalid params for subscriptions/listen: "
-                            f"{fault_text(exc)}", id=req.id) from None
+        raise RPCError(INVALID_PARAMS, "Invalid params for subscriptions/listen: "
+                       f"{fault_text(exc)}", id=req.id, side="local") from None

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from agentd.errors import PoolError
 from agentd.log import log
 from agentd.pool.discovery import Discovery
-from agentd.pool.relay import Relay, RelayUnavailable
+from agentd.pool.relay import Relay
 
 __all__ = ["DnsRefresher", "Resolver", "SystemResolver"]
 
@@ -67,7 +68,7 @@ class DnsRefresher:
         for url in new:
             try:
                 answer = await self.relay.probe_url(url, self.probe_timeout)
-            except RelayUnavailable as exc:
+            except PoolError as exc:
                 self._log.warning("pool.dns_failed", url=url, error=str(exc))
                 continue
             d.identified(url, answer.id)

@@ -41,7 +41,7 @@ import re
 from collections import OrderedDict
 from typing import Final, NamedTuple
 
-from agentd.errors import AgentdError
+from agentd.errors import PoolError
 
 __all__ = [
     "INCARNATION_BYTES",
@@ -52,7 +52,6 @@ __all__ = [
     "RELAY_PRINCIPAL_HEADER",
     "RELAY_SKEW",
     "HandleRef",
-    "PoolAuthError",
     "PoolKey",
     "RelayVerifier",
     "mint_handle",
@@ -81,8 +80,9 @@ RELAY_SKEW: Final = 30.0  # seconds a relay request's timestamp may be off
 MAX_NONCES: Final = 65536  # replay memory; a request beyond it inside the window is refused
 
 
-class PoolAuthError(AgentdError):
+def _refused(message: str) -> PoolError:
     """A relay request whose authentication fails (the relay answers 401)."""
+    return PoolError(message, kind="auth")
 
 
 class PoolKey:
@@ -226,27 +226,27 @@ class RelayVerifier:
 
     def verify(self, header: str | None, principal: str | None, now: float, method: str,
                path: str, body: bytes) -> str:
-        """The sending worker's id; raises :class:`PoolAuthError` on any failure."""
+        """The sending worker's id; raises a PoolError of kind "auth" on any failure."""
         if not header or principal is None or len(header) > 512 or len(principal) > 256:
-            raise PoolAuthError("relay request: missing or oversized authentication")
+            raise _refused("relay request: missing or oversized authentication")
         version, _, rest = header.partition(" ")
         fields = rest.split(",")
         if version != "v1" or len(fields) != 4:
-            raise PoolAuthError("relay request: malformed authentication")
+            raise _refused("relay request: malformed authentication")
         sender, ts_text, nonce, mac = fields
         if not ts_text.isdigit() or not 8 <= len(nonce) <= 64:
-            raise PoolAuthError("relay request: malformed authentication")
+            raise _refused("relay request: malformed authentication")
         ts = int(ts_text)
         want = _request_mac(self.key, sender, ts, nonce, method, path, body, principal)
         if not hmac.compare_digest(want.encode(), mac.encode()):
-            raise PoolAuthError("relay request: bad MAC")
+            raise _refused("relay request: bad MAC")
         if abs(now - ts) > self.skew:
-            raise PoolAuthError("relay request: stale timestamp")
+            raise _refused("relay request: stale timestamp")
         self._forget(now)
         if nonce in self._seen:
-            raise PoolAuthError("relay request: replayed")
+            raise _refused("relay request: replayed")
         if len(self._seen) >= self.max_nonces:
-            raise PoolAuthError("relay request: replay memory full")
+            raise _refused("relay request: replay memory full")
         self._seen[nonce] = float(ts)
         return sender
 

@@ -15,10 +15,11 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 
+from agentd.errors import PoolError
 from agentd.log import log
 from agentd.pool.dns import DnsRefresher
 from agentd.pool.membership import Membership, Transition
-from agentd.pool.relay import Relay, RelayUnavailable
+from agentd.pool.relay import Relay
 
 __all__ = ["Prober"]
 
@@ -53,7 +54,7 @@ class Prober:
         try:
             answer = await self.relay.probe(peer, self.membership.timeout)
             incarnation = bytes.fromhex(answer.incarnation)
-        except (RelayUnavailable, ValueError):
+        except (PoolError, ValueError):
             self._apply(self.membership.failed(peer, self.clock()))
             return
         self._apply(self.membership.answered(peer, incarnation, answer.free, self.clock()))

@@ -29,7 +29,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from agentd.errors import AgentdError
+from agentd.errors import PoolError
 from agentd.log import log
 from agentd.obs import metrics
 from agentd.pool import handles
@@ -44,7 +44,6 @@ __all__ = [
     "RelayAnswer",
     "RelayRequest",
     "RelayTarget",
-    "RelayUnavailable",
 ]
 
 RELAY_PATH: Final = "/pool/relay"
@@ -95,10 +94,9 @@ class ProbeRequest(msgspec.Struct, frozen=True):
     nonce: str = ""
 
 
-class RelayUnavailable(AgentdError):
+def _unavailable(message: str) -> PoolError:
     """The owner did not answer a relayed operation (down, unreachable, bad answer)."""
-
-    event = "pool.relay_unavailable"
+    return PoolError(message, kind="unavailable")
 
 
 class RelayTarget(Protocol):
@@ -140,7 +138,7 @@ class Relay:
 
     # ------------------------------------------------------------ client
     async def call(self, peer: str, request: RelayRequest, principal: str) -> RelayAnswer:
-        """The owner's answer; raises :class:`RelayUnavailable` when there is none."""
+        """The owner's answer; raises a PoolError of kind "unavailable" when there is none."""
         metrics.POOL_RELAYED.inc("out", request.op)
         try:
             raw = await self._post(peer, RELAY_PATH, _encode(request), principal, self.timeout)
@@ -148,37 +146,37 @@ class Relay:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             self._log.warning("pool.relay_failed", peer=peer, op=request.op,
                               error=type(exc).__name__)
-            raise RelayUnavailable(f"pool: worker {peer} is unreachable") from None
+            raise _unavailable(f"pool: worker {peer} is unreachable") from None
 
     async def probe(self, peer: str, limit: float) -> ProbeAnswer:
-        """One liveness probe of ``peer``; raises :class:`RelayUnavailable`."""
+        """One liveness probe of ``peer``; raises a PoolError of kind "unavailable"."""
         base = self.peers.get(peer)
         if base is None:
-            raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
+            raise _unavailable(f"pool: {peer!r} is not a member of this pool")
         answer = await self.probe_url(base, limit)
         if answer.id != peer:
-            raise RelayUnavailable(f"pool: {base} answers as {answer.id!r}, not {peer!r}")
+            raise _unavailable(f"pool: {base} answers as {answer.id!r}, not {peer!r}")
         return answer
 
     async def probe_url(self, base: str, limit: float) -> ProbeAnswer:
         """One probe of the worker at ``base``: its answer, whose MAC (bound to this
-        probe's nonce) is checked; raises :class:`RelayUnavailable`."""
+        probe's nonce) is checked; raises a PoolError of kind "unavailable"."""
         nonce = secrets.token_hex(12)
         try:
             answer = _decode_probe(await self._post_url(
                 base, base, PROBE_PATH, _encode(ProbeRequest(nonce)), "", limit))
         except (msgspec.ValidationError, msgspec.DecodeError):
-            raise RelayUnavailable(f"pool: worker at {base} answered a bad probe") from None
+            raise _unavailable(f"pool: worker at {base} answered a bad probe") from None
         want = handles.probe_mac(self.key, answer.id, answer.incarnation, answer.free, nonce)
         if not hmac.compare_digest(want.encode(), answer.mac.encode()):
-            raise RelayUnavailable(f"pool: worker at {base} answered an unsigned probe")
+            raise _unavailable(f"pool: worker at {base} answered an unsigned probe")
         return answer
 
     async def _post(self, peer: str, path: str, body: bytes, principal: str,
                     limit: float) -> bytes:
         base = self.peers.get(peer)
         if base is None:
-            raise RelayUnavailable(f"pool: {peer!r} is not a member of this pool")
+            raise _unavailable(f"pool: {peer!r} is not a member of this pool")
         return await self._post_url(peer, base, path, body, principal, limit)
 
     async def _post_url(self, peer: str, base: str, path: str, body: bytes, principal: str,
@@ -195,10 +193,10 @@ class Relay:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             if path == RELAY_PATH:  # a probe's failure is the membership's to log
                 self._log.warning("pool.relay_failed", peer=peer, error=type(exc).__name__)
-            raise RelayUnavailable(f"pool: worker {peer} is unreachable") from None
+            raise _unavailable(f"pool: worker {peer} is unreachable") from None
         if resp.status != 200 or len(raw) > MAX_RELAY_BYTES:
             self._log.warning("pool.relay_failed", peer=peer, status=resp.status)
-            raise RelayUnavailable(f"pool: worker {peer} answered HTTP {resp.status}")
+            raise _unavailable(f"pool: worker {peer} answered HTTP {resp.status}")
         return raw
 
     def client(self) -> aiohttp.ClientSession:
@@ -258,7 +256,7 @@ class Relay:
         try:
             sender = self.verifier.verify(request.headers.get(handles.RELAY_HEADER), principal,
                                           self.clock(), request.method, request.path, raw)
-        except handles.PoolAuthError as exc:
+        except PoolError as exc:  # kind "auth"
             self._log.warning("pool.relay_refused", reason=str(exc))
             return None
         if sender not in self.peers and sender != self.me and not self.open_members:

@@ -18,7 +18,7 @@ from agentd.reactive.daemon import (
     loop_runner,
     run_reactive,
 )
-from agentd.reactive.router import Coalescer, Router, RouterClosed, Wake
+from agentd.reactive.router import Coalescer, Router, Wake
 from agentd.reactive.waiters import Waiters
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "ReactiveDaemon",
     "Read",
     "Router",
-    "RouterClosed",
     "Waiters",
     "Wake",
     "WakeRun",

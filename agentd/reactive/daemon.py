@@ -15,7 +15,7 @@ watched changes, then run the loop once on its current state.
   polling), `reactive.refused` (not watched: no owner, an ambiguous one, a
   template, the self-subscription cap, or polling disabled). A `--subscribe`
   URI that would need polling with `--poll-interval 0`, or whose owner is
-  ambiguous, ends the daemon at startup (`WatchRefused`, exit 6). A URI no
+  ambiguous, ends the daemon at startup (`ReactiveError`, exit 6). A URI no
   server owns stays non-fatal:
   the spec's worker is `--subscribe file:///nowhere`, no `--mcp`, serving
   only its self-MCP.
@@ -57,7 +57,7 @@ from agentd.mcp.toolbox import Unowned, owner_of, resource_servers
 from agentd.obs import health, trace
 from agentd.output import RunResult, Usage
 from agentd.reactive.polling import Poller
-from agentd.reactive.router import Router, RouterClosed, Wake
+from agentd.reactive.router import Router, Wake
 from agentd.reactive.waiters import Waiters
 
 if TYPE_CHECKING:  # the loop is imported when a runner is built (loop_runner)
@@ -77,25 +77,6 @@ def named_uri(entry: str) -> tuple[str | None, str]:
     if 0 < eq and (colon < 0 or eq < colon):
         return entry[:eq].strip(), entry[eq + 1:]
     return None, entry
-
-
-class WatchRefused(ReactiveError):
-    """A `--subscribe` URI the daemon cannot watch, so it refuses to start:
-    its owner can deliver no `updated` for it with polling disabled
-    (`--poll-interval 0`), or several servers could own it and it names none
-    (`server=URI` says which)."""
-
-    exit_code = ExitCode.MCP_REQUIRED
-    event = "reactive.refused"
-
-    def __init__(self, uri: str, server: str | None, reason: str, *,
-                 polling_off: bool = True) -> None:
-        where = f" on server {server!r}" if server is not None else ""
-        tail = "; polling is disabled (--poll-interval 0)" if polling_off else ""
-        super().__init__(f"cannot watch {uri}{where}: {reason}{tail}")
-        self.uri = uri
-        self.server = server
-        self.reason = reason
 
 
 class WakeRun(msgspec.Struct):
@@ -178,7 +159,7 @@ class ReactiveDaemon:
         named `server`): subscribed, listened to, or polled when the owner can
         deliver no `updated` for it. False (logged `reactive.refused`) if it is
         not watched. A `--subscribe` URI (`origin="flag"`) that could only be
-        polled while polling is disabled raises `WatchRefused` (exit 6)."""
+        polled while polling is disabled raises `ReactiveError` (exit 6)."""
         uri = uri.strip()
         if not uri or "{" in uri or "}" in uri:
             return self._refuse(uri, origin, "invalid", "a concrete URI is needed, not a template")
@@ -193,7 +174,7 @@ class ReactiveDaemon:
                 # the operator must name the server: refuse to start (a URI no
                 # connected server serves stays a warning: spec §3's worker, or
                 # an optional server that is down)
-                raise WatchRefused(uri, server, owner.reason, polling_off=False)
+                raise ReactiveError(uri, server, owner.reason, polling_off=False)
             return self._refuse(uri, origin, "ambiguous" if owner.ambiguous else "unowned",
                                 owner.reason)
         if not owner.capabilities.resources_subscribe:
@@ -227,7 +208,7 @@ class ReactiveDaemon:
         when polling is disabled: at startup that ends the daemon (exit 6)."""
         if self.poller is None:
             if origin == "flag":
-                raise WatchRefused(uri, server, reason)
+                raise ReactiveError(uri, server, reason)
             return self._refuse(uri, origin, cause, f"{reason}; polling is disabled "
                                                     "(--poll-interval 0)", server)
         self._watch(uri, server, "poll", origin)
@@ -384,9 +365,8 @@ class ReactiveDaemon:
                     if not waiting.done():
                         waiting.cancel()
                         break
-                    try:
-                        wake = waiting.result()
-                    except RouterClosed:
+                    wake = waiting.result()
+                    if wake is None:  # the router closed and nothing is left
                         break
                     run = tg.create_task(self._traced(wake))
                     await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -36,7 +36,6 @@ from typing import Any
 
 import msgspec
 
-from agentd.errors import ReactiveError
 from agentd.log import log
 from agentd.obs import metrics
 
@@ -58,10 +57,6 @@ class Wake(msgspec.Struct, frozen=True):
     def coalesced(self) -> int:
         """How many updates this one wake stands for."""
         return sum(self.counts.values()) + self.overflow
-
-
-class RouterClosed(ReactiveError):
-    """`next_wake()` on a closed router with nothing left pending."""
 
 
 class Coalescer:
@@ -206,8 +201,8 @@ class Router:
             self._logwake(wake)
         return wake
 
-    async def next_wake(self) -> Wake:
-        """Wait for the next due wake. Raises RouterClosed once closed and empty."""
+    async def next_wake(self) -> Wake | None:
+        """Wait for the next due wake; None once the router is closed and empty."""
         core = self.core
         while True:
             now = self.clock()
@@ -216,7 +211,7 @@ class Router:
                 self._logwake(wake)
                 return wake
             if self._closed:
-                raise RouterClosed
+                return None
             due = core.due_at()
             self._ready.clear()
             if due is None:
@@ -232,7 +227,7 @@ class Router:
 
     def close(self) -> None:
         """Stop waiting: `next_wake()` still returns a wake that is already due,
-        then raises RouterClosed (`drain()` takes what is pending but not due)."""
+        then returns None (`drain()` takes what is pending but not due)."""
         self._closed = True
         self._ready.set()
 

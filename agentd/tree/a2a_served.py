@@ -49,7 +49,7 @@ from agentd.agent.subagents import (
     SubagentBackend,
     UnknownHandle,
 )
-from agentd.errors import PeerError
+from agentd.errors import RPCError
 from agentd.log import log
 from agentd.mcp.handler import current_principal
 from agentd.wire import a2a as w
@@ -80,10 +80,6 @@ class _IdParams(msgspec.Struct, rename="camel"):
 
 _rpc = msgspec.json.Decoder(_Rpc)
 _id_params = msgspec.json.Decoder(_IdParams)
-
-
-class _Fault(PeerError):
-    """A JSON-RPC error answered to the A2A client."""
 
 
 def _text(value: Any) -> str:
@@ -127,11 +123,11 @@ class A2AServed:
 
     def _lookup(self, handle: str, principal: str) -> HandleState:
         if self._owners.get(handle) != principal:
-            raise _Fault(w.TASK_NOT_FOUND, "Task not found")
+            raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
         try:
             return self.backend.status(handle)
         except UnknownHandle:
-            raise _Fault(w.TASK_NOT_FOUND, "Task not found") from None
+            raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local") from None
 
     def _task(self, state: HandleState) -> dict[str, Any]:
         """The Task JSON of a served run."""
@@ -213,16 +209,18 @@ class A2AServed:
                 return _result(msg.id, self._task(self._lookup(params.id, principal)))
             if msg.method == "CancelTask":
                 return _result(msg.id, await self._cancel(self._ids(msg).id, principal))
-            raise _Fault(-32601, f"Method not found: {msg.method}")
-        except _Fault as exc:
-            return _error(msg.id, exc.code, str(exc))
+            raise RPCError(-32601, f"Method not found: {msg.method}", side="local")
+        except RPCError as exc:
+            if exc.side == "remote":  # not ours to answer with
+                raise
+            return _error(msg.id, exc.code, exc.message)
 
     @staticmethod
     def _ids(msg: _Rpc) -> _IdParams:
         try:
             return _id_params.decode(msg.params)
         except PEER_FAULTS as exc:
-            raise _Fault(-32602, f"Invalid params: {fault_text(exc)}") from None
+            raise RPCError(-32602, f"Invalid params: {fault_text(exc)}", side="local") from None
 
     # ------------------------------------------------------------ methods
     async def _spawn(self, msg: _Rpc, principal: str) -> tuple[dict[str, Any], bool]:
@@ -230,16 +228,16 @@ class A2AServed:
         try:
             req = w.send_request_decoder.decode(msg.params)
         except PEER_FAULTS as exc:
-            raise _Fault(-32602, f"Invalid params: {fault_text(exc)}") from None
+            raise RPCError(-32602, f"Invalid params: {fault_text(exc)}", side="local") from None
         if req.message.task_id:
             if self._owners.get(req.message.task_id) != principal:
-                raise _Fault(w.TASK_NOT_FOUND, "Task not found")
-            raise _Fault(w.UNSUPPORTED_OPERATION,
-                         "a served agentd task takes one message; send a new task "
-                         "(the same contextId may be reused)")
+                raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
+            raise RPCError(w.UNSUPPORTED_OPERATION,
+                           "a served agentd task takes one message; send a new task "
+                           "(the same contextId may be reused)", side="local")
         text = "\n".join(p.text for p in req.message.parts if p.text)
         if not text.strip():
-            raise _Fault(-32602, "Invalid params: the message has no text part")
+            raise RPCError(-32602, "Invalid params: the message has no text part", side="local")
         context_id = req.message.context_id or uuid.uuid4().hex
         try:
             state = await self.backend.spawn(SERVED_CALLER,
@@ -297,7 +295,7 @@ class A2AServed:
     async def _cancel(self, handle: str, principal: str) -> dict[str, Any]:
         state = self._lookup(handle, principal)
         if state.done:
-            raise _Fault(w.TASK_NOT_CANCELABLE, "Task cannot be canceled")
+            raise RPCError(w.TASK_NOT_CANCELABLE, "Task cannot be canceled", side="local")
         with contextlib.suppress(UnknownHandle):
             await self.backend.cancel(handle)
         return self._task(await self._until_end(handle, CANCEL_WAIT))

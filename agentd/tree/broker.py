@@ -35,8 +35,7 @@ from typing import Any
 
 from agentd.a2a.delegation import DelegateArgs, delegate
 from agentd.a2a.peers import A2APeers, WithPeers
-from agentd.errors import ToolFault
-from agentd.intelligence.base import CeilingReached, IntelligenceUnavailable
+from agentd.errors import IntelligenceError, ToolFault
 from agentd.intelligence.ledger import Metered
 from agentd.log import log
 from agentd.mcp.client import MCPClient
@@ -148,10 +147,12 @@ class Broker:
             try:
                 completion = await self.intelligence.complete_for(handle, req.messages,
                                                                   req.tools)
-            except CeilingReached as exc:
-                return io_error(IO_CEILING, str(exc))
-            except IntelligenceUnavailable as exc:
-                return io_error(IO_UNAVAILABLE, str(exc))
+            except IntelligenceError as exc:
+                if exc.kind == "ceiling":
+                    return io_error(IO_CEILING, str(exc))
+                if exc.kind == "unavailable":
+                    return io_error(IO_UNAVAILABLE, str(exc))
+                raise
             return IoCompletion(completion)
         try:
             if isinstance(req, IoCall):

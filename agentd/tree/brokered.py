@@ -22,12 +22,13 @@ from typing import Any
 
 import orjson
 
+from agentd.errors import RPCError
 from agentd.intelligence.base import (
-    CeilingReached,
     Completion,
     IntelligenceUnavailable,
     Message,
     ToolDef,
+    ceiling_reached,
 )
 from agentd.obs import trace
 from agentd.tree.control import (
@@ -43,7 +44,7 @@ from agentd.tree.control import (
     IoUpdated,
     fault_of,
 )
-from agentd.tree.procs import Channel, RemoteError
+from agentd.tree.procs import Channel
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 
@@ -64,9 +65,9 @@ class BrokeredIntelligence:
         try:
             res = await self._channel.call("io/request", IoComplete(
                 list(messages), list(tools), trace.current_traceparent()))
-        except RemoteError as exc:
+        except RPCError as exc:
             if exc.code == IO_CEILING:
-                raise CeilingReached(exc.message) from None
+                raise ceiling_reached(exc.message) from None
             if exc.code == IO_UNAVAILABLE:
                 raise IntelligenceUnavailable(exc.message) from None
             raise IntelligenceUnavailable(f"broker: {exc.message}") from None
@@ -110,7 +111,7 @@ class BrokeredToolbox:
     async def _io(self, req: Any) -> Any:
         try:
             return await self._channel.call("io/request", req)
-        except RemoteError as exc:  # the parent's fault, as the root's own call raised it
+        except RPCError as exc:  # the parent's fault, as the root's own call raised it
             raise fault_of(exc.code, exc.message, exc.data) from None
 
     async def call(self, qualified_name: str,

@@ -30,12 +30,13 @@ from typing import Any, Protocol
 
 from agentd.agent.subagents import HandleState, SpawnRequest
 from agentd.config import Config
+from agentd.errors import RPCError
 from agentd.log import Logger
 from agentd.obs import trace
-from agentd.tree.childflags import FAULT_ENV
+from agentd.tree.boot import FAULT_ENV
 from agentd.tree.control import ChildConfig, MessageParams, RunOutcome
 from agentd.tree.ownership import depth_of
-from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, RemoteError
+from agentd.tree.procs import Channel, ChannelClosed, ChildProcess
 
 __all__ = ["ChildRun", "RunHost"]
 
@@ -130,7 +131,7 @@ class ChildRun:
             stop.cancel()
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ChannelClosed, RemoteError):
+                with contextlib.suppress(asyncio.CancelledError, ChannelClosed, RPCError):
                     await task
         return task.result() if task.done() and not task.cancelled() else None
 
@@ -194,7 +195,7 @@ class ChildRun:
             host.finish(self, "failed", reason="no answer to child/configure within "
                                                f"{host.configure_within}s")
             return
-        except (ChannelClosed, RemoteError):
+        except (ChannelClosed, RPCError):
             outcome = None
         if self.stop.is_set():  # cancel / drain / parent ended: ask the child to cancel
             ask = "child/cancel" if not proc.channel.closed.is_set() else None

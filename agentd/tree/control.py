@@ -54,7 +54,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import HandleState, SpawnRequest
 from agentd.config import DEFAULT_LOG_FORMAT, DEFAULT_SECRETS_DIR, RunLimits, ServerSpec
-from agentd.errors import ToolFault, TreeError
+from agentd.errors import RPCError, ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.wire import codec
 from agentd.wire.guard import decode_peer
@@ -63,7 +63,6 @@ from agentd.wire.jsonrpc import (
     ErrorObject,
     ErrorResponse,
     Notification,
-    ProtocolError,
     Request,
     Response,
 )
@@ -463,7 +462,7 @@ class ControlSession:
     def _message(self, body: bytes) -> Incoming | Reply | None:
         try:
             msg = codec.decode(body)
-        except ProtocolError as exc:
+        except RPCError as exc:
             raise TreeError(f"malformed frame: {exc.message}") from None
         if isinstance(msg, Response | ErrorResponse):
             rid = msg.id

@@ -36,7 +36,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from agentd.errors import TreeError
-from agentd.tree.childflags import FAULT_ENV, FS_FD, FS_MSG_MAX
+from agentd.tree.boot import FAULT_ENV, FS_FD, FS_MSG_MAX
 
 if TYPE_CHECKING:  # asyncio itself is imported where it runs (a light module)
     import asyncio

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from agentd.agent.subagents import UnknownHandle
 from agentd.config import PoolSpec
+from agentd.errors import PoolError
 from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.obs import metrics
@@ -28,7 +29,7 @@ from agentd.pool.discovery import Discovery
 from agentd.pool.dns import DnsRefresher
 from agentd.pool.membership import Membership
 from agentd.pool.prober import Prober
-from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest, RelayUnavailable
+from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
 
 __all__ = ["HANDLE_HEADER", "HANDLE_TOOLS", "PoolServed", "Where", "lost_body",
            "with_handle_header"]
@@ -118,7 +119,7 @@ class PoolServed:
             while self.where(handle, principal).lost is None:
                 try:
                     answer = await self.call(owner, "wait", handle, None, principal)
-                except RelayUnavailable:  # until the owner answers or is called dead
+                except PoolError:  # until the owner answers or is called dead
                     await asyncio.sleep(self.membership.interval)
                     continue
                 if answer.kind != "body" or answer.body is None or answer.body.get("done"):
@@ -149,7 +150,7 @@ class PoolServed:
             return answers
 
         async def ask(uri: str, handle: str, owner: str) -> None:
-            with contextlib.suppress(RelayUnavailable):  # logged by the relay
+            with contextlib.suppress(PoolError):  # logged by the relay
                 answers[uri] = await self.call(owner, "subscribe", handle, None, principal)
 
         with contextlib.suppress(TimeoutError):
@@ -231,7 +232,7 @@ class PoolServed:
 
     async def call(self, owner: str, op: str, handle: str, message: str | None,
                    principal: str, *, arguments: dict[str, Any] | None = None) -> RelayAnswer:
-        """One operation relayed to ``owner`` (raises RelayUnavailable)."""
+        """One operation relayed to ``owner`` (raises a PoolError of kind "unavailable")."""
         request = RelayRequest(op=op, handle=handle, message=message,  # type: ignore[arg-type]
                                arguments=arguments)
         return await self.relay.call(owner, request, principal)

@@ -25,10 +25,10 @@ from typing import Any
 
 from msgspec import UNSET
 
-from agentd.errors import RemoteError, TreeError
+from agentd.errors import RPCError, TreeError
 from agentd.log import Logger, log
 from agentd.obs import metrics
-from agentd.tree.childflags import CHILD_FLAG
+from agentd.tree.boot import CHILD_FLAG
 from agentd.tree.control import ControlSession, Incoming, Reply
 from agentd.wire.dispatch import Dispatcher
 
@@ -38,7 +38,6 @@ __all__ = [
     "ChannelClosed",
     "ChildProcess",
     "ExecSpawner",
-    "RemoteError",
     "child_argv",
     "child_env",
     "import_path",
@@ -87,7 +86,7 @@ def _agentd_roots() -> list[str]:
 # may see of ours: its I/O is brokered, so it needs no key, bearer, secret, proxy
 # or gateway setting. An allowlist: a name nobody thought of stays out.
 _ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER",
-                       "LOGNAME", "LD_LIBRARY_PATH", "AGENTD_LOG_LEVEL"})
+                       "LOGNAME", "LD_LIBRARY_PATH"})
 _ENV_KEEP_PREFIX = ("LC_", "PYTHON", "AGENTD_TEST_", "COV_CORE_", "COVERAGE_")
 _ENV_SECRETISH = ("KEY", "TOKEN", "SECRET", "PASSW", "BEARER", "CREDENTIAL", "AUTH")
 
@@ -211,7 +210,7 @@ class Channel:
             _FRAMES.inc("out")
 
     def request(self, method: str, params: Any = None) -> asyncio.Future[Any]:
-        """Send a request now; its future gets the result (RemoteError / ChannelClosed).
+        """Send a request now; its future gets the result (RPCError / ChannelClosed).
 
         Requests can be pipelined: answers are matched by id. Cancelling the
         future gives up on the answer (a late one is dropped).
@@ -226,7 +225,7 @@ class Channel:
         return fut
 
     async def call(self, method: str, params: Any = None, within: float | None = None) -> Any:
-        """Send a request and await its result; RemoteError / ChannelClosed otherwise."""
+        """Send a request and await its result; RPCError / ChannelClosed otherwise."""
         fut = self.request(method, params)
         try:
             async with asyncio.timeout(within):
@@ -290,8 +289,8 @@ class Channel:
         for ev in events:
             if isinstance(ev, Reply):
                 if ev.error is not None:
-                    self._calls.fail(ev.id, RemoteError(ev.error.code, ev.error.message,
-                                                        ev.error.data))
+                    self._calls.fail(ev.id, RPCError(ev.error.code, ev.error.message,
+                                                     ev.error.data, side="remote"))
                 else:
                     self._calls.resolve(ev.id, ev.result)
             else:

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.errors import RPCError
 from agentd.obs import trace
 from agentd.tree.control import (
     SPAWN_REFUSED,
@@ -21,7 +22,7 @@ from agentd.tree.control import (
     SpawnParams,
     TurnState,
 )
-from agentd.tree.procs import Channel, RemoteError
+from agentd.tree.procs import Channel
 
 __all__ = ["RemoteBackend"]
 
@@ -52,7 +53,7 @@ class RemoteBackend:
                              traceparent=trace.current_traceparent())
         try:
             body = await self._channel.call("tree/spawn", params)
-        except RemoteError as exc:
+        except RPCError as exc:
             if exc.code == SPAWN_REFUSED:
                 self._counts["refused"] += 1
                 raise SpawnRefused(exc.message) from None
@@ -106,7 +107,7 @@ class RemoteBackend:
     async def _call(self, method: str, params: Any) -> HandleBody:
         try:
             return await self._channel.call(method, params)
-        except RemoteError as exc:
+        except RPCError as exc:
             if exc.code == UNKNOWN_HANDLE:
                 raise UnknownHandle(exc.message) from None
             raise

@@ -75,19 +75,20 @@ from agentd.agent.subagents import (
     UnknownHandle,
 )
 from agentd.config import DEFAULT_SECRETS_DIR, Config, ServeSpec, resolve_bearers
+from agentd.errors import PoolError, RPCError
 from agentd.log import log
 from agentd.mcp.auth import server_ssl_context
-from agentd.mcp.handler import CallContext, Handler, ResourceNotFound, SubscribeRefused
+from agentd.mcp.handler import CallContext, Handler
 from agentd.mcp.http_server import Limits, Runner
 from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
-from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest, RelayUnavailable
+from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
 from agentd.pool.session_relay import session_middleware
 from agentd.tree.ownership import Owners, top_of
 from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
-from agentd.wire.jsonrpc import INTERNAL_ERROR, ProtocolError
+from agentd.wire.jsonrpc import INTERNAL_ERROR, resource_not_found, subscribe_refused
 
 __all__ = [
     "SERVED_CALLER",
@@ -233,7 +234,7 @@ class SelfMCP(Handler):
             try:
                 answer = await self.pool.call(peer, "spawn", "", None, ctx.principal,
                                               arguments=msgspec.to_builtins(request))
-            except RelayUnavailable:  # the peer went away: this worker's refusal stands
+            except PoolError:  # the peer went away: this worker's refusal stands
                 raise refused from None
             if answer.kind != "body" or answer.body is None:
                 raise SpawnRefused(answer.text or "spawn refused") from None
@@ -279,7 +280,7 @@ class SelfMCP(Handler):
                        ctx: CallContext) -> Any:
         try:
             return _state_result(await self._op(op, handle, message, ctx.principal))
-        except RelayUnavailable as exc:  # the owner did not answer: say so, not "unknown"
+        except PoolError as exc:  # the owner did not answer: say so, not "unknown"
             return _refused(str(exc))
 
     async def _local(self, op: str, handle: str, message: str | None,
@@ -295,7 +296,7 @@ class SelfMCP(Handler):
     async def _op(self, op: str, handle: str, message: str | None,
                   principal: str) -> dict[str, Any]:
         """The operation wherever the handle lives (pool mode: here, relayed to its
-        owner, or the lost body); raises UnknownHandle, SpawnRefused, RelayUnavailable."""
+        owner, or the lost body); raises UnknownHandle, SpawnRefused, PoolError."""
         if self.pool is None:
             return await self._local(op, handle, message, principal)
         where = self.pool.where(handle, principal)
@@ -383,9 +384,9 @@ class SelfMCP(Handler):
             try:
                 body = await self._op("read", uri[len(SUBAGENT_PREFIX):], None, ctx.principal)
             except UnknownHandle:
-                raise ResourceNotFound(uri) from None
-            except RelayUnavailable as exc:
-                raise ProtocolError(INTERNAL_ERROR, str(exc), {"uri": uri}) from None
+                raise resource_not_found(uri) from None
+            except PoolError as exc:
+                raise RPCError(INTERNAL_ERROR, str(exc), {"uri": uri}, side="local") from None
             text = orjson.dumps(body, default=str).decode()
             return t.ReadResourceResult(contents=[t.TextResourceContents(
                 uri=uri, text=text, mimeType="application/json")])
@@ -424,7 +425,7 @@ class SelfMCP(Handler):
                 self._announced_counts = self.backend.counts()
             return
         if not uri.startswith(SUBAGENT_PREFIX):
-            raise SubscribeRefused(uri)  # agent://status (2025-11-25) or not ours
+            raise subscribe_refused(uri)  # agent://status (2025-11-25) or not ours
         handle = uri[len(SUBAGENT_PREFIX):]
         try:
             if self.pool is not None:
@@ -435,7 +436,7 @@ class SelfMCP(Handler):
                 if where.owner is not None:  # the owner's verdict, fanned in by admit()
                     verdict = ctx.admitted.get(uri)
                     if verdict is not None and (verdict.kind != "body" or verdict.body is None):
-                        raise SubscribeRefused(uri)  # unknown there (evicted): as on one worker
+                        raise subscribe_refused(uri)  # unknown there (evicted): as on one worker
                     if verdict is not None and verdict.body.get("done"):
                         ctx.session.notify_updated(uri)
                         return
@@ -443,14 +444,14 @@ class SelfMCP(Handler):
                     # owner answers terminal or is called dead (the lost-owner rule)
                     if not self.pool.watch(uri, handle, where.owner, ctx.principal,
                                            self._remote_ended):
-                        raise SubscribeRefused(uri)
+                        raise subscribe_refused(uri)
                     ctx.session.subscribe(uri)
                     return
                 assert where.internal is not None
                 handle = where.internal
             state = self.lookup(handle, ctx.principal)
         except UnknownHandle:
-            raise SubscribeRefused(uri) from None  # unknown, evicted or another's
+            raise subscribe_refused(uri) from None  # unknown, evicted or another's
         if state.done:
             # Ended before the subscribe: the terminal transition's update goes to
             # every subscriber (§2.3), this late one too, queued on its stream as

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -37,7 +36,7 @@ import msgspec
 
 from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.config import Config
-from agentd.errors import TreeError
+from agentd.errors import RPCError, TreeError
 from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
 from agentd.log import log
@@ -63,7 +62,7 @@ from agentd.tree.control import (
 )
 from agentd.tree.forkserver import ForkserverSpawner, available
 from agentd.tree.ownership import within
-from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner, RemoteError
+from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Registry, Retention
 from agentd.wire.jsonrpc import ErrorObject
 
@@ -224,8 +223,10 @@ class Supervisor:
                 outcome = await run.until_stopped(
                     run.proc.channel.call("child/send", MessageParams(
                         message, trace.current_traceparent())))
-            except (ChannelClosed, RemoteError) as exc:
+            except ChannelClosed as exc:
                 outcome = RunOutcome(status="failed", reason=str(exc))
+            except RPCError as exc:  # the child's answer: its text, as before the one type
+                outcome = RunOutcome(status="failed", reason=exc.message)
             finally:
                 run.idle.set()
         if outcome is None:
@@ -334,7 +335,7 @@ class Supervisor:
             tool_scope=tuple(sorted(run.scope)), mcp=(), intelligence=None, model=None,
             brokered=True, catalogue=self.broker.catalogue(run.scope),
             max_frame=self.max_frame, log_format=cfg.log_format,
-            log_level=os.environ.get("AGENTD_LOG_LEVEL", "info").lower(),
+            log_level=cfg.log_level or "info",
             run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting)
 
     # ------------------------------------------------------------- one run

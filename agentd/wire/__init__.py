@@ -28,11 +28,9 @@ from .jsonrpc import (
     ErrorResponse,
     Message,
     Notification,
-    ProtocolError,
     Request,
     RequestId,
     Response,
-    ResultDecodeError,
 )
 
 __all__ = [
@@ -48,11 +46,9 @@ __all__ = [
     "ErrorResponse",
     "Message",
     "Notification",
-    "ProtocolError",
     "Request",
     "RequestId",
     "Response",
-    "ResultDecodeError",
     "codec",
     "decode",
     "decode_params",

@@ -4,7 +4,7 @@
   ``msgspec.json.Encoder``.
 * :func:`decode` reads one JSON-RPC message into an envelope whose
   ``params`` / ``result`` stay undecoded (``msgspec.Raw``), and classifies it
-  by key presence.  Every malformed input raises :class:`ProtocolError` with the
+  by key presence.  Every malformed input raises :class:`RPCError` with the
   JSON-RPC code to answer it with (and the request id when it could be read).
 * :func:`decode_params` / :func:`decode_result` type a payload on demand.
 
@@ -20,9 +20,12 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from agentd.errors import RPCError
+
 from . import mcp_types as t
 from .guard import PEER_FAULTS, fault_text
 from .jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -31,11 +34,9 @@ from .jsonrpc import (
     ErrorResponse,
     Message,
     Notification,
-    ProtocolError,
     Request,
     RequestId,
     Response,
-    ResultDecodeError,
 )
 
 __all__ = [
@@ -136,8 +137,8 @@ def _parse_text(e: BaseException) -> str:
     return "JSON nested too deeply" if text == "nested too deeply" else text
 
 
-def _invalid(message: str, id_: Any = None) -> ProtocolError:
-    return ProtocolError(INVALID_REQUEST, message, id=_valid_id(id_))
+def _invalid(message: str, id_: Any = None) -> RPCError:
+    return RPCError(INVALID_REQUEST, message, id=_valid_id(id_), side="local")
 
 
 def decode(data: bytes | bytearray | memoryview | str) -> Message:
@@ -145,7 +146,7 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
 
     Request (method + id) / Notification (method, no id) / Response (result) /
     ErrorResponse (error).  ``params`` and ``result`` are ``msgspec.Raw`` (or
-    ``UNSET`` when absent).  Raises :class:`ProtocolError`: -32700 when the
+    ``UNSET`` when absent).  Raises :class:`RPCError`: -32700 when the
     bytes are not JSON, -32600 when the JSON is not a valid single message.
     """
     try:
@@ -156,17 +157,19 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
         try:
             value = msgspec.json.decode(data)
         except PEER_FAULTS as e:
-            raise ProtocolError(PARSE_ERROR, f"Parse error: {_parse_text(e)}") from None
+            raise RPCError(PARSE_ERROR, f"Parse error: {_parse_text(e)}", side="local") from None
         if type(value) is list:
-            raise ProtocolError(
+            raise RPCError(
                 INVALID_REQUEST,
                 "Invalid Request: JSON-RPC batches are not supported (removed in MCP 2025-06-18)",
+                side="local",
             ) from None
-        raise ProtocolError(
-            INVALID_REQUEST, f"Invalid Request: expected a JSON object, got {_json_kind(value)}"
+        raise RPCError(
+            INVALID_REQUEST, f"Invalid Request: expected a JSON object, got {_json_kind(value)}",
+            side="local"
         ) from None
     except PEER_FAULTS as e:  # incl. msgspec's own nesting guard: hostile input, not a bug
-        raise ProtocolError(PARSE_ERROR, f"Parse error: {_parse_text(e)}") from None
+        raise RPCError(PARSE_ERROR, f"Parse error: {_parse_text(e)}", side="local") from None
 
     id_ = m.id
     if m.jsonrpc != "2.0":
@@ -295,30 +298,32 @@ def decode_params(method: str, raw: Raw | UnsetType, id: RequestId | None = None
     """Type the ``params`` of a request/notification for ``method``.
 
     Absent (or ``null``) params of a method whose params are optional decode to
-    the params type's empty instance.  Raises ``ProtocolError`` -32602 (naming
+    the params type's empty instance.  Raises ``RPCError`` -32602 (naming
     the problem, e.g. "Object missing required field `name`") when they do not
     match, -32601 for a method not in :data:`PARAMS_TYPES`.  ``id`` is copied
     into the error so ``err.to_response()`` answers the right request.
     """
     entry = _PARAMS.get(method)
     if entry is None:
-        raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}", id=id)
+        raise RPCError(METHOD_NOT_FOUND, f"Method not found: {method}", id=id, side="local")
     tp, required, dec = entry
     if raw is UNSET or _is_null(raw):
         if required:
-            raise ProtocolError(
-                INVALID_PARAMS, f"Invalid params for {method}: params are required", id=id
+            raise RPCError(
+                INVALID_PARAMS, f"Invalid params for {method}: params are required", id=id,
+                side="local"
             )
         return tp()
     try:
         return dec.decode(raw)
     except msgspec.ValidationError as e:
-        raise ProtocolError(
-            INVALID_PARAMS, f"Invalid params for {method}: {_where(e, 'params')}", id=id
+        raise RPCError(
+            INVALID_PARAMS, f"Invalid params for {method}: {_where(e, 'params')}", id=id,
+            side="local"
         ) from None
     except PEER_FAULTS as e:  # the envelope parsed; params hold e.g. invalid UTF-8, deep nesting
-        raise ProtocolError(
-            INVALID_PARAMS, f"Invalid params for {method}: {fault_text(e)}", id=id
+        raise RPCError(
+            INVALID_PARAMS, f"Invalid params for {method}: {fault_text(e)}", id=id, side="local"
         ) from None
 
 
@@ -352,7 +357,7 @@ _lenient_call_tool: Final = msgspec.json.Decoder(_LenientCallToolResult, dec_hoo
 def decode_result(raw: Raw | bytes, type_: type[T], id: RequestId | None = None) -> T:
     """Type a response's ``result`` as ``type_`` (e.g. ``RESULT_TYPES[method]``).
 
-    Raises :class:`ResultDecodeError` (a ``ProtocolError``, code -32603, never
+    Raises a local :class:`~agentd.errors.RPCError` (code -32603, never
     sent on the wire) naming the problem when the peer's result is malformed.
     A ``CallToolResult`` holding content blocks of a type this revision does not
     know still decodes: those blocks become :class:`UnknownContent`.
@@ -362,7 +367,8 @@ def decode_result(raw: Raw | bytes, type_: type[T], id: RequestId | None = None)
     except msgspec.ValidationError as exc:
         err: Exception = exc
     except PEER_FAULTS as exc:  # not JSON, nested beyond the guard, a number out of range
-        raise ResultDecodeError(f"Malformed result: {fault_text(exc)}", id=id) from None
+        raise RPCError(INTERNAL_ERROR, f"Malformed result: {fault_text(exc)}", id=id,
+                       side="local") from None
     if type_ is t.CallToolResult:
         # Slow path: maybe only an unknown content-block type failed.
         try:
@@ -370,13 +376,15 @@ def decode_result(raw: Raw | bytes, type_: type[T], id: RequestId | None = None)
         except msgspec.ValidationError as exc:
             err = exc  # names the real problem (unknown types are accepted here)
         except PEER_FAULTS as exc:
-            raise ResultDecodeError(f"Malformed result: {fault_text(exc)}", id=id) from None
+            raise RPCError(INTERNAL_ERROR, f"Malformed result: {fault_text(exc)}", id=id,
+                           side="local") from None
         else:
             # the lenient blocks as they came (unknown types kept); type_ is CallToolResult here
             return t.CallToolResult(r.content, r.isError, r.structuredContent,  # type: ignore[arg-type,return-value]
                                     r._meta)
-    name = getattr(type_, "__name__", repr(type_))
-    raise ResultDecodeError(f"Malformed {name} result: {_where(err, 'result')}", id=id)
+    name = type_.__name__ if isinstance(type_, type) else repr(type_)  # or a typing form
+    raise RPCError(INTERNAL_ERROR, f"Malformed {name} result: {_where(err, 'result')}", id=id,
+                   side="local")
 
 
 # -- one-pass typed response decoding (the client's hot path) ----------------
@@ -404,7 +412,7 @@ def decode_response(data: bytes | bytearray | memoryview | str, result_type: typ
     error response, a request/notification (e.g. on an SSE stream), malformed
     input, a malformed result -- takes the general path and ends exactly as
     ``decode`` (+ ``decode_result`` for a ``Response``) would: the same
-    messages, the same ``ProtocolError`` / ``ResultDecodeError``.
+    messages, the same local ``RPCError``.
     """
     dec = _typed_decoders.get(result_type)
     if dec is None:

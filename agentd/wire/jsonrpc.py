@@ -1,4 +1,4 @@
-"""JSON-RPC 2.0 envelopes as msgspec Structs, error codes, and ProtocolError.
+"""JSON-RPC 2.0 envelopes as msgspec Structs, error codes, and RPCError's renderings.
 
 Outgoing messages carry a Struct / dict / ``msgspec.Raw`` in ``params`` /
 ``result``; incoming messages (from :func:`agentd.wire.codec.decode`) carry the
@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from msgspec import UNSET, Struct
 
-from agentd.errors import PeerError
+from agentd.errors import RPCError
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -26,11 +26,14 @@ __all__ = [
     "ErrorResponse",
     "Message",
     "Notification",
-    "ProtocolError",
     "Request",
     "RequestId",
     "Response",
-    "ResultDecodeError",
+    "error_object",
+    "error_response",
+    "is_subscribe_refusal",
+    "resource_not_found",
+    "subscribe_refused",
 ]
 
 JSONRPC_VERSION: Final = "2.0"
@@ -81,43 +84,32 @@ class ErrorResponse(_Envelope):
 Message = Request | Notification | Response | ErrorResponse
 
 
-class ProtocolError(PeerError):
-    """A JSON-RPC level fault, carrying everything needed to answer it.
-
-    ``id`` is the offending request's id when it could be read, else ``None``.
-    """
-
-    def __init__(
-        self,
-        code: int,
-        message: str,
-        data: Any = UNSET,
-        id: RequestId | None = None,
-    ) -> None:
-        super().__init__(code, message, data)
-        self.id = id
-
-    def to_error(self) -> ErrorObject:
-        return ErrorObject(self.code, self.message, self.data)
-
-    def to_response(self) -> ErrorResponse:
-        return ErrorResponse(self.id, ErrorObject(self.code, self.message, self.data))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(code={self.code}, message={self.message!r}, id={self.id!r})"
-
-    def __str__(self) -> str:
-        return f"[{self.code}] {self.message}"
+def error_object(exc: RPCError) -> ErrorObject:
+    """The error object of an :class:`~agentd.errors.RPCError`."""
+    return ErrorObject(exc.code, exc.message, exc.data)
 
 
-class ResultDecodeError(ProtocolError):
-    """A peer's *response* did not match the result schema of its method.
+def error_response(exc: RPCError) -> ErrorResponse:
+    """The error response answering ``exc.id`` with ``exc``."""
+    return ErrorResponse(exc.id, ErrorObject(exc.code, exc.message, exc.data))
 
-    Raised by ``codec.decode_result``.  It is a peer protocol violation, not a
-    tool failure: classify it (abort the call), never hand it to the model.
-    Its code is ``INTERNAL_ERROR`` (-32603) for logging; nothing is ever sent
-    back for it (a response is never answered).
-    """
 
-    def __init__(self, message: str, id: RequestId | None = None, data: Any = UNSET) -> None:
-        super().__init__(INTERNAL_ERROR, message, data, id)
+def resource_not_found(uri: str) -> RPCError:
+    """-32002 with ``data.uri`` (MCP: resources/read of a URI the server does not serve)."""
+    return RPCError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri}, side="local")
+
+
+def subscribe_refused(uri: str) -> RPCError:
+    """-32602 with ``data.uri``: ``resources/subscribe`` of a URI the handler will
+    never announce.  A 2025-11-25 session gets it as the answer; a 2026-07-28
+    listen stream leaves the URI out of its acknowledgement instead (it tells
+    this refusal by :func:`is_subscribe_refusal`)."""
+    return RPCError(INVALID_PARAMS, _NOT_SUBSCRIBABLE, {"uri": uri}, side="local")
+
+
+def is_subscribe_refusal(exc: RPCError) -> bool:
+    """Whether `exc` is :func:`subscribe_refused`'s answer (and not another -32602)."""
+    return exc.side == "local" and exc.code == INVALID_PARAMS and exc.message == _NOT_SUBSCRIBABLE
+
+
+_NOT_SUBSCRIBABLE: Final = "Invalid params: not a subscribable resource"

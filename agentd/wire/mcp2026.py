@@ -34,6 +34,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from agentd.errors import RPCError
 from agentd.wire import mcp_types as t
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "SubscriptionFilter",
     "UnsupportedVersionData",
     "is_modern_version",
+    "missing_client_capability",
 ]
 
 LATEST_MODERN_VERSION: Final = "2026-07-28"
@@ -118,6 +120,13 @@ ERROR_HTTP_STATUS: Final = {
     -32601: 404,  # a method this server does not implement
 }
 """HTTP status of a JSON-RPC error at 2026-07-28 (unlisted codes: 200)."""
+
+
+def missing_client_capability(required: dict[str, Any]) -> RPCError:
+    """-32021: the request needs a client capability its envelope did not declare."""
+    return RPCError(MISSING_CLIENT_CAPABILITY, "Missing required client capability: "
+                    + ", ".join(sorted(required)), {"requiredCapabilities": required},
+                    side="local")
 
 # -- result fields ------------------------------------------------------------
 RESULT_COMPLETE: Final = "complete"

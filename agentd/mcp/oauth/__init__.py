@@ -20,16 +20,16 @@ module stays light: it imports no HTTP machinery until a server asks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from agentd.mcp.oauth.errors import AuthorizationRequired, OAuthError
+from agentd.mcp.oauth.errors import OAuthError
 
 if TYPE_CHECKING:
     from agentd.config import ServerSpec
     from agentd.mcp.oauth.provider import OAuth
 
-__all__ = ["AuthorizationRequired", "OAuthError", "Settings", "auth_for", "configure",
+__all__ = ["OAuthError", "Settings", "auth_for", "configure",
            "settings"]
 
 
@@ -42,12 +42,13 @@ class Settings:
 
 
 settings = Settings()
+_SETTINGS = frozenset(f.name for f in fields(Settings))
 
 
 def configure(**values: Any) -> None:
     """Set process-wide OAuth settings (the CLI, once, before connecting)."""
     for key, value in values.items():
-        if not hasattr(settings, key):
+        if key not in _SETTINGS:
             raise TypeError(f"unknown OAuth setting {key!r}")
         setattr(settings, key, value)
 

@@ -162,8 +162,9 @@ async def discover_as(http: Http, issuer: str, *, legacy: bool = False) -> ASMet
         elif meta.issuer != issuer:
             raise OAuthError(f"authorization server metadata {url} names the issuer "
                              f"{meta.issuer!r}, not {issuer!r}: refused (RFC 8414 §3.3)")
-        for name in ("authorization_endpoint", "token_endpoint", "registration_endpoint"):
-            value = getattr(meta, name)
+        for name, value in (("authorization_endpoint", meta.authorization_endpoint),
+                            ("token_endpoint", meta.token_endpoint),
+                            ("registration_endpoint", meta.registration_endpoint)):
             if value is not None:
                 check_url(value, f"{name} of {meta.issuer}")
         if not meta.token_endpoint:

@@ -21,15 +21,7 @@ from agentd.log import register_secret
 from agentd.mcp.oauth.errors import OAuthError
 from agentd.mcp.oauth.http import Http
 
-__all__ = ["ClientAuth", "GrantError", "TokenAnswer", "token_request"]
-
-
-class GrantError(OAuthError):
-    """The token endpoint refused the grant (``error`` holds its code)."""
-
-    def __init__(self, message: str, error: str) -> None:
-        super().__init__(message)
-        self.error = error
+__all__ = ["ClientAuth", "TokenAnswer", "token_request"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +91,8 @@ async def token_request(http: Http, token_endpoint: str, client: ClientAuth,
     if reply.status != 200 or "error" in data:
         code = _one_line(data.get("error"), 64) or f"HTTP {reply.status}"
         desc = _one_line(data.get("error_description"))
-        raise GrantError(f"token endpoint refused the {form.get('grant_type')} grant: "
-                         f"{code}" + (f": {desc}" if desc else ""), code)
+        raise OAuthError(f"token endpoint refused the {form.get('grant_type')} grant: "
+                         f"{code}" + (f": {desc}" if desc else ""), kind="refused", error=code)
     token = data.get("access_token")
     ttype = data.get("token_type")
     if not isinstance(token, str) or not token:

@@ -5,9 +5,9 @@ any, refreshed shortly before it expires) and calls
 :meth:`OAuth.on_unauthorized` on a 401 or a 403: True means "new credentials,
 send the request again" (the transport bounds how often).  While connecting
 (``deferred``), anything beyond using a token already at hand raises
-:class:`AuthorizationRequired`, so discovery, registration and a login run
-outside the handshake's timeouts (``MCPClient`` calls ``resolve()`` and
-connects again).
+an :class:`OAuthError` of kind "required", so discovery, registration and a
+login run outside the handshake's timeouts (``MCPClient`` calls ``resolve()``
+and connects again).
 
 What happens on a 401 (see docs/security.md):
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Final
 from agentd.log import log, register_secret
 from agentd.mcp.client_session import HandshakeError
 from agentd.mcp.oauth.challenge import Challenge, parse_challenge
-from agentd.mcp.oauth.errors import AuthorizationRequired, OAuthError
+from agentd.mcp.oauth.errors import OAuthError, authorization_required
 from agentd.mcp.oauth.store import TokenRecord, TokenStore
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class OAuth:
         if status == 403 and (challenge is None or not challenge.insufficient_scope):
             return False  # forbidden for another reason: not ours to fix
         if self.deferred:
-            raise AuthorizationRequired(self, status, challenge)
+            raise authorization_required(self, status, challenge)
         try:
             return await self.authorize(status, challenge)
         except HandshakeError as exc:
@@ -274,7 +274,7 @@ class OAuth:
     async def _refresh(self, rec: TokenRecord) -> None:
         """Refresh at the issuer that issued ``rec`` (its metadata, rediscovered)."""
         from agentd.mcp.oauth.discovery import discover_as
-        from agentd.mcp.oauth.grants import GrantError, token_request
+        from agentd.mcp.oauth.grants import token_request
 
         meta = self._meta
         if meta is None or meta.issuer != rec.issuer:
@@ -287,8 +287,9 @@ class OAuth:
         try:
             answer = await token_request(self._client_http(), meta.token_endpoint or "",
                                          client, form, issuer=meta.issuer)
-        except GrantError as exc:
-            if exc.error in ("invalid_grant", "invalid_client", "unauthorized_client"):
+        except OAuthError as exc:
+            if exc.kind == "refused" and exc.error in ("invalid_grant", "invalid_client",
+                                                        "unauthorized_client"):
                 self.store.delete_token(rec.issuer, rec.resource)  # expired or revoked
                 if self._record is rec:
                     self._record = None
@@ -298,12 +299,13 @@ class OAuth:
                     persist=self.kind == "oauth", refresh_token=rec.refresh_token)
 
     async def _client(self, meta: ASMetadata, *, redirect_uri: str | None) -> ClientAuth:
+        from agentd.config import OAuthAuth  # loaded: the spec is one of its types
         from agentd.mcp.oauth.grants import ClientAuth
         from agentd.mcp.oauth.registration import register_client
 
         a = self.spec.auth
         secret = self._secret(a.client_secret) if a is not None else None
-        cimd = getattr(a, "client_id_metadata_url", None)
+        cimd = a.client_id_metadata_url if isinstance(a, OAuthAuth) else None
         if redirect_uri is None and not (a is not None and a.client_id):
             # a refresh: the registration that exists (a pre-registration goes on below)
             if cimd and meta.client_id_metadata_document_supported:
@@ -330,11 +332,12 @@ class OAuth:
 
     async def _client_credentials(self, meta: ASMetadata, resource: str,
                                   scope: str | None) -> TokenAnswer:
+        from agentd.config import ClientCredentialsAuth
         from agentd.mcp.oauth.grants import ClientAuth, token_request
 
         a = self.spec.auth
         assert a is not None
-        key_file = getattr(a, "private_key_file", None)
+        key_file = a.private_key_file if isinstance(a, ClientCredentialsAuth) else None
         if key_file:
             try:
                 key = await asyncio.to_thread(Path(key_file).read_bytes)
@@ -346,8 +349,8 @@ class OAuth:
                 raise OAuthError(f"{meta.issuer} does not accept private_key_jwt "
                                  f"(it allows {', '.join(allowed)})")
             client = ClientAuth(a.client_id or "", "private_key_jwt", private_key_pem=key,
-                                signing_algorithm=getattr(a, "signing_algorithm", None)
-                                or "ES256")
+                                signing_algorithm=(a.signing_algorithm if isinstance(
+                                    a, ClientCredentialsAuth) else None) or "ES256")
         else:
             from agentd.mcp.oauth.registration import secret_method
 

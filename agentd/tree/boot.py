@@ -1,4 +1,4 @@
-"""What the parent and a child process agree on before any wire exists.
+"""The child's boot contract: what parent and child agree on before any wire exists.
 
 The private argv flag that turns `python -m agentd` into a subagent, the
 forkserver's flags and fd, the test-only fault variable, and the
