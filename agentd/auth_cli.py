@@ -94,8 +94,8 @@ def login(ctx: click.Context, name: str, no_browser: bool, timeout: float,
 async def _login(config: cfg.Config, spec: cfg.ServerSpec, *, open_browser: bool,
                  limit: float) -> int:
     from agentd.config import resolve_headers
+    from agentd.errors import HandshakeError
     from agentd.mcp.client import MCPClient
-    from agentd.mcp.client_session import HandshakeError
     from agentd.mcp.oauth import auth_for, configure
 
     configure(open_browser=open_browser, login_timeout=limit)

@@ -22,6 +22,8 @@ a return value, not an exception.
     │                                    it) or "local" (we answer a peer with it; + id)
     ├── MCPError                         the MCP client, server engine and auth
     │   ├── ToolFault                    a protocol/transport fault of a call
+    │   ├── HandshakeError               the server could not be initialized, or a request
+    │   │                                its negotiated capabilities refuse (exit 6 if required)
     │   ├── OAuthError                   kind failed | refused | required (agentd.mcp.oauth)
     │   └── RequiredServerLost           exit 1, or 6 at the handshake (agentd.mcp.faults)
     ├── IntelligenceError                kind unavailable | ceiling | retry | playback
@@ -31,8 +33,8 @@ a return value, not an exception.
     ├── A2AFault                         kind fault | not_found | card
     └── PoolError                        kind unavailable | auth
 
-The other layers' own classes (the MCP client's transport and handshake
-faults, the tree's) hang under these nodes beside the code that raises them.
+The other layers' own classes (the MCP client's transport faults, the
+tree's) hang under these nodes beside the code that raises them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "A2AFault",
     "A2AKind",
     "AgentdError",
+    "HandshakeError",
     "IntelligenceError",
     "IntelligenceKind",
     "MCPError",
@@ -133,6 +136,23 @@ class ToolFault(MCPError):
 
 
 IntelligenceKind = Literal["unavailable", "ceiling", "retry", "playback"]
+
+
+class HandshakeError(MCPError):
+    """What the handshake settled refuses: the server could not be initialized
+    (a connect failure, exit 6 if required), or -- with ``method`` and ``needs``
+    set -- a request the negotiated (frozen) capabilities do not allow, never
+    sent."""
+
+    def __init__(self, message: str, *, method: str = "", needs: str = "") -> None:
+        super().__init__(message)
+        self.method = method
+        self.needs = needs
+
+    @classmethod
+    def not_allowed(cls, method: str, needs: str) -> HandshakeError:
+        return cls(f"{method} needs the server capability {needs!r}, "
+                   "which it did not advertise", method=method, needs=needs)
 
 
 class IntelligenceError(AgentdError):

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.mcp.client_session import ClientSession, HandshakeError
+from agentd.errors import HandshakeError
+from agentd.mcp.client_session import ClientSession
 from agentd.mcp.negotiate import (
     VersionChoice,
     choose_supported,

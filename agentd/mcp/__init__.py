@@ -15,7 +15,7 @@ _EXPORTS = {
     "ToolFault": "agentd.mcp.client",
     "ToolInfo": "agentd.wire.shapes",
     "ResourceInfo": "agentd.wire.shapes",
-    "HandshakeError": "agentd.mcp.client_session",
+    "HandshakeError": "agentd.errors",
     "Capabilities": "agentd.mcp.client_session",
     "Toolbox": "agentd.mcp.toolbox",
     "ToolEntry": "agentd.wire.shapes",

@@ -49,7 +49,6 @@ from agentd.mcp.client_2026 import traceparent_for, ttl_ms
 from agentd.mcp.client_session import (
     Capabilities,
     ClientSession,
-    HandshakeError,
     Notified,
 )
 from agentd.mcp.connection import MAX_AUDIT_TEXT, Connection
@@ -82,7 +81,6 @@ if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
 __all__ = [
     "DEFAULT_PING_TIMEOUT",
     "MAX_LIST_PAGES",
-    "HandshakeError",
     "MCPClient",
     "Observation",
     "ResourceInfo",

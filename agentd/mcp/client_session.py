@@ -39,7 +39,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from agentd.errors import MCPError
+from agentd.errors import HandshakeError
 from agentd.mcp.catalogue import prune_deep
 from agentd.mcp.negotiate import VersionChoice, choose_supported, listen_delivers
 from agentd.mcp.param_headers import encode_value
@@ -62,7 +62,6 @@ __all__ = [
     "Capabilities",
     "ClientSession",
     "Failed",
-    "HandshakeError",
     "InputRequired",
     "Notified",
     "Reply",
@@ -71,23 +70,6 @@ __all__ = [
 
 CLIENT_NAME: Final = "agentd"
 STRUCTURED_OUTPUT_SINCE: Final = "2025-06-18"  # outputSchema / structuredContent
-
-class HandshakeError(MCPError):
-    """What the handshake settled refuses: the server could not be initialized
-    (a connect failure, exit 6 if required), or -- with ``method`` and ``needs``
-    set -- a request the negotiated (frozen) capabilities do not allow, never
-    sent."""
-
-    def __init__(self, message: str, *, method: str = "", needs: str = "") -> None:
-        super().__init__(message)
-        self.method = method
-        self.needs = needs
-
-    @classmethod
-    def not_allowed(cls, method: str, needs: str) -> HandshakeError:
-        return cls(f"{method} needs the server capability {needs!r}, "
-                   "which it did not advertise", method=method, needs=needs)
-
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:

@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
-from agentd.errors import ToolFault
+from agentd.errors import HandshakeError, ToolFault
 from agentd.log import Logger
 from agentd.mcp.catalogue import Freshness
-from agentd.mcp.client_session import ClientSession, HandshakeError
+from agentd.mcp.client_session import ClientSession
 from agentd.mcp.connection import Connection
 from agentd.mcp.faults import HTTPStatusError, RetryPolicy, RPCError, SessionExpired, TransportError
 from agentd.mcp.listen import Listener

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from agentd.errors import ToolFault
-from agentd.mcp.client_session import HandshakeError
+from agentd.errors import HandshakeError, ToolFault
 from agentd.mcp.listen import Listener
 from agentd.mcp.negotiate import renegotiate_for_updates
 from agentd.mcp.recovery import Reconnecting

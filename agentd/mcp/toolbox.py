@@ -183,7 +183,8 @@ class Toolbox:
         await stack.__aenter__()
         self._stack = stack
         self.lost = asyncio.get_running_loop().create_future()
-        from agentd.mcp.client import HandshakeError, MCPClient
+        from agentd.errors import HandshakeError
+        from agentd.mcp.client import MCPClient
 
         clients = {s.name: MCPClient(s, updates=self.updates, on_gone=self._on_gone,
                                      **self._options)

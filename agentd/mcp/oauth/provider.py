@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from agentd.errors import HandshakeError
 from agentd.log import log, register_secret
-from agentd.mcp.client_session import HandshakeError
 from agentd.mcp.oauth.challenge import Challenge, parse_challenge
 from agentd.mcp.oauth.errors import OAuthError, authorization_required
 from agentd.mcp.oauth.store import TokenRecord, TokenStore
