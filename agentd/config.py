@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentd import log as _log
-from agentd.errors import AgentdError
-from agentd.exitcodes import ExitCode
+from agentd.errors import ConfigError
 from agentd.netaddr import is_loopback_host
+from agentd.secrets import DEFAULT_SECRETS_DIR, SECRET_RE, resolve_secret, substitute
 from agentd_native import SSEParser
 from agentd_native import sse as _sse
 
@@ -45,8 +45,6 @@ DEFAULT_MAX_TASKS = 100_000
 DEFAULT_CASSETTE_BYTES = 256 << 20
 LOG_FORMATS = ("json", "text")
 DEFAULT_LOG_FORMAT = "json"
-SECRET_RE = re.compile(r"\{\{secret:([A-Za-z0-9_.-]+)\}\}")
-DEFAULT_SECRETS_DIR = "/run/secrets/agentd"
 # Where --serve-cert/--serve-key default to (spec §2): server.crt and server.key in
 # this directory; env AGENTD_TLS_DIR moves the directory (docs/cli.md).
 DEFAULT_TLS_DIR = "/etc/agentd/tls"
@@ -81,13 +79,6 @@ DEFAULT_SSE_RETRY_MAX_MS = _sse.RETRY_MAX_MS
 DEFAULT_INTELLIGENCE_MAX_BYTES = 64 * 1024 * 1024  # one non-streamed completion's body
 DEFAULT_MCP_MAX_BYTES = 64 * 1024 * 1024  # one MCP server's JSON (non-SSE) answer body
 DEFAULT_POLL_INTERVAL = 5.0  # seconds between reads of a URI watched by polling; 0: never poll
-
-
-class ConfigError(AgentdError):
-    """A usage or configuration problem: exit 2, one line on stderr."""
-
-    exit_code = ExitCode.USAGE
-    event = "config.invalid"
 
 
 class OAuthAuth(msgspec.Struct, frozen=True, tag_field="type", tag="oauth",
@@ -359,8 +350,7 @@ def check_bearers(bearers: object, secrets_dir: str) -> dict[str, str]:
 
 def resolve_bearers(spec: ServeSpec, secrets_dir: str = DEFAULT_SECRETS_DIR) -> dict[str, str]:
     """The named bearers' tokens, resolved when the listener starts."""
-    return {name: SECRET_RE.sub(lambda m: resolve_secret(m.group(1), secrets_dir), ref)
-            for name, ref in spec.bearers.items()}
+    return {name: substitute(ref, secrets_dir) for name, ref in spec.bearers.items()}
 
 
 FEATURES = ("a2a",)
@@ -684,23 +674,6 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
         raise ConfigError(f"config: {exc}") from None
 
 
-def resolve_secret(name: str, secrets_dir: str = DEFAULT_SECRETS_DIR) -> str:
-    """A secret's value from env AGENTD_SECRET_<NAME> or <secrets_dir>/<NAME>."""
-    env = os.environ.get(f"AGENTD_SECRET_{name}")
-    if env is not None:
-        value = env
-    else:
-        path = Path(secrets_dir) / name
-        try:
-            value = path.read_text().strip()
-        except OSError:
-            raise ConfigError(f"secret {name!r} is not set (env AGENTD_SECRET_{name} "
-                              f"or file {path})") from None
-    _log.register_secret(value)
-    return value
-
-
 def resolve_headers(spec: ServerSpec, secrets_dir: str = DEFAULT_SECRETS_DIR) -> dict[str, str]:
     """The server's headers with every {{secret:NAME}} substituted (at connect time)."""
-    return {k: SECRET_RE.sub(lambda m: resolve_secret(m.group(1), secrets_dir), v)
-            for k, v in spec.headers.items()}
+    return {k: substitute(v, secrets_dir) for k, v in spec.headers.items()}

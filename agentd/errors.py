@@ -16,7 +16,7 @@ an outcome that is expected (a replay's divergence, a closed wake router) is
 a return value, not an exception.
 
     AgentdError                          exit 1
-    ├── ConfigError                      exit 2 (agentd.config)
+    ├── ConfigError                      exit 2 (the config, secrets)
     ├── RPCError                         THE JSON-RPC error object (code, message, data) on
     │                                    every wire; side "remote" (a peer answered us with
     │                                    it) or "local" (we answer a peer with it; + id)
@@ -49,6 +49,7 @@ __all__ = [
     "A2AFault",
     "A2AKind",
     "AgentdError",
+    "ConfigError",
     "HandshakeError",
     "IntelligenceError",
     "IntelligenceKind",
@@ -69,6 +70,13 @@ class AgentdError(Exception):
 
     exit_code: ExitCode = ExitCode.FAILED  # a class's; an instance may narrow it
     event: str | None = None  # None: `run.failed`, "Class: text"
+
+
+class ConfigError(AgentdError):
+    """A usage or configuration problem: exit 2, one line on stderr."""
+
+    exit_code = ExitCode.USAGE
+    event = "config.invalid"
 
 
 def classify(exc: BaseException) -> tuple[ExitCode, str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd import config as cfg
+from agentd import secrets
 
 
 def parse_log_level(level: Any) -> str | None:
@@ -70,7 +71,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     bearers = values.pop("serve_bearers", None)
     if bearers is not None:
         bearers = cfg.check_bearers(bearers, flags.get("secrets_dir")
-                                    or values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR)
+                                    or values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR)
     if serve["serve_bearer"]:
         from agentd.log import register_secret
 
@@ -99,7 +100,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
         else sub_timeout
     pool = cfg.parse_pool(pool_id, pool_peers, pool_key, values.get("serve"),
                           flags.get("secrets_dir") or values.get("secrets_dir")
-                          or cfg.DEFAULT_SECRETS_DIR, pool_dns, dns_interval, sub_timeout)
+                          or secrets.DEFAULT_SECRETS_DIR, pool_dns, dns_interval, sub_timeout)
     if pool is not None:
         values["pool"] = pool
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
@@ -107,13 +108,13 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     values.update({k: v for k, v in flags.items() if v is not None})
     values["log_level"] = parse_log_level(values.get("log_level"))
     values["mcp"] = servers
-    secrets_dir = values.get("secrets_dir") or cfg.DEFAULT_SECRETS_DIR
+    secrets_dir = values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR
     # a required server's header {{secret:…}} that is not set: exit 2 now, not at connect
     # (an optional server's is found at connect time: it is then left out, like a failure)
     for spec in (s for s in servers if s.required):
         for value in spec.headers.values():
-            for ref in cfg.SECRET_RE.finditer(value):
-                cfg.resolve_secret(ref.group(1), secrets_dir)
+            for ref in secrets.SECRET_RE.finditer(value):
+                secrets.resolve_secret(ref.group(1), secrets_dir)
     values["subscribe"] = subscribe
     values["features"] = tuple(dict.fromkeys(features))
     values["a2a_peers"] = a2a_peers

@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "agentd.output": 0,  # the run's stdout object: data every layer reports into
     "agentd.runtime": 0,  # event-loop start-up; imports only log
     "agentd.netaddr": 0,  # what counts as loopback (listeners, endpoints)
+    "agentd.secrets": 0,  # {{secret:NAME}} references: resolved on use, redacted
     # 1: messages
     "agentd.wire": 1,
     # 2: sessions (sans-IO) and the data shared by every layer above

@@ -324,9 +324,9 @@ async def _serve_metrics(stack: contextlib.AsyncExitStack, config: Config) -> No
     host, port = split_host_port(config.metrics_listen or "")
     bearer = config.metrics_bearer
     if bearer:
-        from agentd.config import SECRET_RE, resolve_secret
+        from agentd.secrets import substitute
 
-        bearer = SECRET_RE.sub(lambda m: resolve_secret(m.group(1), config.secrets_dir), bearer)
+        bearer = substitute(bearer, config.secrets_dir)
     elif config.serve is not None:
         bearer = config.serve.bearer
     listener = await serve_standalone(host, port, bearer=bearer)

@@ -33,7 +33,6 @@ import agentd
 from agentd.config import (
     DEFAULT_INIT_TIMEOUT,
     DEFAULT_PING_INTERVAL,
-    DEFAULT_SECRETS_DIR,
     ServerSpec,
     StreamBounds,
     resolve_headers,
@@ -70,6 +69,7 @@ from agentd.mcp.subscribing import Subscribing
 from agentd.mcp.tasks import Tasks
 from agentd.mcp.tool_calls import ToolCalling
 from agentd.obs.calls import McpCall
+from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt

@@ -26,7 +26,6 @@ import msgspec
 from agentd.config import (
     DEFAULT_INIT_TIMEOUT,
     DEFAULT_PING_INTERVAL,
-    DEFAULT_SECRETS_DIR,
     ServerSpec,
 )
 from agentd.errors import ToolFault
@@ -34,6 +33,7 @@ from agentd.log import log
 from agentd.mcp.faults import RequiredServerLost, RetryPolicy, kind
 from agentd.mcp.seams import AgentToolbox, ResourceServer
 from agentd.mcp.updates import UpdateQueue
+from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.wire.shapes import Observation, ResourceInfo, ToolEntry
 
 if TYPE_CHECKING:

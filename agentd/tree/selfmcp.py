@@ -74,7 +74,7 @@ from agentd.agent.subagents import (
     Unavailable,
     UnknownHandle,
 )
-from agentd.config import DEFAULT_SECRETS_DIR, Config, ServeSpec, resolve_bearers
+from agentd.config import Config, ServeSpec, resolve_bearers
 from agentd.errors import PoolError, RPCError
 from agentd.log import log
 from agentd.mcp.auth import server_ssl_context
@@ -84,6 +84,7 @@ from agentd.mcp.http_server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
 from agentd.pool.session_relay import session_middleware
+from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.tree.ownership import Owners, top_of
 from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026

@@ -324,9 +324,9 @@ class OAuth:
     def _secret(self, ref: str | None) -> str | None:
         if not ref:
             return None
-        from agentd.config import SECRET_RE, resolve_secret
+        from agentd.secrets import substitute
 
-        value = SECRET_RE.sub(lambda m: resolve_secret(m.group(1), self.secrets_dir), ref)
+        value = substitute(ref, self.secrets_dir)
         register_secret(value)
         return value
 
