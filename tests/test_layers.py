@@ -269,6 +269,29 @@ def folder_violations(graph: Mapping[str, Iterable[str]], layers: Mapping[str, i
     return cycles(folders), upward, unranked + below
 
 
+def room(module: str, packages: Iterable[str]) -> str:
+    """The node of `module` in the directory graph: the directory that holds it,
+    nested folders apart (`agentd.mcp.oauth` is not `agentd.mcp`); a module
+    directly in `agentd/` is a room of its own, like a folder."""
+    if module in packages:
+        return module
+    parent, _, _ = module.rpartition(".")
+    return module if parent == PACKAGE else parent
+
+
+def directory_circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Circles between directories at every depth: a sub-folder and the folder
+    holding it import each other only through a circle, whatever the ranks say."""
+    packages = {m for m in graph if any(o.startswith(m + ".") for o in graph)}
+    rooms: dict[str, set[str]] = {room(m, packages): set() for m in graph}
+    for src, dsts in graph.items():
+        for dst in dsts:
+            a, b = room(src, packages), room(dst, packages)
+            if a != b:
+                rooms[a].add(b)
+    return cycles(rooms)
+
+
 def test_checker_reports_a_circle_and_an_upward_import() -> None:
     graph = {"p.low": {"p.high"}, "p.high": {"p.mid"}, "p.mid": {"p.high"}, "p.free": set()}
     circles, upward, unplaced = violations(graph, {"p.low": 0, "p.mid": 1, "p.high": 1})
@@ -305,6 +328,20 @@ def test_folder_checker_reports_a_circle_a_rank_exception_and_an_upward_import()
     # a folder ranked only through its modules is not ranked as a folder
     assert folder_violations(graph, {"p.a": 1, "p.b.core": 2})[2] == [
         "p.b has no rank of its own in the layer map"]
+
+
+def test_directory_checker_sees_a_sub_folder_circle() -> None:
+    graph = {"agentd.m": set(), "agentd.m.client": {"agentd.m.sub.auth"},
+             "agentd.m.sub": set(), "agentd.m.sub.auth": {"agentd.m.session"},
+             "agentd.m.session": set(), "agentd.top": {"agentd.m.client"}}
+    assert directory_circles(graph) == [["agentd.m", "agentd.m.sub"]]
+    graph["agentd.m.sub.auth"] = {"agentd.top2"}  # the cure: the shared piece moves out
+    graph["agentd.top2"] = set()
+    assert directory_circles(graph) == []
+
+
+def test_agentd_directories_never_circle_at_any_depth() -> None:
+    assert not (found := directory_circles(build_graph())), f"directory circles: {found}"
 
 
 def test_agentd_folders_never_circle_and_follow_their_ranks() -> None:
