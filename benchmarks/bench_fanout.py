@@ -490,6 +490,9 @@ async def broker_call_cost(reps: int = 20000) -> dict:
         async def complete(self, messages, tools):
             return self.done
 
+        def share_gate(self, gate) -> None:
+            pass
+
         async def aclose(self) -> None:
             pass
 

@@ -48,6 +48,7 @@ from agentd.intelligence.base import (
     Message,
     ToolDef,
 )
+from agentd.intelligence.flow import FlowGate
 from agentd.log import configure, log
 from agentd.output import Usage
 from agentd.tree.supervisor import ROOT, Supervisor
@@ -215,6 +216,9 @@ class Offline:
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDef]
                        ) -> Completion:
         raise IntelligenceUnavailable("--replay: no intelligence call leaves the batch")
+
+    def share_gate(self, gate: FlowGate) -> None:
+        """Nothing is sent: nothing to pause."""
 
     async def aclose(self) -> None:
         return None

@@ -16,7 +16,7 @@ A provider is anything with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -24,6 +24,9 @@ from msgspec import UNSET, Struct, UnsetType
 from agentd.errors import IntelligenceError
 from agentd.exitcodes import ExitCode
 from agentd.output import Usage
+
+if TYPE_CHECKING:
+    from agentd.intelligence.flow import FlowGate
 
 __all__ = [
     "Completion",
@@ -130,6 +133,12 @@ class Intelligence(Protocol):
 
     async def complete(self, messages: Sequence[Message],
                        tools: Sequence[ToolDef]) -> Completion: ...
+
+    def share_gate(self, gate: FlowGate) -> None:
+        """Take the tree's flow gate (from the ledger's meter that wraps it): a
+        provider that retries pauses the whole tree on it when the gateway says
+        wait (429, `Retry-After`); one that never retries ignores it."""
+        ...
 
     async def aclose(self) -> None: ...
 

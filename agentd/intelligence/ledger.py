@@ -100,8 +100,12 @@ class Metered:
         self.handle = handle
         self.gate = gate if gate is not None else FlowGate()
         self.name = provider.name
-        if hasattr(provider, "gate"):  # its retry loop pauses the whole tree on 429
-            provider.gate = self.gate
+        provider.share_gate(self.gate)
+
+    def share_gate(self, gate: FlowGate) -> None:
+        """A meter over this one: its gate is the one the calls pass, here and below."""
+        self.gate = gate
+        self.provider.share_gate(gate)
 
     @property
     def model(self) -> str | None:

@@ -228,9 +228,12 @@ class OpenAICompatible:
         else:
             self._timeout = aiohttp.ClientTimeout(total=timeout)
             self._request_headers = {**self._headers, "Accept": "application/json"}
-        # The tree's FlowGate (agentd.intelligence.flow), set by the ledger's meter:
+        # The tree's FlowGate (agentd.intelligence.flow), shared by the ledger's meter:
         # a 429 / Retry-After pauses every call of the tree, not just this one.
-        self.gate: FlowGate | None = None  # set by the ledger that meters this provider
+        self.gate: FlowGate | None = None
+
+    def share_gate(self, gate: FlowGate) -> None:
+        self.gate = gate
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -28,6 +28,7 @@ from agentd.intelligence.base import (
     ToolDef,
     Usage,
 )
+from agentd.intelligence.flow import FlowGate
 
 FORMAT_VERSION = 1
 
@@ -231,6 +232,9 @@ class Playback:
             usage=pu.usage() if pu is not None else Usage(),
             finish_reason="tool_calls" if turn.tool_calls else "stop",
         )
+
+    def share_gate(self, gate: FlowGate) -> None:
+        """A script never waits on a gateway: nothing to pause."""
 
     async def aclose(self) -> None:
         return None

@@ -30,6 +30,7 @@ from agentd.intelligence.base import (
     ToolDef,
     ceiling_reached,
 )
+from agentd.intelligence.flow import FlowGate
 from agentd.obs import trace
 from agentd.tree.control import (
     IO_CEILING,
@@ -72,6 +73,9 @@ class BrokeredIntelligence:
                 raise IntelligenceUnavailable(exc.message) from None
             raise IntelligenceUnavailable(f"broker: {exc.message}") from None
         return res.completion
+
+    def share_gate(self, gate: FlowGate) -> None:
+        """The parent's provider pauses on the parent's gate: nothing to pause here."""
 
     async def aclose(self) -> None:
         pass
