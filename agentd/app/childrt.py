@@ -20,6 +20,7 @@ from typing import Any
 
 from agentd.log import log
 from agentd.obs import trace
+from agentd.output import RunResult
 from agentd.tree.boot import LINGER
 from agentd.tree.control import (
     BUSY,
@@ -36,8 +37,8 @@ from agentd.tree.remote import RemoteBackend
 __all__ = ["serve"]
 
 
-def _outcome(result: Any) -> RunOutcome:
-    tokens = getattr(getattr(result, "usage", None), "total_tokens", 0) or 0
+def _outcome(result: RunResult) -> RunOutcome:
+    tokens = result.usage.total_tokens
     status = result.status if result.status != "interrupted" else "cancelled"
     return RunOutcome(status=status, partial=result.partial, result=result.result,
                       steps=result.steps, tokens=tokens)

@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from typing import Any
+
+from agentd.output import Usage
 
 __all__ = ["REGISTRY", "Counter", "Gauge", "Histogram", "Registry", "render"]
 
@@ -257,13 +258,13 @@ def render() -> bytes:
     return REGISTRY.render()
 
 
-def turn(model: str, usage: Any, seconds: float) -> None:
+def turn(model: str, usage: Usage, seconds: float) -> None:
     """One answer of the intelligence (a loop step): steps, calls, latency, tokens."""
     STEPS.inc()
     INTELLIGENCE.inc(model, "ok")
     INTELLIGENCE_SECONDS.observe(seconds, model)
-    prompt = getattr(usage, "prompt_tokens", 0) or 0
-    completion = getattr(usage, "completion_tokens", 0) or 0
+    prompt = usage.prompt_tokens
+    completion = usage.completion_tokens
     if prompt:
         TOKENS.inc(model, "prompt", n=prompt)
     if completion:
