@@ -83,21 +83,23 @@ class Logger:
     def enabled(self, level: str) -> bool:
         return LEVELS[level] >= _sink.level
 
-    def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
+    def emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
+        """Log `event` at `level` (a name of LEVELS), for a caller that picks the
+        level at run time (agentd.log_bridge.throttled)."""
         if LEVELS[level] >= _sink.level:
             _sink.write(level, event, {**self._ctx, **fields} if self._ctx else fields)
 
     def debug(self, event: str, **fields: Any) -> None:
-        self._emit("debug", event, fields)
+        self.emit("debug", event, fields)
 
     def info(self, event: str, **fields: Any) -> None:
-        self._emit("info", event, fields)
+        self.emit("info", event, fields)
 
     def warning(self, event: str, **fields: Any) -> None:
-        self._emit("warning", event, fields)
+        self.emit("warning", event, fields)
 
     def error(self, event: str, **fields: Any) -> None:
-        self._emit("error", event, fields)
+        self.emit("error", event, fields)
 
 
 log = Logger()
@@ -125,6 +127,13 @@ def register_secret(value: str | None) -> None:
     """Redact `value` from every line logged from now on."""
     if value and len(value) >= _MIN_SECRET:
         _sink.secrets.add(value)
+
+
+def secret_set() -> set[str]:
+    """The registered secrets themselves, not a copy: the set is mutated in place, so
+    a holder (the trace exporter, which scrubs span attributes) sees every secret
+    registered later too."""
+    return _sink.secrets
 
 
 def redact(text: str) -> str:

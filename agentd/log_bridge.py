@@ -76,7 +76,7 @@ def throttled(logger: Logger, level: str, event: str, *, key: str | None = None,
         return
     if dropped:
         fields["suppressed"] = dropped
-    getattr(logger, level)(event, **fields)
+    logger.emit(level, event, fields)
 
 
 def _level_of(record: logging.LogRecord) -> str:

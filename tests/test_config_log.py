@@ -97,6 +97,28 @@ def test_log_line_shape_and_text_format():
     assert "WARNING tool.call tool=fs__read" in second
 
 
+
+def test_throttled_logs_at_the_level_it_names_then_drops(monkeypatch):
+    """`log_bridge.throttled` logs through the bound logger at the level it is
+    given (its context included) and drops lines past the burst; a window that
+    never ends (no clock involved) keeps the drop deterministic."""
+    from agentd import log_bridge
+
+    monkeypatch.setattr(log_bridge, "_throttle", log_bridge.Throttle(period=1e9, burst=2))
+    err = io.StringIO()
+    agentd_log.configure(stream=err, fmt="json")
+    try:
+        bound = agentd_log.log.bind(peer="p1")
+        log_bridge.throttled(bound, "warning", "http.limit", key="p1", limit="body")
+        log_bridge.throttled(bound, "error", "http.limit", key="p1", limit="body")
+        log_bridge.throttled(bound, "warning", "http.limit", key="p1", limit="body")
+        log_bridge.throttled(bound, "debug", "http.other")  # under the level: not counted
+    finally:
+        agentd_log.configure(stream=__import__("sys").stderr)
+    records = [orjson.loads(line) for line in err.getvalue().splitlines()]
+    assert [(r["level"], r["event"], r["peer"], r["limit"]) for r in records] == [
+        ("warning", "http.limit", "p1", "body"), ("error", "http.limit", "p1", "body")]
+
 def test_result_object_shape():
     out = io.StringIO()
     print_result(RunResult(run_id="r", status="budget_exhausted", partial=True,

@@ -53,6 +53,8 @@ import random
 from collections.abc import Callable
 from typing import Any, Literal
 
+import msgspec
+
 from agentd_native import span as _spans
 from agentd_native.span import Span as _Span
 from agentd_native.span import child
@@ -460,9 +462,8 @@ def relay_in(records: list[Any], **attrs: Any) -> int:
     taken = 0
     for rec in records[:RELAY_MAX]:
         try:
-            fields = getattr(rec, "__struct_fields__", None)
-            if fields is not None:
-                rec = tuple(getattr(rec, f) for f in fields)
+            if isinstance(rec, msgspec.Struct):  # a SpanRecord: its fields, in order
+                rec = msgspec.structs.astuple(rec)
             name, tid, sid, pid, kind, start_ns, end_ns, rattrs, error = rec
             trace_id, span_id = int(tid, 16), int(sid, 16)
             parent_id = int(pid, 16) if pid else 0
@@ -514,10 +515,7 @@ def _secrets() -> set[str]:
     if _secret_set is None:
         from agentd import log as logmod
 
-        sink = getattr(logmod, "_sink", None)
-        _secret_set = getattr(sink, "secrets", None) if sink is not None else None
-        if _secret_set is None:
-            return set()
+        _secret_set = logmod.secret_set()
     return _secret_set
 
 
