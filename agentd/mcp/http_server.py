@@ -58,7 +58,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from typing import Any
 
 from aiohttp import web
 
@@ -90,16 +90,13 @@ __all__ = ["HttpServer", "Limits", "Runner", "serve"]
 _log = log.bind(component="mcp.http_server")
 
 
-class HttpServer:
+class HttpServer(served.SpansOwnRequests):
     """The aiohttp application serving one handler at ``path``: the routes, which
     hand each request to its concern -- the guard (``agentd.mcp.http_guard``),
     the 2025-11-25 sessions (``agentd.mcp.http_sessions``), the 2026-07-28
     exchanges (one :class:`~agentd.mcp.handler.ServerSession` per request) and
     listen streams (``agentd.mcp.http_listens``), the answers
     (``agentd.mcp.http_responses``)."""
-
-    # its POST routes make their own server span (``agentd.obs.http`` leaves them be)
-    traces_requests: Final = True
 
     def __init__(self, handler: Handler, *, limits: Limits | None = None,
                  bearer: str | None = None, mtls: bool = False, loopback: bool = True,

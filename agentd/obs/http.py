@@ -102,7 +102,7 @@ async def _trace_posts(app: web.Application) -> None:
         return
     for route in posts:
         inner = route._handler
-        if getattr(getattr(inner, "__self__", None), "traces_requests", False):
+        if served.spans_own(inner):
             continue
 
         async def traced(request: web.Request, inner: Any = inner) -> web.StreamResponse:
@@ -114,8 +114,7 @@ async def _trace_posts(app: web.Application) -> None:
 async def _continue_trace(request: web.Request, handler: Any) -> web.StreamResponse:
     """A POST request continues its caller's trace (only while tracing is on), in
     the server span `agentd.obs.served` makes from the JSON-RPC body."""
-    if request.method != "POST" or not trace.enabled or \
-            getattr(getattr(handler, "__self__", None), "traces_requests", False):
+    if request.method != "POST" or not trace.enabled or served.spans_own(handler):
         return await handler(request)
     peek = None
     length = request.content_length

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from types import MethodType
 from typing import Any
 
 import msgspec
@@ -24,7 +25,18 @@ import msgspec
 from agentd.obs import trace
 from agentd.wire.guard import PEER_FAULTS
 
-__all__ = ["span"]
+__all__ = ["SpansOwnRequests", "span", "spans_own"]
+
+
+class SpansOwnRequests:
+    """The owner of request handlers that make their own server span here, from the
+    message they decode (the MCP server engine): `agentd.obs.http` leaves its
+    POST routes be rather than reading the body a second time for the span."""
+
+
+def spans_own(handler: object) -> bool:
+    """Whether `handler` is a method of a `SpansOwnRequests`."""
+    return isinstance(handler, MethodType) and isinstance(handler.__self__, SpansOwnRequests)
 
 
 class _Meta(msgspec.Struct, gc=False):
