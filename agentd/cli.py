@@ -38,8 +38,9 @@ class SectionedGroup(click.Group):
         rows: dict[str, list[tuple[str, str]]] = {s: [] for s in SECTIONS}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record:
-                rows[getattr(param, "section", "OUTPUT")].append(record)
+            if record:  # click's own (--help) is not a SectionOption: it goes last
+                section = param.section if isinstance(param, SectionOption) else "OUTPUT"
+                rows[section].append(record)
         for section in SECTIONS:
             if rows[section]:
                 with formatter.section(section):
