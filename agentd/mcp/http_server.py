@@ -129,7 +129,7 @@ class HttpServer:
         return self.sessions.channels
 
     @property
-    def listeners(self) -> set[stateless.Listener]:
+    def listeners(self) -> set[ServerSession]:
         """The open 2026-07-28 listen streams."""
         return self.listens.listeners
 
