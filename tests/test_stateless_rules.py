@@ -20,7 +20,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from agentd.errors import RPCError
 from agentd.mcp import stateless_session as rules
-from agentd.mcp.handler import Handler
+from agentd.mcp.handler import Handler, ServerSession
 from agentd.mcp.server_session import Dispatch, SessionState
 from agentd.wire import codec
 from agentd.wire.jsonrpc import resource_not_found
@@ -230,12 +230,15 @@ def test_resource_not_found_is_32602_with_the_uri_and_a_bug_is_32603():
 
 
 def listen(h: Handler, uris: list[str] | None, *, rid: Any = "L1", max_frames: int = 256
-           ) -> tuple[rules.ListenState, list[str]]:
+           ) -> tuple[ServerSession, rules.ListenState, list[str]]:
+    """A listen stream as the transport builds it: the one connection type in its
+    listening state, holding the stream's rules."""
     notifications = {"resourceSubscriptions": uris} if uris is not None else {}
     req = request(rid, "subscriptions/listen", {"notifications": notifications})
-    ls = rules.ListenState(h, req.id, rules.classify(req), listen_id="listen:1",
-                           origin="management", auth="none", client="c", max_frames=max_frames)
-    return ls, ls.requested(rules.listen_params(req))
+    ls = rules.ListenState(h, req.id, max_frames=max_frames)
+    s = ServerSession.listening(h, rules.classify(req), ls, listen_id="listen:1", auth="none",
+                                client="c")
+    return s, ls, ls.requested(rules.listen_params(req))
 
 
 def frames(ls: rules.ListenState) -> list[Any]:
@@ -244,12 +247,12 @@ def frames(ls: rules.ListenState) -> list[Any]:
 
 def test_listen_acknowledges_what_was_honoured_and_tags_only_that():
     h = handler()
-    ls, asked = listen(h, ["r://a", "r://a", "r://never", "r://b"])
+    s, ls, asked = listen(h, ["r://a", "r://a", "r://never", "r://b"])
     assert asked == ["r://a", "r://never", "r://b"]  # de-duplicated, in order
     for uri in asked:
         if uri != "r://never":  # what the handler admits (the driver runs its subscribe)
-            ls.subscribe(uri)
-        ls.subscribed(uri)
+            s.subscribe(uri)
+        ls.subscribed(uri, uri in s.subscriptions)
     ack = orjson.loads(ls.acknowledge())
     assert ack == {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                    "params": {"notifications": {"resourceSubscriptions": ["r://a", "r://b"]},
@@ -259,28 +262,29 @@ def test_listen_acknowledges_what_was_honoured_and_tags_only_that():
     assert frames(ls) == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
                            "params": {"uri": "r://a", "_meta": {
                                "io.modelcontextprotocol/subscriptionId": "L1"}}}]
-    assert ls.persistent and not ls.exhausted  # the default handler's subscriptions stay
+    # the default handler's subscriptions stay
+    assert ls.persistent and not ls.exhausted(bool(s.subscriptions))
 
 
 def test_an_update_that_fires_while_subscribing_is_honoured_and_queued_behind_the_ack():
     h = handler()
-    ls, asked = listen(h, ["r://done"])
+    s, ls, asked = listen(h, ["r://done"])
     assert asked == ["r://done"]
-    ls.subscribe("r://done")
+    s.subscribe("r://done")
     h.notify_updated("r://done", consume=True)  # a run already terminal: its one update
-    ls.subscribed("r://done")
+    ls.subscribed("r://done", "r://done" in s.subscriptions)
     ack = orjson.loads(ls.acknowledge())
     assert ack["params"]["notifications"] == {"resourceSubscriptions": ["r://done"]}
     assert [f["params"]["uri"] for f in frames(ls)] == ["r://done"]
-    assert not ls.subscriptions
+    assert not s.subscriptions
 
 
 def test_listen_without_subscribe_capability_or_uris_honours_nothing():
     for h, uris in ((handler(subscribe=False), ["r://a"]), (handler(), None), (handler(), [])):
-        ls, asked = listen(h, uris, rid=5)
+        s, ls, asked = listen(h, uris, rid=5)
         assert asked == []
         assert orjson.loads(ls.acknowledge())["params"]["notifications"] == {}
-        assert ls.exhausted
+        assert ls.exhausted(bool(s.subscriptions))
         assert orjson.loads(ls.result()) == {"jsonrpc": "2.0", "id": 5, "result": {
             "_meta": {"io.modelcontextprotocol/subscriptionId": 5,
                       "io.modelcontextprotocol/serverInfo": {"name": "srv", "version": "1.0"}},
@@ -289,15 +293,15 @@ def test_listen_without_subscribe_capability_or_uris_honours_nothing():
 
 def test_a_stream_that_is_not_drained_overflows_instead_of_growing():
     h = handler()
-    ls, _ = listen(h, ["r://a"], max_frames=2)
-    ls.subscribe("r://a")
-    ls.subscribed("r://a")
+    s, ls, _ = listen(h, ["r://a"], max_frames=2)
+    s.subscribe("r://a")
+    ls.subscribed("r://a", True)
     ls.acknowledge()
     for _ in range(3):
         h.notify_updated("r://a")
     assert len(ls.frames) == 2 and ls.overflowed
-    ls.close()
-    assert ls.closed and h.hub.subscribers("r://a") == 0
+    s.close()
+    assert s.closed and h.hub.subscribers("r://a") == 0
     h.notify_updated("r://a")
     assert len(ls.frames) == 2  # nothing after close
 

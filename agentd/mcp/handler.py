@@ -48,6 +48,7 @@ from agentd.mcp.server_session import (
 )
 from agentd.mcp.server_session import ROUTES as RULES
 from agentd.wire import codec
+from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.jsonrpc import (
@@ -55,6 +56,7 @@ from agentd.wire.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
     Request,
+    is_subscribe_refusal,
     resource_not_found,
 )
 
@@ -128,15 +130,22 @@ class ServerSession(SessionState):
     -- and one driver, :meth:`serve`: a request in, the revision's rules
     route it, a dispatch runs on the handler (:func:`run_dispatch`), the
     response bytes and HTTP status out.  A handler bug is logged and answered
-    -32603, never raised."""
+    -32603, never raised.
 
-    __slots__ = ("envelope",)
+    A 2026-07-28 ``subscriptions/listen`` stream is the same type in a third
+    state, built by :meth:`listening`: it holds a
+    :class:`~agentd.mcp.stateless_session.ListenState` (``listen``), its
+    updates are tagged and queued there, and :meth:`open_listen` drives its
+    opening (the handler's awaited ``admit``, then its ``subscribe`` per URI)."""
+
+    __slots__ = ("envelope", "listen")
     handler: Handler  # the rules read its Catalogue; the driver calls its functions
 
     def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
                  outbox: Callable[[bytes], None] | None = None,
-                 envelope: modern.Envelope | None = None) -> None:
+                 envelope: modern.Envelope | None = None,
+                 listen: modern.ListenState | None = None) -> None:
         super().__init__(handler, hub, session_id, origin=origin, auth=auth, client=client,
                          outbox=outbox, now=time.monotonic(),
                          protocol_version=envelope.version if envelope is not None else None,
@@ -144,6 +153,7 @@ class ServerSession(SessionState):
                          client_capabilities=envelope.capabilities
                          if envelope is not None else None)
         self.envelope = envelope  # None: a 2025-11-25 session
+        self.listen = listen  # set: a 2026-07-28 listen stream
 
     @classmethod
     def opening(cls, handler: Handler, session_id: str, *, origin: str = ORIGIN_MANAGEMENT,
@@ -160,6 +170,67 @@ class ServerSession(SessionState):
         session id is minted or read; its updates have no stream to go to)."""
         return cls(handler, handler.hub, "stateless", origin=ORIGIN_MANAGEMENT, auth=auth,
                    client=client, envelope=envelope)
+
+    @classmethod
+    def listening(cls, handler: Handler, envelope: modern.Envelope, stream: modern.ListenState,
+                  *, listen_id: str, auth: str, client: str,
+                  outbox: Callable[[bytes], None] | None = None) -> ServerSession:
+        """One 2026-07-28 ``subscriptions/listen`` stream (``stream``: its rules and
+        frames); ``listen_id`` never collides with a session id (those are url-safe
+        tokens); ``outbox`` is the transport's wake-up on every frame."""
+        return cls(handler, handler.hub, listen_id, origin=ORIGIN_MANAGEMENT, auth=auth,
+                   client=client, outbox=outbox, envelope=envelope, listen=stream)
+
+    # -- a listen stream's outbound: tagged, queued, bounded ---------------
+    def push(self, data: bytes) -> None:
+        stream = self.listen
+        if stream is None:
+            super().push(data)
+        elif not self.closed:
+            stream.queue(data)
+            if self.outbox is not None:
+                self.outbox(data)  # the transport's wake-up
+
+    def notify_updated(self, uri: str) -> None:
+        stream = self.listen
+        if stream is None:
+            super().notify_updated(uri)
+        else:
+            self.push(stream.updated(uri))
+
+    def updated(self, uri: str, data: bytes) -> None:
+        stream = self.listen
+        if stream is None:
+            super().updated(uri, data)
+        else:
+            self.push(stream.updated(uri))  # re-encoded with the stream's tag
+
+    async def open_listen(self, stream: modern.ListenState, params: m.ListenParams) -> bytes:
+        """Subscribe what the listen asked and is served; the acknowledgement.
+
+        The handler's ``admit`` is awaited first, for every URI at once (the
+        pool's fan-in; nothing is subscribed, so nothing is queued, while it
+        runs), then its own ``subscribe`` for each (so a handler's admission
+        rules apply unchanged); a URI it refuses
+        (:func:`~agentd.wire.jsonrpc.subscribe_refused`) is left out of the
+        acknowledgement.  Updates that fire during the subscribes (a run that is
+        already terminal) are queued *behind* the acknowledgement, which is
+        always first.  ``stream`` is this session's ``listen``."""
+        uris = stream.requested(params)
+        ctx = CallContext(self, stream.request_id)
+        h = self.handler
+        if uris:
+            ctx.admitted = await h.admit(uris, ctx)
+        for uri in uris:
+            try:
+                h.subscribe(uri, ctx)
+            except RPCError as exc:
+                if not is_subscribe_refusal(exc):
+                    raise
+                if _log.enabled("debug"):  # a peer's ask, answered by the ack: no flood
+                    _log.debug("mcp.serve.listen.refused", uri=uri[:200])
+            stream.subscribed(uri, uri in self.subscriptions)
+        return stream.acknowledge()
 
     async def serve(self, req: Request, emit: Emit | None = None,
                     headers: Any = None) -> tuple[bytes, int]:

@@ -2,7 +2,7 @@
 
 A listen's response is an SSE stream that stays open: the acknowledgement
 first (written only once the handler's awaited ``admit`` and its subscribes
-have run: ``agentd.mcp.stateless.Listener.open``), then each update the
+have run: ``agentd.mcp.handler.ServerSession.open_listen``), then each update the
 stream holds, ``: keepalive`` comments while idle, and the listen's result
 when nothing on it can fire any more or the server stops.  Streams are
 bounded per principal (``429``) and in total (``503``); a stream whose client
@@ -21,10 +21,9 @@ from agentd.errors import RPCError
 from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.mcp import stateless
-from agentd.mcp.handler import Handler, current_principal
+from agentd.mcp.handler import Handler, ServerSession, current_principal
 from agentd.mcp.http_limits import Limits
 from agentd.mcp.http_responses import SSE_HEADERS, plain, rpc_error, sse_event
-from agentd.mcp.server_session import ORIGIN_MANAGEMENT
 from agentd.wire.jsonrpc import INTERNAL_ERROR, Request
 
 __all__ = ["Listens"]
@@ -39,11 +38,11 @@ class Listens:
         self.handler = handler
         self.limits = limits
         self.auth = auth
-        self.listeners: set[stateless.Listener] = set()
+        self.listeners: set[ServerSession] = set()  # built by ServerSession.listening
         self._per_client: dict[str, int] = {}
         self._seq = 0
         self._stopping = False
-        self._wake: dict[stateless.Listener, asyncio.Event] = {}
+        self._wake: dict[ServerSession, asyncio.Event] = {}
 
     def close_all(self) -> None:
         """Shutdown: every open stream ends with its result."""
@@ -77,18 +76,17 @@ class Listens:
                 side="local"))
         self._seq += 1
         wake = asyncio.Event()  # set on every frame; the writer drains after the ack
-        listener = stateless.Listener(self.handler, msg.id, env,
-                                      listen_id=f"listen:{self._seq}",
-                                      origin=ORIGIN_MANAGEMENT, auth=self.auth, client=client,
-                                      max_frames=lim.listen_buffer,
-                                      outbox=lambda _data: wake.set())
+        stream = stateless.ListenState(self.handler, msg.id, max_frames=lim.listen_buffer)
+        listener = ServerSession.listening(self.handler, env, stream,
+                                           listen_id=f"listen:{self._seq}", auth=self.auth,
+                                           client=client, outbox=lambda _data: wake.set())
         self.listeners.add(listener)
         self._per_client[client] = self._per_client.get(client, 0) + 1
         self._wake[listener] = wake
         resp = web.StreamResponse(headers=SSE_HEADERS)  # prepared once the listen is open
         try:
             try:
-                ack = await listener.open(params)
+                ack = await listener.open_listen(stream, params)
             except Exception as exc:  # a handler bug never kills the server
                 _log.error("mcp.serve.internal_error", method=msg.method,
                            error=type(exc).__name__, detail=str(exc)[:500])
@@ -97,7 +95,7 @@ class Listens:
             _log.info("mcp.serve.listen", auth=self.auth, subscription=str(msg.id)[:32],
                       uris=len(listener.subscriptions))
             await resp.prepare(request)
-            await self._run(request, resp, listener, ack, wake)
+            await self._run(request, resp, listener, stream, ack, wake)
         except (ConnectionError, TimeoutError, RuntimeError):
             pass  # the client went away or stalled: nothing to resume at 2026-07-28
         finally:
@@ -112,11 +110,12 @@ class Listens:
         return resp
 
     async def _run(self, request: web.Request, resp: web.StreamResponse,
-                   listener: stateless.Listener, ack: bytes, wake: asyncio.Event) -> None:
+                   listener: ServerSession, stream: stateless.ListenState, ack: bytes,
+                   wake: asyncio.Event) -> None:
         """Write the stream: the acknowledgement, then frames and keepalives until it
         overflows (abrupt end), the client goes, or it ends with its result."""
         lim = self.limits
-        frames = listener.frames
+        frames = stream.frames
         async with asyncio.timeout(lim.write_timeout):
             await resp.write(sse_event(None, ack))
         idle = 0.0
@@ -128,13 +127,13 @@ class Listens:
                 async with asyncio.timeout(lim.write_timeout):
                     await resp.write(data)
                 continue
-            if listener.overflowed:
+            if stream.overflowed:
                 _log.warning("mcp.serve.listen.overflow",
-                             subscription=str(listener.request_id)[:32])
+                             subscription=str(stream.request_id)[:32])
                 break  # abrupt end: the client re-listens and re-reads
-            if listener.exhausted or self._stopping:
+            if stream.exhausted(bool(listener.subscriptions)) or self._stopping:
                 async with asyncio.timeout(lim.write_timeout):
-                    await resp.write(sse_event(None, listener.result()))
+                    await resp.write(sse_event(None, stream.result()))
                 break
             transport = request.transport
             if transport is None or transport.is_closing():

@@ -126,7 +126,7 @@ class HttpServer(served.SpansOwnRequests):
         return self.sessions.channels
 
     @property
-    def listeners(self) -> set[stateless.Listener]:
+    def listeners(self) -> set[ServerSession]:
         """The open 2026-07-28 listen streams."""
         return self.listens.listeners
 

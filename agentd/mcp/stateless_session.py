@@ -27,7 +27,9 @@ does those, as ``agentd.mcp.handler.ServerSession`` does for
   (the handler's ``cache_hint``); resource-not-found becomes -32602 with
   ``data.uri``; ``ERROR_HTTP_STATUS`` gives 400 for the envelope/param errors,
   404 for an unknown method;
-* :class:`ListenState` -- one ``subscriptions/listen`` stream: which URIs to
+* :class:`ListenState` -- one ``subscriptions/listen`` stream's rules (held by
+  the :class:`~agentd.mcp.handler.ServerSession` its ``listening`` factory
+  builds, the one connection type): which URIs to
   subscribe through the handler (:meth:`~ListenState.requested`), which of
   them were honoured (:meth:`~ListenState.subscribed`), the acknowledgement
   (always the first frame), every ``notifications/resources/updated`` tagged
@@ -45,7 +47,6 @@ import base64
 import binascii
 import re
 from collections import deque
-from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -465,33 +466,27 @@ def internal_error(request_id: Any) -> tuple[bytes, int]:
 # --------------------------------------------------------------------------
 
 
-class ListenState(SessionState):
-    """One ``subscriptions/listen`` stream, session-shaped for the handler and hub.
+class ListenState:
+    """One ``subscriptions/listen`` stream's rules: the state a
+    :class:`~agentd.mcp.handler.ServerSession` holds when its ``listening``
+    factory built it (one connection type: the session is what the handler and
+    the hub see, this is what makes it a stream).
 
-    The handler's ``subscribe(uri, ctx)`` sees it as ``ctx.session``:
-    ``subscribe``/``unsubscribe`` register it in the hub's URI index,
-    ``notify_updated`` queues a tagged update.  Frames queue in ``frames``
-    (bounded: ``overflowed`` is set instead of growing) until the transport
-    drains them; nothing is queued before the acknowledgement is.
-
-    Opening is three steps, the middle one the driver's: :meth:`requested`
-    names the URIs to subscribe, the driver runs the handler's ``subscribe``
-    for each and reports it with :meth:`subscribed`, and :meth:`acknowledge`
-    answers the honoured subset (an update that fired during a subscribe -- a
-    run already terminal -- is queued *behind* the acknowledgement, which the
-    transport writes first).
+    Frames queue in ``frames`` (bounded: ``overflowed`` is set instead of
+    growing) until the transport drains them; nothing is queued before the
+    acknowledgement is.  Opening is three steps, the middle one the driver's:
+    :meth:`requested` names the URIs to subscribe, the driver runs the
+    handler's ``subscribe`` for each and reports it with :meth:`subscribed`,
+    and :meth:`acknowledge` answers the honoured subset (an update that fired
+    during a subscribe -- a run already terminal -- is queued *behind* the
+    acknowledgement, which the transport writes first).
     """
 
-    __slots__ = ("_held", "_mark", "_tag", "frames", "honoured", "max_frames", "overflowed",
-                 "persistent", "request_id")
+    __slots__ = ("_held", "_mark", "_tag", "catalogue", "frames", "honoured", "max_frames",
+                 "overflowed", "persistent", "request_id")
 
-    def __init__(self, handler: Catalogue, request_id: Any, env: Envelope, *,
-                 listen_id: str, origin: str, auth: str, client: str,
-                 max_frames: int = 256, outbox: Callable[[bytes], None] | None = None) -> None:
-        # listen_id never collides with a session id (those are url-safe tokens)
-        super().__init__(handler, handler.hub, listen_id, origin=origin, auth=auth,
-                         client=client, outbox=outbox, protocol_version=env.version,
-                         client_info=env.client_info, client_capabilities=env.capabilities)
+    def __init__(self, catalogue: Catalogue, request_id: Any, *, max_frames: int = 256) -> None:
+        self.catalogue = catalogue
         self.request_id = request_id
         self.frames: deque[bytes] = deque()
         self.max_frames = max_frames
@@ -502,24 +497,18 @@ class ListenState(SessionState):
         self._held: list[str] = []
         self._mark = 0
 
-    # -- the session-shaped surface ------------------------------------
-    def push(self, data: bytes) -> None:
-        if self.closed:
-            return
+    # -- frames ----------------------------------------------------------
+    def queue(self, data: bytes) -> None:
+        """Queue one frame, or mark the stream overflowed (a client that stopped reading)."""
         if len(self.frames) >= self.max_frames:
-            self.overflowed = True  # a client that stopped reading: the stream ends
+            self.overflowed = True
         else:
             self.frames.append(data)
-        if self.outbox is not None:
-            self.outbox(data)  # the transport's wake-up
 
-    def notify_updated(self, uri: str) -> None:
-        self.push(codec.encode_notification(
-            t.NOTIFICATION_RESOURCES_UPDATED, m.ResourceUpdatedParams(uri=uri, _meta=self._tag)))
-
-    def updated(self, uri: str, data: bytes) -> None:
-        """The hub's delivery callback: re-encode with this stream's tag."""
-        self.notify_updated(uri)
+    def updated(self, uri: str) -> bytes:
+        """``notifications/resources/updated {uri}`` tagged with this stream's subscription id."""
+        return codec.encode_notification(
+            t.NOTIFICATION_RESOURCES_UPDATED, m.ResourceUpdatedParams(uri=uri, _meta=self._tag))
 
     # -- opening ---------------------------------------------------------
     def requested(self, params: m.ListenParams) -> list[str]:
@@ -528,16 +517,16 @@ class ListenState(SessionState):
         want = params.notifications
         self._held = []
         self._mark = len(self.frames)
-        if want.resourceSubscriptions and self.handler.can_subscribe:
+        if want.resourceSubscriptions and self.catalogue.can_subscribe:
             return list(dict.fromkeys(want.resourceSubscriptions))
         return []
 
-    def subscribed(self, uri: str) -> None:
-        """The handler's ``subscribe`` of ``uri`` ran: honoured when this stream
-        now holds it, or its update already fired."""
-        if uri in self.subscriptions or len(self.frames) > self._mark:
+    def subscribed(self, uri: str, holds: bool) -> None:
+        """The handler's ``subscribe`` of ``uri`` ran: honoured when the stream now
+        ``holds`` it, or its update already fired."""
+        if holds or len(self.frames) > self._mark:
             self._held.append(uri)
-            if self.handler.subscription_is_persistent(uri):
+            if self.catalogue.subscription_is_persistent(uri):
                 self.persistent = True
         self._mark = len(self.frames)
 
@@ -550,16 +539,16 @@ class ListenState(SessionState):
                                                               _meta=self._tag))
 
     # -- the stream ------------------------------------------------------
-    @property
-    def exhausted(self) -> bool:
-        """Nothing this stream holds can fire again (every update consumed, none queued)."""
-        return not self.persistent and not self.subscriptions and not self.frames
+    def exhausted(self, holding: bool) -> bool:
+        """Nothing the stream holds can fire again: no persistent subscription, none
+        ``holding`` (every update consumed) and nothing queued."""
+        return not self.persistent and not holding and not self.frames
 
     def result(self) -> bytes:
         """The response that ends the stream gracefully."""
         return codec.encode_response(self.request_id, m.ListenResult(
             _meta={m.SUBSCRIPTION_ID_META: self.request_id,
-                   m.SERVER_INFO_META: self.handler.server_info},
+                   m.SERVER_INFO_META: self.catalogue.server_info},
             resultType=m.RESULT_COMPLETE))
 
 
