@@ -51,6 +51,9 @@ class OtlpReceiver:
     content_types: set[str] = field(default_factory=set)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     headers: list[dict[str, str]] = field(default_factory=list)
+    # set by a test: each answer waits for it (spans recorded first), so a POST
+    # stays in flight for as long as the test needs
+    answer: asyncio.Event | None = None
 
     async def __aenter__(self) -> OtlpReceiver:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -76,6 +79,8 @@ class OtlpReceiver:
                             attrs={a.key: _value(a.value) for a in sp.attributes},
                             service=service))
             self.arrived.set()
+            if self.answer is not None:
+                await self.answer.wait()
             return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                                 content_type="application/x-protobuf")
 

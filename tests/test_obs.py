@@ -20,6 +20,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -398,27 +399,44 @@ async def test_a_span_put_while_a_post_is_in_flight_is_sent_without_another_put(
         monkeypatch) -> None:
     """`put` does not call the exporter back while a POST is in flight (its sink
     is the queue's, in C when compiled): when that POST ends, the spans put
-    meanwhile get their timer, and go out with no further put nor a flush."""
+    meanwhile get their timer, and go out with no further put nor a flush.
+
+    The collector holds its answer (the POST stays in flight) and the test
+    fires the schedule delay's first timer itself, during that POST.
+    """
     require_modules("opentelemetry.proto")
-    from agentd.obs.otlp import Exporter
+    from agentd.obs.otlp import Exporter, SpanQueue
+
+    timers: list[Callable[[], object]] = []
+
+    def timer(loop: asyncio.AbstractEventLoop, delay: float,
+              due: Callable[[], object]) -> asyncio.TimerHandle:
+        """The loop's timer, but the first is cancelled at once: the test fires it."""
+        handle = loop.call_later(delay, due)
+        if not timers:
+            handle.cancel()
+        timers.append(due)
+        return handle
 
     async with OtlpReceiver() as otlp:
         _no_otel_env(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=otlp.endpoint,
                      OTEL_BSP_MAX_EXPORT_BATCH_SIZE="2", OTEL_BSP_SCHEDULE_DELAY="200")
-        exporter = Exporter({"service.name": "x"}, ("agentd", "0"))
-        assert exporter.put.__self__ is exporter._queue  # the sink itself, no Python between
+        otlp.answer = asyncio.Event()
+        exporter = Exporter({"service.name": "x"}, ("agentd", "0"), timer=timer)
+        assert isinstance(exporter.put.__self__, SpanQueue)  # the sink, no Python between
         try:
             for i in range(2):  # the first starts the timer, the second fills the batch
                 exporter.put((f"s{i}", 1, i + 1, 0, "internal", 1, 2, {}, None))
-            await asyncio.sleep(0)  # the kick: the batch's POST starts
-            assert exporter._sending is not None and exporter._timer is not None
-            exporter._timer.cancel()
-            exporter._pump(True)  # the timer fires while the POST is in flight: a no-op
-            assert exporter._sending is not None and exporter._timer is None
+            await otlp.wait_for("s1")  # the batch's POST is in flight, its answer held
+            assert len(timers) == 1
+            timers[0]()  # the timer fires while the POST is in flight: a no-op
             exporter.put(("meanwhile", 1, 9, 0, "internal", 1, 2, {}, None))
+            assert len(timers) == 1 and otlp.requests == 1  # nothing woken by the put
+            otlp.answer.set()  # the POST ends: it starts the timer of the span put meanwhile
             await otlp.wait_for("meanwhile", limit=10)
-            assert otlp.requests == 2
+            assert otlp.requests == 2 and len(timers) == 2
         finally:
+            otlp.answer.set()
             await exporter.astop()
 
 

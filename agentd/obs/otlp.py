@@ -55,6 +55,7 @@ strings of the registered secrets).
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import os
 import ssl
@@ -67,6 +68,16 @@ from agentd.obs import metrics
 from agentd_native.otlp import SpanEncoder, SpanQueue, encode_request
 
 __all__ = ["Exporter", "SpanEncoder", "SpanQueue", "encode_request", "resource_attributes"]
+
+Timer = Callable[[asyncio.AbstractEventLoop, float, Callable[[], object]], asyncio.TimerHandle]
+"""Starts the schedule delay's timer: `(loop, delay_s, due)` -> its handle."""
+
+
+def _call_later(loop: asyncio.AbstractEventLoop, delay: float,
+                due: Callable[[], object]) -> asyncio.TimerHandle:
+    """The default `Timer`: the loop's own."""
+    return loop.call_later(delay, due)
+
 
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
 _ANSWER_READ_MAX = 64 * 1024  # bytes of a collector's answer read (its status is what counts)
@@ -128,12 +139,16 @@ class Exporter:
     `SpanQueue` (why: it runs once per span, in C when compiled), which calls
     `_wake` only when a batch is full or no POST, kick or timer is due (its
     `armed` flag, kept in step by `_rearm` wherever those change).
+
+    `timer` starts the schedule delay's timer (the loop's `call_later` unless
+    injected): the seam a test uses to fire it at the moment it chooses.
     """
 
     put: Callable[[Any], None]  # a finished span, or a relayed record's tuple
 
     def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str], *,
-                 secrets: Callable[[], Collection[str]] = tuple) -> None:
+                 secrets: Callable[[], Collection[str]] = tuple,
+                 timer: Timer = _call_later) -> None:
         traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         if traces:
             self.endpoint = traces
@@ -180,6 +195,8 @@ class Exporter:
         self._session: Any = None  # its aiohttp session
         self._sending: asyncio.Task | None = None  # the one POST in flight there
         self._timer: asyncio.TimerHandle | None = None
+        self._start_timer = timer
+        self._due = functools.partial(self._pump, True)  # what the timer calls
         self._kicked = False
         self._stopped = False
 
@@ -196,7 +213,7 @@ class Exporter:
             self._kicked = True
             loop.call_soon(self._pump, False)
         elif self._timer is None and not self._stopped:
-            self._timer = loop.call_later(self._delay, self._pump, True)
+            self._timer = self._start_timer(loop, self._delay, self._due)
         self._rearm()
 
     def _drop(self, exc: Exception | None) -> None:
@@ -232,7 +249,7 @@ class Exporter:
                 self._sending = task = loop.create_task(self._send(*batch, loop))
                 task.add_done_callback(self._sent)
             if self._queue.waiting and self._timer is None:
-                self._timer = loop.call_later(self._delay, self._pump, True)
+                self._timer = self._start_timer(loop, self._delay, self._due)
         self._rearm()
 
     def _sent(self, task: asyncio.Task) -> None:
