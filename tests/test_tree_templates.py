@@ -123,7 +123,7 @@ _BARE_FORK = """
 import os, random, threading, time
 from agentd.app import forkserver
 
-fork = forkserver._forker()
+fork = forkserver.forker()
 print(fork is not os.fork)
 random.random()
 r, w = os.pipe()
@@ -131,7 +131,7 @@ pids = []
 for _ in range(2):
     pid = fork()
     if pid == 0:
-        forkserver._reseed()
+        forkserver.reseed()
         thread = threading.Thread(target=time.sleep, args=(0,))
         thread.start()
         thread.join()
@@ -145,7 +145,7 @@ os.close(w)
 print(os.read(r, 4096).decode(), end="")
 print(repr(random.random()))
 threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-print(forkserver._forker() is os.fork)
+print(forkserver.forker() is os.fork)
 """
 
 

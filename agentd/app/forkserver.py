@@ -185,7 +185,7 @@ def _trim_heap() -> None:
         pass
 
 
-def _forker():
+def forker():
     """The forkserver's fork: libc's `fork()`, without CPython's after-fork protocol, when safe.
 
     `os.fork()` has the child re-create the GIL and the runtime's locks, forget
@@ -261,9 +261,9 @@ def serve(argv: list[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    fork = _forker()
+    fork = forker()
     # The signals with a Python-level handler (SIGCHLD's, SIGINT's): the ones
-    # a child could otherwise inherit caught but not yet handled (see _forker).
+    # a child could otherwise inherit caught but not yet handled (see forker).
     caught = {sig for sig in signal.valid_signals() if callable(_signal.getsignal(sig))}
     gc.collect()
     _trim_heap()
@@ -374,7 +374,7 @@ def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: s
         # copy-on-write page faults (docs/subagents.md).
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         _signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        _reseed()
+        reseed()
         os.setsid()
         sock.close()
         for fd in close:  # the forkserver's wake-up pipe, the fds of the rest of the batch
@@ -400,8 +400,11 @@ def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: s
             os._exit(code)
 
 
-def _reseed() -> None:
-    """What `random`'s own at-fork hook does (`_inst.seed()`): a state of the child's own."""
+def reseed() -> None:
+    """What `random`'s own at-fork hook does (`_inst.seed()`): a state of the child's own.
+
+    A forked child's first duty (`_child`) when `forker` skipped that hook.
+    """
     rnd = sys.modules.get("random")
     if rnd is not None:
         rnd._inst.seed()

@@ -5,8 +5,8 @@ The forkserver is itself a re-exec of the trusted binary
 3`, see `agentd.tree.procs.child_argv`).  It imports the
 runtime once (asyncio, uvloop, msgspec, the agent loop), never starts an event
 loop or a thread, freezes its heap for the GC, and then serves fork requests
-on a private SOCK_SEQPACKET socket (it
-forks through libc, see `_forker`): each request carries the child's three
+on a private SOCK_SEQPACKET socket (it forks through libc, see
+`agentd.app.forkserver.forker`): each request carries the child's three
 pipe ends (SCM_RIGHTS); the forked child starts its own session, takes them
 as fds 0/1/2 and runs exactly what an exec'd child runs
 (`agentd.app.child.serve_wire`).  Nothing of the parent
