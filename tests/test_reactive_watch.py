@@ -405,7 +405,7 @@ async def test_overflowing_pending_set_resyncs_every_watched_uri(logs) -> None:
             await rec.until(lambda: len(rec.wakes) == 1)
             await post(f"{base}/bump?uri={A}&times=2")  # pending: A
             await post(f"{base}/bump?uri={B}&times=4")  # beyond capacity: resync
-            await until(lambda: daemon.router.core.received == 7)
+            await until(lambda: daemon.router.stats()["received"] == 7)
             gate.set()
             await rec.until(lambda: len(rec.wakes) == 2)
             stop.set()
