@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from msgspec import UNSET
 
+from agentd.agent.subagents import HandleState
 from agentd.errors import ToolFault, TreeError
 from agentd.tree.control import (
     IO_FAULT,
     IO_SCOPE,
     ChildConfig,
     ControlSession,
-    HandleBody,
     Incoming,
     IoCall,
     MessageParams,
@@ -56,7 +56,7 @@ def test_child_requests_and_errors():
     assert reply.error.code == -32010 and reply.error.message.startswith("spawn refused:")
     rid, frame = child.request("tree/status", {"handle": "0.1.1"})
     parent.feed(frame)
-    [reply] = child.feed(parent.response(rid, HandleBody(handle="0.1.1", status="running")))
+    [reply] = child.feed(parent.response(rid, HandleState(handle="0.1.1", status="running")))
     assert reply.result.status == "running"
 
 

@@ -38,26 +38,46 @@ class SpawnRequest(msgspec.Struct, frozen=True):
     mode: SpawnMode = "sync"
 
 
-class HandleState(msgspec.Struct):
-    """What is known of one subagent run; `body()` is its agent:// resource."""
+class HandleState(msgspec.Struct, dict=True):
+    """What is known of one subagent run: the ONE shape of a handle's state.
+
+    The supervisor's registry holds it, the self-MCP and the self-tools show
+    its `body()` (the agent:// resource), and the control wire carries its
+    fields as they are (`tree/*` answers, `child/terminal`), so a child's
+    `RemoteBackend` decodes the very same type.  Only the four fields are
+    encoded; `started` (this process's monotonic clock, meaningless elsewhere)
+    and `turn` (a warm session's `send` answer: still running, but carrying the
+    turn's result) are per-process attributes, set afresh on construction and
+    on decode.
+    """
 
     handle: str
     status: str = "running"  # running | completed | failed | cancelled | budget_exhausted | deadline
     partial: bool = False
     result: Any = None
-    started: float = msgspec.field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.started = time.monotonic()
+        self.turn = False
 
     @property
     def done(self) -> bool:
         return self.status in TERMINAL
 
     def body(self) -> dict[str, Any]:
-        """The spec §2.3 body: running vs terminal shapes."""
-        if not self.done:
+        """The spec §2.3 body: running vs terminal shapes (a warm turn shows its result)."""
+        if not self.done and not self.turn:
             return {"handle": self.handle, "status": self.status, "done": False,
                     "age_ms": int((time.monotonic() - self.started) * 1000)}
-        return {"handle": self.handle, "status": self.status, "done": True,
+        return {"handle": self.handle, "status": self.status, "done": self.done,
                 "partial": self.partial, "result": self.result}
+
+    def on_wire(self) -> HandleState:
+        """The state as the control wire carries it: the result once terminal or
+        for a warm turn; a running session's last result stays in this process."""
+        if self.done or self.turn or self.result is None:
+            return self
+        return msgspec.structs.replace(self, result=None)
 
 
 class SpawnRefused(TreeError):

@@ -74,12 +74,12 @@ def _warm_up() -> None:
 
     from agentd import log as logmod
     from agentd import runtime
+    from agentd.agent.subagents import HandleState
     from agentd.app.child import first_answer
     from agentd.tree.control import (
         Catalogue,
         ChildConfig,
         ControlSession,
-        HandleBody,
         MessageParams,
         Progress,
         RunOutcome,
@@ -96,7 +96,7 @@ def _warm_up() -> None:
                                    else {"pid": 0}))
     rid, frame = child.request("tree/spawn", SpawnParams(instruction="x"))
     parent.feed(frame)
-    child.feed(parent.response(rid, HandleBody(handle="0.0.1", status="running")))
+    child.feed(parent.response(rid, HandleState(handle="0.0.1", status="running")))
     parent.feed(child.notification("child/progress", Progress(1, 1)))
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
         json.dump({"playback": 1, "turns": [{"content": "{}"}]}, fh)

@@ -18,15 +18,15 @@ parent -> child
                    `cancelled`); answered `{}`
   child/shutdown   request: exit now; answered `{}`
   child/terminal   notification: one of the child's own subagents ended
-                   (`HandleBody`)
+                   (`HandleState`)
 child -> parent
   child/progress   notification `{steps, tokens}`: for the tree token ceiling
   child/spans      notification `SpanBatch`: finished spans for the root to export
                    (only while tracing: `ChildConfig.tracing`)
-  tree/spawn       request `SpawnParams` -> `HandleBody` | error -32010 (refused)
-  tree/send        request `{handle, message}` -> `HandleBody`
-  tree/status      request `{handle}` -> `HandleBody` | error -32011 (unknown)
-  tree/cancel      request `{handle}` -> `HandleBody`
+  tree/spawn       request `SpawnParams` -> `HandleState` | error -32010 (refused)
+  tree/send        request `{handle, message}` -> `HandleState`
+  tree/status      request `{handle}` -> `HandleState` | error -32011 (unknown)
+  tree/cancel      request `{handle}` -> `HandleState`
   io/request       request `IoRequest` (a tagged union: complete | call | read |
                    subscribe | unsubscribe | a2a) -> `IoResult`; the parent
                    performs the child's I/O (agentd.tree.broker) | errors
@@ -82,7 +82,6 @@ __all__ = [
     "Catalogue",
     "ChildConfig",
     "ControlSession",
-    "HandleBody",
     "Incoming",
     "IoAnswer",
     "IoCall",
@@ -102,7 +101,6 @@ __all__ = [
     "Reply",
     "RunOutcome",
     "SpawnParams",
-    "TurnState",
     "fault_error",
     "fault_of",
     "io_error",
@@ -188,24 +186,6 @@ class SpawnParams(SpawnRequest, kw_only=True, frozen=True):
     they are."""
 
     traceparent: str | None = None  # the asking child's span (agentd.obs.trace)
-
-
-class HandleBody(Struct, kw_only=True):
-    """A `HandleState` on the wire (running or terminal)."""
-
-    handle: str
-    status: str
-    partial: bool = False
-    result: Any = None
-
-
-class TurnState(HandleState):
-    """A warm session's answer to `send`: still running, but carrying the turn's result."""
-
-    def body(self) -> dict[str, Any]:
-        return {"handle": self.handle, "status": self.status, "done": self.done,
-                "partial": self.partial, "result": self.result}
-
 
 
 class Empty(Struct, frozen=True):
@@ -350,7 +330,7 @@ _TO_CHILD: Final[dict[str, Decodable]] = {
     "child/send": MessageParams,
     "child/cancel": Empty,
     "child/shutdown": Empty,
-    "child/terminal": HandleBody,
+    "child/terminal": HandleState,
     "io/updated": IoUpdated,
 }
 _TO_PARENT: Final[dict[str, Decodable]] = {
@@ -369,10 +349,10 @@ _RESULTS: Final[dict[str, Decodable]] = {
     "child/send": RunOutcome,
     "child/cancel": dict,
     "child/shutdown": dict,
-    "tree/spawn": HandleBody,
-    "tree/send": HandleBody,
-    "tree/status": HandleBody,
-    "tree/cancel": HandleBody,
+    "tree/spawn": HandleState,
+    "tree/send": HandleState,
+    "tree/status": HandleState,
+    "tree/cancel": HandleState,
     "io/request": IoResult,
 }
 _decoders: dict[Decodable, msgspec.json.Decoder] = {}

@@ -12,24 +12,17 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
-from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
 from agentd.errors import RPCError
 from agentd.obs import trace
 from agentd.tree.control import (
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
-    HandleBody,
     SpawnParams,
-    TurnState,
 )
 from agentd.tree.procs import Channel
 
 __all__ = ["RemoteBackend"]
-
-
-def _state(body: HandleBody) -> HandleState:
-    return HandleState(handle=body.handle, status=body.status, partial=body.partial,
-                       result=body.result)
 
 
 class RemoteBackend:
@@ -52,21 +45,21 @@ class RemoteBackend:
                              tool_scope=request.tool_scope, mode=request.mode,
                              traceparent=trace.current_traceparent())
         try:
-            body = await self._channel.call("tree/spawn", params)
+            state = await self._channel.call("tree/spawn", params)
         except RPCError as exc:
             if exc.code == SPAWN_REFUSED:
                 self._counts["refused"] += 1
                 raise SpawnRefused(exc.message) from None
             raise
         self._counts["spawned"] += 1
-        return self._remember(body)
+        return self._remember(state)
 
     async def send(self, caller: str, handle: str, message: str) -> HandleState:
-        body = await self._call("tree/send", SendArgs(handle, message))
-        if body.status in TERMINAL:
-            return self._remember(body)
-        return TurnState(handle=body.handle, status=body.status, partial=body.partial,
-                         result=body.result)
+        state = await self._call("tree/send", SendArgs(handle, message))
+        if state.done:
+            return self._remember(state)
+        state.turn = True  # a warm session's turn: running, with the turn's result
+        return state
 
     def status(self, handle: str) -> HandleState:
         state = self._states.get(handle)
@@ -104,7 +97,7 @@ class RemoteBackend:
                 out[s.status] = out.get(s.status, 0) + 1
         return out
 
-    async def _call(self, method: str, params: Any) -> HandleBody:
+    async def _call(self, method: str, params: Any) -> HandleState:
         try:
             return await self._channel.call(method, params)
         except RPCError as exc:
@@ -112,18 +105,18 @@ class RemoteBackend:
                 raise UnknownHandle(exc.message) from None
             raise
 
-    def _remember(self, body: HandleBody) -> HandleState:
-        old = self._states.get(body.handle)
-        state = _state(body)
+    def _remember(self, state: HandleState) -> HandleState:
+        """Mirror a state from the wire, keeping when this child first saw it."""
+        old = self._states.get(state.handle)
         if old is not None:
             state.started = old.started
-        self._states[body.handle] = state
+        self._states[state.handle] = state
         if state.done and (old is None or not old.done):
             for cb in self._callbacks:
                 cb(state)
         return state
 
-    def terminal(self, body: HandleBody) -> None:
+    def terminal(self, state: HandleState) -> None:
         """The parent says one of our subagents ended."""
-        if body.status in TERMINAL:
-            self._remember(body)
+        if state.done:
+            self._remember(state)

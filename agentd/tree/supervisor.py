@@ -51,14 +51,12 @@ from agentd.tree.control import (
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
     ChildConfig,
-    HandleBody,
     Incoming,
     IoCall,
     IoComplete,
     IoCompletion,
     MessageParams,
     RunOutcome,
-    TurnState,
 )
 from agentd.tree.forkserver import ForkserverSpawner, available
 from agentd.tree.ownership import within
@@ -236,8 +234,10 @@ class Supervisor:
         self.charge(run, outcome.tokens)
         run.state.result = outcome.result
         run.state.partial = outcome.partial
-        return TurnState(handle=handle, status=run.state.status, partial=outcome.partial,
-                         result=outcome.result, started=run.state.started)
+        turn = HandleState(handle=handle, status=run.state.status, partial=outcome.partial,
+                           result=outcome.result)
+        turn.started, turn.turn = run.state.started, True
+        return turn
 
     def status(self, handle: str) -> HandleState:
         self.registry.evict()
@@ -391,7 +391,7 @@ class Supervisor:
         run.span.end()
         parent = self.registry.get(run.parent)
         if parent is not None and parent.proc is not None and parent.live:
-            parent.proc.channel.notify("child/terminal", self._body(state))
+            parent.proc.channel.notify("child/terminal", state.on_wire())
         run.done.set()
         for task in list(run.io):  # its model/tool calls in flight: nobody will read them
             task.cancel()
@@ -406,13 +406,6 @@ class Supervisor:
         self.registry.announce(state)
 
     # -------------------------------------------------- requests from children
-    @staticmethod
-    def _body(state: HandleState) -> HandleBody:
-        """A state on the wire: a result once terminal, or a warm turn's (TurnState)."""
-        shown = state.done or isinstance(state, TurnState)
-        return HandleBody(handle=state.handle, status=state.status, partial=state.partial,
-                          result=state.result if shown else None)
-
     def _incoming(self, run: ChildRun, ev: Incoming) -> None:
         if ev.method == "child/progress":
             self.charge(run, ev.params.tokens)
@@ -493,7 +486,7 @@ class Supervisor:
                     state = self.status(p.handle)
                 else:
                     state = await self.cancel(p.handle)
-            ch.respond(ev.id, self._body(state))
+            ch.respond(ev.id, state.on_wire())
         except SpawnRefused as exc:
             ch.error(ev.id, SPAWN_REFUSED, str(exc))
         except UnknownHandle as exc:
