@@ -1,6 +1,8 @@
 """The one request/response dispatcher (agentd.wire.dispatch), without sockets.
 
-Answers, abandonment and fail-all are fed by hand on a bare event loop; the
+Answers, abandonment and fail-all are fed by hand on a bare event loop (and
+the seam to the HTTP transport: ``on_settled`` setting an
+:class:`~agentd.mcp.answered.Answered`); the
 MCP client and the control wire over it are tested against real peers in
 tests/test_client_*.py and tests/test_tree*.py.
 """
@@ -11,6 +13,7 @@ import asyncio
 
 import pytest
 
+from agentd.mcp.answered import Answered
 from agentd.wire.dispatch import Dispatcher
 
 
@@ -107,3 +110,61 @@ async def test_an_id_reused_while_awaited_cancels_the_older_waiter() -> None:
     new = d.expect(1)
     assert old.cancelled() and not new.done()
     assert d.resolve(1, "x") and new.result() == "x"
+
+
+async def test_on_settled_runs_once_and_at_once_on_every_settling_path() -> None:
+    """The hook runs synchronously, the future already settled, exactly once --
+    answer, error, forget, abandon, fail-all, reuse of the id, or a cancel from
+    outside the table (that one a loop turn later, as the future's callbacks)."""
+    d, seen = _hooked()
+    calls: list[tuple[int, bool]] = []
+    futs: dict[int, asyncio.Future[object]] = {}
+
+    def expect(rid: int) -> None:
+        futs[rid] = d.expect(rid, cancel_abandons=rid != 7,
+                             on_settled=lambda: calls.append((rid, futs[rid].done())))
+
+    for rid in range(1, 8):
+        expect(rid)
+    d.resolve(1, "one")
+    d.fail(2, ValueError("two"))
+    d.forget(3)
+    d.abandon(4, "timeout")
+    assert calls == [(1, True), (2, True), (3, True), (4, True)]
+    old = futs[5]
+    expect(5)  # reused while awaited: the older waiter's hook runs, not the new one's
+    assert calls[-1] == (5, True) and old.cancelled() and not futs[5].done()
+    futs[6].cancel()
+    assert len(calls) == 5  # not yet: the future's own callbacks are a loop turn away
+    await asyncio.sleep(0)
+    assert calls[-1] == (6, True) and seen == [(4, "timeout"), (6, "cancelled")]
+    d.fail_all(lambda: ConnectionError("closed"))
+    futs[2].exception()
+    assert sorted(calls[6:]) == [(5, True), (7, True)]
+    d.resolve(5, "late")  # nobody waits: no second run
+    d.forget(7)
+    await asyncio.sleep(0)
+    assert len(calls) == 8
+
+
+async def test_answered_is_set_at_once_and_wakes_its_watcher_a_loop_turn_later() -> None:
+    """What the transport reads: ``is_set`` true the moment the dispatcher settles
+    the id (so an answer read on the watched stream is seen at once), the
+    watcher woken once and only after the reader had its turn."""
+    d: Dispatcher[int] = Dispatcher()
+    answered = Answered()
+    woken: list[bool] = []
+    answered.watch(lambda: woken.append(answered.is_set()))
+    d.expect(1, cancel_abandons=False, on_settled=answered.set)
+    assert not answered.is_set()
+    assert d.resolve(1, "x")
+    assert answered.is_set() and woken == []
+    answered.set()  # idempotent: one wake-up
+    await asyncio.sleep(0)
+    assert woken == [True]
+    late = Answered()
+    late.watch(lambda: woken.append(False))
+    late.watch(None)  # the reader is done: nobody to wake
+    late.set()
+    await asyncio.sleep(0)
+    assert woken == [True] and late.is_set()

@@ -32,6 +32,7 @@ from gateway import Gateway, Reply
 from hostile_sse_server import SESSION, HostileGateway, HostileMCP
 
 from agentd import config as cfg
+from agentd.mcp.answered import Answered
 from agentd.mcp.faults import HTTPStatusError, TransportError, classify
 from agentd.mcp.http_transport import StreamableHTTPTransport
 
@@ -160,7 +161,7 @@ async def test_a_chunked_json_answer_is_bounded() -> None:
     (``--mcp-max-bytes``) only."""
     async with HostileMCP() as mcp:
         t = await _transport(mcp, cfg.StreamBounds(answer_bytes=LIMIT))
-        answer = asyncio.get_running_loop().create_future()
+        answer = Answered()
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigjson", "arguments": {}}})
         try:
@@ -170,7 +171,7 @@ async def test_a_chunked_json_answer_is_bounded() -> None:
             await t.close()
     assert info.value.limit == "mcp_max_bytes" and "mcp_max_bytes" in str(info.value)
     assert LIMIT < info.value.size <= LIMIT + (1 << 20)
-    assert not answer.done()
+    assert not answer.is_set()
     assert mcp.flood_sent < 4 * LIMIT
 
 
@@ -179,7 +180,7 @@ async def test_a_stateless_error_answer_that_never_ends_is_bounded() -> None:
     up to the bound only, then the call fails with the status."""
     async with HostileMCP() as mcp:
         t = await _transport(mcp, cfg.StreamBounds(answer_bytes=1 << 20))
-        answer = asyncio.get_running_loop().create_future()
+        answer = Answered()
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigerror", "arguments": {}}})
         try:
@@ -189,7 +190,7 @@ async def test_a_stateless_error_answer_that_never_ends_is_bounded() -> None:
         finally:
             await t.close()
     assert info.value.status == 400
-    assert not answer.done()
+    assert not answer.is_set()
     assert mcp.flood_sent < 8 << 20
 
 

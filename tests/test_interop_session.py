@@ -29,6 +29,7 @@ from logcapture import events
 
 from agentd.config import ServerSpec
 from agentd.mcp import Toolbox
+from agentd.mcp.answered import Answered
 from agentd.mcp.faults import SessionExpired
 from agentd.mcp.http_transport import StreamableHTTPTransport
 
@@ -100,10 +101,10 @@ async def test_server_everything_unknown_session_is_expired_on_post_and_get():
         try:
             t.session_id = "a-session-of-the-previous-process"
             t.set_protocol_version("2025-11-25")
-            answer = asyncio.get_running_loop().create_future()
+            answer = Answered()
             with pytest.raises(SessionExpired) as post:
                 await t.post(b'{"jsonrpc":"2.0","id":1,"method":"ping"}', answer)
-            assert post.value.status == 400 and not answer.done()
+            assert post.value.status == 400 and not answer.is_set()
             with pytest.raises(SessionExpired) as get:
                 await t.listen()
             assert get.value.status == 400 and t.get_offered is None

@@ -77,6 +77,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.http_responses": 3,
     "agentd.mcp.handler": 3,  # the handler framework: drives the server rules
     "agentd.mcp.stateless": 3,  # drives the 2026-07-28 rules on the handler
+    "agentd.mcp.answered": 3,  # the flag a request's owner sets for the transport
     "agentd.mcp.call_watch": 3,  # the wait the progress notifications re-arm
     "agentd.mcp.channel": 3,  # which stream carries `updated` (a mixin of the client)
     "agentd.mcp.client": 3,

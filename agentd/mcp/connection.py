@@ -26,6 +26,7 @@ import msgspec
 from agentd.errors import ToolFault
 from agentd.log import Logger
 from agentd.log_bridge import throttled
+from agentd.mcp.answered import Answered
 from agentd.mcp.call_watch import LIMIT_CAUSE, CallWatch
 from agentd.mcp.client_session import (
     ClientSession,
@@ -120,7 +121,8 @@ class Connection:
     async def send(self, rid: int | str, data: bytes, method: str, time_limit: float | None,
                    headers: Headers = (), watch: CallWatch | None = None) -> msgspec.Raw:
         """One send of a request and the wait for its answer (within ``watch``'s limits)."""
-        fut = self.calls.expect(rid, cancel_abandons=False)
+        answered = Answered()
+        fut = self.calls.expect(rid, cancel_abandons=False, on_settled=answered.set)
         t = self.transport
         assert t is not None
         self.session.take_garbled()  # only a refusal of this answer is its reason
@@ -128,7 +130,7 @@ class Connection:
         try:
             async with watch if watch is not None else contextlib.nullcontext():
                 if time_limit is None:
-                    await t.post(data, fut, headers=headers, resumable=not modern,
+                    await t.post(data, answered, headers=headers, resumable=not modern,
                                  error_bodies=modern)
                     if fut.done():
                         return fut.result()
@@ -136,7 +138,7 @@ class Connection:
                         raise no_answer(method, self.session.take_garbled())
                     return await fut
                 async with asyncio.timeout(time_limit):
-                    await t.post(data, fut, headers=headers, resumable=not modern,
+                    await t.post(data, answered, headers=headers, resumable=not modern,
                                  error_bodies=modern)
                     if not fut.done() and not t.get_offered:
                         raise no_answer(method, self.session.take_garbled())
@@ -204,12 +206,13 @@ class Connection:
             self.replace_session()
             rid, data = s.start_discover()
             t.set_protocol_version(m26.LATEST_MODERN_VERSION)
-            fut = self.calls.expect(rid, cancel_abandons=False)
+            answered = Answered()
+            fut = self.calls.expect(rid, cancel_abandons=False, on_settled=answered.set)
             why = ""
             try:
                 async with asyncio.timeout(limit):
                     # a 2026-07-28 request: a 4xx's JSON-RPC error is its answer
-                    await t.post(data, fut, headers=(("Mcp-Method", m26.SERVER_DISCOVER),),
+                    await t.post(data, answered, headers=(("Mcp-Method", m26.SERVER_DISCOVER),),
                                  resumable=False, error_bodies=True)
                     why = (s.finish_discover(await fut) if fut.done()
                            else "server/discover got no JSON-RPC answer")
@@ -255,10 +258,11 @@ class Connection:
         assert t is not None
         s = self.session
         rid, data = s.start_initialize()
-        fut = self.calls.expect(rid, cancel_abandons=False)
+        answered = Answered()
+        fut = self.calls.expect(rid, cancel_abandons=False, on_settled=answered.set)
         try:
             async with asyncio.timeout(limit):
-                await t.post(data, fut, initialize=True)
+                await t.post(data, answered, initialize=True)
                 if not fut.done():  # its one answer was no message for it: say why, now
                     raise HandshakeError(f"{self.name}: initialize failed: "
                                          f"{no_answer(mt.INITIALIZE, s.take_garbled())}")

@@ -55,6 +55,7 @@ from yarl import URL
 
 from agentd import __version__
 from agentd.config import StreamBounds
+from agentd.mcp.answered import Answered
 from agentd.mcp.faults import (
     HTTPStatusError,
     SessionExpired,
@@ -90,7 +91,7 @@ class _Watch:
         self.mine = False
         self.over = False
 
-    def interrupt(self, _answer: asyncio.Future) -> None:
+    def interrupt(self) -> None:
         if not self.mine and not self.over:
             self.resp.close()  # answered elsewhere: stop waiting on this stream
 
@@ -235,17 +236,17 @@ class StreamableHTTPTransport:
 
     # ------------------------------------------------------------ POST
 
-    async def post(self, body: bytes, answer: asyncio.Future | None = None, *,
+    async def post(self, body: bytes, answer: Answered | None = None, *,
                    initialize: bool = False,
                    headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
                    resumable: bool = True, error_bodies: bool = False) -> None:
         """POST one message and feed what comes back to ``on_message``.
 
-        ``answer`` (for a request) is the future its response resolves; an SSE
-        answer is read until it has (resuming a cut stream when ``resumable``),
-        else until EOF.  ``error_bodies``: a 4xx JSON body is the request's
-        JSON-RPC answer.  Returns once the exchange is over; the caller checks
-        its own future.
+        ``answer`` (for a request) is set by the caller once its response is
+        settled; an SSE answer is read until it is (resuming a cut stream when
+        ``resumable``), else until EOF.  ``error_bodies``: a 4xx JSON body is
+        the request's JSON-RPC answer.  Returns once the exchange is over; the
+        caller checks its own future.
         """
         http = self._http
         if http is None:
@@ -298,7 +299,7 @@ class StreamableHTTPTransport:
                             data = await _read_bounded(resp, self.bounds.answer_bytes)
                 if data:
                     self.on_message(data)  # a JSON-RPC error for our request, or garbage
-                if answer.done():
+                if answer.is_set():
                     return
                 raise HTTPStatusError(status, data[:_MAX_ERROR_BODY].decode("utf-8", "replace"))
             text = ""
@@ -352,20 +353,20 @@ class StreamableHTTPTransport:
             resp.release()
         return bool(again)
 
-    async def _read_sse(self, resp: aiohttp.ClientResponse, answer: asyncio.Future,
+    async def _read_sse(self, resp: aiohttp.ClientResponse, answer: Answered,
                         resumable: bool) -> None:
         """Read a POST's SSE answer; resume it with GET + Last-Event-ID if cut short.
 
-        Should ``answer`` be resolved elsewhere (on the GET stream, or failed
-        because the session was replaced) while this stream is quiet, the
-        stream is closed so the caller is not held by it.
+        Should ``answer`` be set for another reason (answered on the GET stream,
+        failed because the session was replaced) while this stream is quiet,
+        the stream is closed so the caller is not held by it.
         """
-        if answer.done():
+        if answer.is_set():
             return
-        done = answer.done
+        done = answer.is_set
         parser = self.bounds.parser()
         watch = _Watch(resp)
-        answer.add_done_callback(watch.interrupt)
+        answer.watch(watch.interrupt)
         resumes = 0
         try:
             while True:
@@ -399,7 +400,7 @@ class StreamableHTTPTransport:
                     return
         finally:
             watch.over = True
-            answer.remove_done_callback(watch.interrupt)
+            answer.watch(None)
             watch.resp.release()
 
     async def _pump(self, resp: aiohttp.ClientResponse, parser: SSEParser,

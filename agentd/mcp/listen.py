@@ -28,6 +28,7 @@ from msgspec import Raw
 
 from agentd.errors import ToolFault
 from agentd.log import Logger
+from agentd.mcp.answered import Answered
 from agentd.mcp.client_session import ClientSession
 from agentd.mcp.connection import Connection
 from agentd.mcp.faults import HTTPStatusError, RetryPolicy, RPCError, SessionExpired, TransportError
@@ -137,7 +138,7 @@ class Listener:
                                 resources_changed=caps.resources_list_changed)
 
     async def _stream(self, sid: int | str, data: bytes, done: asyncio.Future[Any],
-                      ack: asyncio.Future[Any]) -> None:
+                      answered: Answered, ack: asyncio.Future[Any]) -> None:
         """One ``subscriptions/listen`` POST, held open until it ends."""
         conn = self._conn
         t = conn.transport
@@ -145,7 +146,7 @@ class Listener:
         err: BaseException | None = None
         graceful = cancelled = False
         try:
-            await t.post(data, done, headers=conn.session.headers(m26.SUBSCRIPTIONS_LISTEN),
+            await t.post(data, answered, headers=conn.session.headers(m26.SUBSCRIPTIONS_LISTEN),
                          resumable=False, error_bodies=True)
             if done.done() and not done.cancelled() and done.exception() is not None:
                 err = done.exception()
@@ -191,8 +192,10 @@ class Listener:
                     continue
                 sid, data = conn.session.listen(flt)
                 ack = self._acks.expect(sid, cancel_abandons=False)
-                done = conn.calls.expect(sid, cancel_abandons=False)
-                stream = self._spawn(self._stream(sid, data, done, ack), "listen.stream")
+                answered = Answered()
+                done = conn.calls.expect(sid, cancel_abandons=False, on_settled=answered.set)
+                stream = self._spawn(self._stream(sid, data, done, answered, ack),
+                                     "listen.stream")
                 if stream is None:  # closing
                     return
                 try:

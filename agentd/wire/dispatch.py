@@ -17,6 +17,10 @@ wire's sans-IO session; this table is only the IO half of correlation:
 * :meth:`forget` drops an id without that hook (the request failed on its
   own, nothing is left to cancel); :meth:`fail_all` fails every waiter (the
   session was replaced, the channel closed, the client shut down).
+* ``expect(..., on_settled=f)``: ``f()`` runs once, synchronously, the moment
+  the id's future is settled by any of these paths -- so a caller can tell
+  someone else (the HTTP transport reading the answer's stream) without
+  handing over its future, whose own callbacks run only a loop turn later.
 
 Bound: one entry per request in flight; every entry leaves the table when its
 future settles, so the table never outgrows what its callers await.
@@ -36,10 +40,11 @@ Id = TypeVar("Id", bound=Hashable)
 class Dispatcher(Generic[Id]):
     """Ids in flight and their futures; see the module docstring."""
 
-    __slots__ = ("_futs", "_on_abandon")
+    __slots__ = ("_futs", "_hooks", "_on_abandon")
 
     def __init__(self, on_abandon: Callable[[Id, str], None] | None = None) -> None:
         self._futs: dict[Id, asyncio.Future[Any]] = {}
+        self._hooks: dict[Id, Callable[[], object]] = {}
         self._on_abandon = on_abandon
 
     def __len__(self) -> int:
@@ -48,24 +53,35 @@ class Dispatcher(Generic[Id]):
     def __contains__(self, rid: object) -> bool:
         return rid in self._futs
 
-    def expect(self, rid: Id, *, cancel_abandons: bool = True) -> asyncio.Future[Any]:
+    def expect(self, rid: Id, *, cancel_abandons: bool = True,
+               on_settled: Callable[[], object] | None = None) -> asyncio.Future[Any]:
         """The future ``rid``'s answer settles.
 
         With ``cancel_abandons`` cancelling the future abandons ``rid`` (reason
         ``"cancelled"``); a caller that knows a better reason (a time limit
         cancels the awaiting task, and so the future) passes False and then
-        always ends the entry itself (:meth:`abandon` or :meth:`forget`)."""
+        always ends the entry itself (:meth:`abandon` or :meth:`forget`).
+        ``on_settled`` runs once when the future settles (module docstring)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         old = self._futs.get(rid)
         if old is not None and not old.done():
             old.cancel()  # an id reused while awaited: the older waiter gives up
+        self._notify(rid)
         self._futs[rid] = fut
+        if on_settled is not None:
+            self._hooks[rid] = on_settled
         fut.add_done_callback(lambda f: self._settled(rid, f, cancel_abandons))
         return fut
+
+    def _notify(self, rid: Id) -> None:
+        """Run ``rid``'s ``on_settled`` (once: it leaves the table)."""
+        if (settled := self._hooks.pop(rid, None)) is not None:
+            settled()
 
     def _settled(self, rid: Id, fut: asyncio.Future[Any], hook: bool) -> None:
         if self._futs.get(rid) is not fut:
             return  # answered, forgotten or abandoned already
+        self._notify(rid)  # settled from outside the table (cancelled, or an exception set)
         if not fut.cancelled():
             del self._futs[rid]  # settled by an exception set from outside the table
         elif hook:
@@ -80,6 +96,7 @@ class Dispatcher(Generic[Id]):
         if fut is None or fut.done():
             return False
         fut.set_result(result)
+        self._notify(rid)
         return True
 
     def fail(self, rid: Id, exc: BaseException) -> bool:
@@ -88,6 +105,7 @@ class Dispatcher(Generic[Id]):
         if fut is None or fut.done():
             return False
         fut.set_exception(exc)
+        self._notify(rid)
         return True
 
     def forget(self, rid: Id) -> None:
@@ -95,6 +113,7 @@ class Dispatcher(Generic[Id]):
         fut = self._futs.pop(rid, None)
         if fut is not None and not fut.done():
             fut.cancel()
+        self._notify(rid)
 
     def abandon(self, rid: Id, reason: str) -> None:
         """Stop waiting for ``rid`` and run the abandon hook (``reason``: why)."""
@@ -103,16 +122,18 @@ class Dispatcher(Generic[Id]):
             return
         if not fut.done():
             fut.cancel()
+        self._notify(rid)
         if self._on_abandon is not None:
             self._on_abandon(rid, reason)
 
     def fail_all(self, make: Callable[[], BaseException]) -> None:
         """Fail every waiter with a fresh ``make()``; the table is empty after."""
         futs, self._futs = self._futs, {}
-        for fut in futs.values():
+        for rid, fut in futs.items():
             if not fut.done():
                 fut.set_exception(make())
                 fut.exception()  # retrieved here: a waiter gone already is no noise
+            self._notify(rid)
 
     async def wait(self, rid: Id, fut: asyncio.Future[Any], within: float | None) -> Any:
         """Await ``fut`` (``rid``'s) for at most ``within`` seconds (None: no limit).
