@@ -34,6 +34,12 @@ def agentd_bin() -> str:
     return agentd_executable()
 
 
+@pytest.fixture(params=["exec", "forkserver"])
+def spawn(request) -> str:
+    """Each spawn mode in turn, for a tree test that must hold for both."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable

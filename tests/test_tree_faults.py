@@ -32,11 +32,6 @@ def _compiled():
     precompile()
 
 
-@pytest.fixture(params=["exec", "forkserver"])
-def spawn(request):
-    return request.param
-
-
 async def test_crashing_child_fails_parent_fine(tmp_path, spawn, monkeypatch):
     async with open_supervisor(make_config(tmp_path, spawn=spawn)) as sup:
         monkeypatch.setenv(FAULT_ENV, "crash")

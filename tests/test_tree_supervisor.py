@@ -22,11 +22,6 @@ def _compiled():
     precompile()
 
 
-@pytest.fixture(params=["exec", "forkserver"])
-def spawn(request):
-    return request.param
-
-
 def sup_for(tmp_path, spawn, **over):
     return open_supervisor(make_config(tmp_path, spawn=spawn, **over))
 

@@ -33,11 +33,6 @@ def _compiled():
     precompile()
 
 
-@pytest.fixture(params=["exec", "forkserver"])
-def spawn(request):
-    return request.param
-
-
 @pytest.fixture
 def fifo(tmp_path, monkeypatch):
     path = tmp_path / "release"
