@@ -9,13 +9,7 @@ import pytest
 from agentd.agent import prompt as P
 from agentd.agent.loop import distil, wants_json
 from agentd.agent.selftools import SelfTools
-from agentd.agent.subagents import (
-    HandleState,
-    SpawnRefused,
-    SpawnRequest,
-    Unavailable,
-    UnknownHandle,
-)
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unavailable, Unknown
 from agentd.wire.shapes import ResourceInfo, ToolEntry
 
 
@@ -84,15 +78,15 @@ class Recorder(Unavailable):
     def __init__(self) -> None:
         self.requests: list[tuple[str, SpawnRequest]] = []
 
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
         self.requests.append((caller, request))
         if request.instruction == "refuse":
-            raise SpawnRefused("spawn refused: max_depth=4 reached at handle 0.1.1.1")
+            return Refusal("spawn refused: max_depth=4 reached at handle 0.1.1.1")
         return HandleState(handle="0.1", status="completed", result={"x": 1})
 
-    def status(self, handle: str) -> HandleState:
+    def status(self, handle: str) -> HandleState | Unknown:
         if handle != "0.1":
-            raise UnknownHandle(handle)
+            return Unknown(handle)
         return HandleState(handle="0.1", status="completed", result={"x": 1})
 
 
@@ -123,13 +117,15 @@ async def test_subagent_tools_route_to_the_backend() -> None:
     bad = await st.call("agentd__subagent_spawn", {"instruction": "x", "async": True,
                                                    "warm": True})
     assert bad.is_error and "at most one" in bad.text
-    assert (await st.call("agentd__subagent_status", {"handle": "0.9"})).is_error
+    unknown = await st.call("agentd__subagent_status", {"handle": "0.4.9"})
+    assert unknown.is_error and unknown.text == "unknown handle: 0.4.9"  # the backend's Unknown
     root = SelfTools(backend=backend, caller="0")
     body = await root.call("agentd__read_resource", {"uri": "agent://subagent/0.1"})
     assert json.loads(body.text)["status"] == "completed"
     # a loop acts only on its own subtree: 0.4's sibling 0.1 is an unknown handle to it
     assert (await st.call("agentd__read_resource", {"uri": "agent://subagent/0.1"})).is_error
-    assert (await st.call("agentd__subagent_cancel", {"handle": "0.1"})).is_error
+    theirs = await st.call("agentd__subagent_cancel", {"handle": "0.1"})
+    assert theirs.is_error and theirs.text == "unknown handle: 0.1"  # the same words
     assert (await st.call("agentd__read_resource", {"uri": "agent://nope"})).is_error
 
 

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover
 
 from local_connection import LocalConnection
 
-from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.mcp.http_server import serve
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
 from agentd.tree.selfmcp import SelfMCP
@@ -53,7 +53,7 @@ class ScriptedBackend:
 
     async def spawn(self, caller, request):
         if self.refuse:
-            raise SpawnRefused(self.refuse)
+            return Refusal(self.refuse)
         self.requests.append((caller, request))
         self.n += 1
         st = self.states[f"{caller}.{self.n}"] = HandleState(handle=f"{caller}.{self.n}")
@@ -63,7 +63,8 @@ class ScriptedBackend:
 
     async def send(self, caller, handle, message):
         st = self.status(handle)
-        self.sent.append((handle, message))
+        if isinstance(st, HandleState):
+            self.sent.append((handle, message))
         return st
 
     def status(self, handle):
@@ -71,14 +72,11 @@ class ScriptedBackend:
             del self.states[gone]
             for cb in self.evicted:
                 cb(gone)
-        try:
-            return self.states[handle]
-        except KeyError:
-            raise UnknownHandle(handle) from None
+        return self.states.get(handle) or Unknown(handle)
 
     async def cancel(self, handle):
         st = self.status(handle)
-        if not st.done:
+        if isinstance(st, HandleState) and not st.done:
             self.finish(handle, None, status="cancelled")
         return st
 

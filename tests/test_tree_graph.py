@@ -6,7 +6,7 @@ import pytest
 from tree_helpers import make_config, precompile
 
 from agentd.agent.selftools import SelfTools
-from agentd.agent.spawn_tools import Refusal
+from agentd.agent.subagents import Refusal
 from agentd.app.compose import open_supervisor
 from agentd.tree.graph import install, order, run_graph
 

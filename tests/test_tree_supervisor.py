@@ -11,7 +11,7 @@ import pytest
 from tree_helpers import exists, make_config, parent_of, precompile, running
 from waiting import until
 
-from agentd.agent.subagents import SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import Refusal, SpawnRequest, Unknown
 from agentd.app.compose import open_supervisor
 
 pytestmark = pytest.mark.timeout(180)
@@ -44,8 +44,10 @@ async def test_sync_async_warm_send_status(tmp_path, spawn):
         assert proc is not None and running(proc.pid)
         counts = sup.counts()
         assert counts["spawned"] == 3 and counts["completed"] == 2 and counts["running"] == 1
-        with pytest.raises(UnknownHandle):
-            sup.status("0.99")
+        assert sup.status("0.99") == Unknown("0.99")
+        # a send to a run that is no warm session: unknown, with the reason the wire adds
+        assert await sup.send("0", "0.1", "more?") == Unknown("0.1", "is not a warm session")
+        assert await sup.send("0.2", warm.handle, "not yours") == Unknown(warm.handle)
     assert sup.status(warm.handle).status == "cancelled"  # drained on exit
     assert not exists(proc.pid)
 
@@ -57,6 +59,23 @@ async def test_nested_spawn_goes_through_the_root_chokepoint(tmp_path, spawn):
         leaf = sup.status("0.1.1")  # minted from the caller's pipe, depth 3
         assert leaf.status == "completed"
         assert sup.counts()["spawned"] == 2
+
+
+async def test_a_childs_stray_handles_are_unknown_in_the_same_words(tmp_path, spawn):
+    """A real child asks up the control wire about handles that are no warm
+    session, never existed, or are not under it: each comes back as the one
+    unknown-handle answer its model sees, and the child's run goes on."""
+    async with sup_for(tmp_path, spawn) as sup:
+        st = await sup.spawn("0", SpawnRequest("stray-handles"))
+        assert st.handle == "0.1"
+        assert (st.status, st.result) == ("completed", '{"strays": "answered"}')
+        assert sup.counts()["spawned"] == 2  # the child and its one leaf
+
+
+def test_unknown_handle_words_on_the_control_wire() -> None:
+    assert Unknown("0.1", "is not a warm session").words() == (
+        "unknown handle 0.1 is not a warm session")
+    assert Unknown("0.7").words() == "unknown handle 0.7"
 
 
 async def test_served_handles(tmp_path, spawn):
@@ -75,9 +94,8 @@ async def test_max_depth_refusal_text(tmp_path, spawn):
         await sup.spawn("0.2.1", SpawnRequest("a"))                    # 0.2.1.1
         await sup.spawn("0.2.1", SpawnRequest("b"))                    # 0.2.1.2
         await sup.spawn("0.2.1", SpawnRequest("c", mode="warm"))       # 0.2.1.3
-        with pytest.raises(SpawnRefused) as err:
-            await sup.spawn("0.2.1.3", SpawnRequest("too deep"))
-        assert str(err.value) == "spawn refused: max_depth=4 reached at handle 0.2.1.3"
+        assert await sup.spawn("0.2.1.3", SpawnRequest("too deep")) == Refusal(
+            "spawn refused: max_depth=4 reached at handle 0.2.1.3")
         assert sup.counts()["refused"] == 1
 
 
@@ -86,44 +104,38 @@ async def test_child_cap_total_cap_token_ceiling(tmp_path, spawn):
                        token_ceiling=100) as sup:
         await sup.spawn("0", SpawnRequest("one", mode="warm"))
         await sup.spawn("0", SpawnRequest("two", mode="warm"))
-        with pytest.raises(SpawnRefused) as err:
-            await sup.spawn("0", SpawnRequest("three"))
-        assert str(err.value) == "spawn refused: max_children=2 reached at handle 0"
+        assert await sup.spawn("0", SpawnRequest("three")) == Refusal(
+            "spawn refused: max_children=2 reached at handle 0")
         await sup.spawn("0.1", SpawnRequest("nested", mode="warm"))  # 3 live now
-        with pytest.raises(SpawnRefused) as err:
-            await sup.spawn("0.2", SpawnRequest("four"))
-        assert str(err.value) == "spawn refused: max_subagents=3 reached at handle 0.2"
+        assert await sup.spawn("0.2", SpawnRequest("four")) == Refusal(
+            "spawn refused: max_subagents=3 reached at handle 0.2")
         await sup.cancel("0.1")
         sup.ledger.report("0", 100)  # the root's own tokens, on the tree's ledger
-        with pytest.raises(SpawnRefused) as err:
-            await sup.spawn("0", SpawnRequest("costs"))
-        assert str(err.value) == "spawn refused: token_ceiling=100 reached at handle 0"
+        assert await sup.spawn("0", SpawnRequest("costs")) == Refusal(
+            "spawn refused: token_ceiling=100 reached at handle 0")
 
 
 async def test_children_usage_counts_toward_the_ceiling(tmp_path, spawn):
     async with sup_for(tmp_path, spawn, token_ceiling=15) as sup:
         st = await sup.spawn("0", SpawnRequest("costly"))
         assert st.status == "completed" and sup.tree_tokens >= 15
-        with pytest.raises(SpawnRefused, match=r"^spawn refused: token_ceiling=15 reached"):
-            await sup.spawn("0", SpawnRequest("more"))
+        refused = await sup.spawn("0", SpawnRequest("more"))
+        assert isinstance(refused, Refusal)
+        assert refused.text.startswith("spawn refused: token_ceiling=15 reached")
 
 
 async def test_scope_narrows_and_widening_is_refused(tmp_path, spawn):
     async with open_supervisor(make_config(tmp_path, spawn=spawn), scope=["fs", "web"]) as sup:
-        with pytest.raises(SpawnRefused) as err:
-            await sup.spawn("0", SpawnRequest("x", tool_scope=("fs", "shell")))
-        assert str(err.value) == ("spawn refused: tool_scope widens the caller's scope at "
-                                  "handle 0 (not in scope: shell)")
+        assert await sup.spawn("0", SpawnRequest("x", tool_scope=("fs", "shell"))) == Refusal(
+            "spawn refused: tool_scope widens the caller's scope at handle 0 (not in scope: shell)")
         await sup.spawn("0", SpawnRequest("narrow", tool_scope=("fs",), mode="warm"))
-        with pytest.raises(SpawnRefused) as err:
-            await sup.spawn("0.1", SpawnRequest("y", tool_scope=("web",)))
-        assert str(err.value) == ("spawn refused: tool_scope widens the caller's scope at "
-                                  "handle 0.1 (not in scope: web)")
+        assert await sup.spawn("0.1", SpawnRequest("y", tool_scope=("web",))) == Refusal(
+            "spawn refused: tool_scope widens the caller's scope at handle 0.1 "
+            "(not in scope: web)")
         # the same refusal, asked by a real child's loop: an isError observation to it
         st = await sup.spawn("0", SpawnRequest("widen-scope", tool_scope=("fs",)))
         assert st.status == "completed" and st.result == '{"widen": "answered"}'
-        with pytest.raises(UnknownHandle):
-            sup.status("0.2.1")
+        assert sup.status("0.2.1") == Unknown("0.2.1")
         assert sup.counts()["refused"] == 3
 
 
@@ -144,16 +156,14 @@ async def test_cancel_a_three_level_subtree_leaves_no_process(tmp_path, spawn):
         assert [p for p in pids if exists(p)] == []
         assert sup.status(sibling.handle).status == "running"
         assert running(sup.process(sibling.handle).pid)
-        with pytest.raises(UnknownHandle):
-            await sup.cancel("0.77")
+        assert await sup.cancel("0.77") == Unknown("0.77")
 
 
 async def test_terminal_handles_are_evicted(tmp_path, spawn):
     async with open_supervisor(make_config(tmp_path, spawn=spawn), terminal_ttl=0.0) as sup:
         st = await sup.spawn("0", SpawnRequest("short"))
         assert st.status == "completed"
-        with pytest.raises(UnknownHandle):
-            sup.status(st.handle)
+        assert sup.status(st.handle) == Unknown(st.handle)
         assert sup.counts()["evicted"] == 1
 
 

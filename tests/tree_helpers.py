@@ -23,6 +23,21 @@ PLAYBACK = {
              {"tool_calls": [{"name": "agentd__subagent_spawn",
                               "arguments": {"instruction": "leaf", "tool_scope": ["web"]}}]},
              {"content": "{\"widen\": \"answered\"}"}]},
+        {"name": "strays", "match": "stray-handles",  # spawned first, as 0.1
+         "turns": [
+             {"tool_calls": [{"name": "agentd__subagent_spawn",
+                              "arguments": {"instruction": "leaf task"}}]},
+             {"expect": '"handle":"0.1.1"',
+              "tool_calls": [
+                  {"name": "agentd__subagent_send",  # ended, and no warm session
+                   "arguments": {"handle": "0.1.1", "message": "more?"}},
+                  {"name": "agentd__subagent_cancel", "arguments": {"handle": "0.1.7"}},
+                  {"name": "agentd__subagent_status", "arguments": {"handle": "0.1.9"}},
+                  {"name": "agentd__subagent_send",  # not under 0.1: never asked for
+                   "arguments": {"handle": "0.2", "message": "yours?"}}]},
+             {"expect": ["unknown handle: 0.1.1", "unknown handle: 0.1.7",
+                         "unknown handle: 0.1.9", "unknown handle: 0.2"],
+              "content": "{\"strays\": \"answered\"}"}]},
         {"name": "costly", "match": "costly",
          "turns": [{"content": "{\"cost\": 15}",
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5}}]},

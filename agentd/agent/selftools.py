@@ -30,8 +30,15 @@ from typing import Any, Protocol
 import orjson
 
 from agentd.agent import spawn_tools
-from agentd.agent.spawn_tools import Refusal, str_arg
-from agentd.agent.subagents import SubagentBackend, Unavailable, UnknownHandle
+from agentd.agent.spawn_tools import str_arg
+from agentd.agent.subagents import (
+    HandleState,
+    Refusal,
+    SpawnRequest,
+    SubagentBackend,
+    Unavailable,
+    Unknown,
+)
 from agentd.mcp.selftool import SelfTool, error, ok
 from agentd.wire.shapes import Observed, ToolEntry
 
@@ -45,6 +52,14 @@ def _json(value: Any) -> str:
 def _text(value: str | Refusal | None) -> str:
     """A parsed string argument once its refusal was answered ("" when absent)."""
     return value if isinstance(value, str) else ""
+
+
+def _shown(state: HandleState | Refusal | Unknown) -> Observed | Refusal | Unknown:
+    """A handle's state as the model sees it (its agent:// body); a refusal or an
+    unknown handle is left for `spawn_tools.dispatch` to word."""
+    if isinstance(state, HandleState):
+        return ok(_json(state.body()), state.body())
+    return state
 
 
 class ResourceReader(Protocol):
@@ -148,12 +163,10 @@ class SelfTools:
                 "handle": self.caller, "spawns": self.backend.counts()}
             return ok(_json(body), body)
         if rest.startswith("subagent/"):
-            handle = rest[len("subagent/"):]
-            try:
-                body = self._status_of(handle).body()
-            except UnknownHandle:
+            state = self._status_of(rest[len("subagent/"):])
+            if isinstance(state, Unknown):
                 return error(f"read_resource: resource not found: {uri}")
-            return ok(_json(body), body)
+            return ok(_json(state.body()), state.body())
         return error(f"read_resource: resource not found: {uri}")
 
     async def _subscribe(self, args: dict[str, Any]) -> Observed:
@@ -216,30 +229,26 @@ class SelfTools:
 
         return handler
 
-    def _mine(self, handle: str) -> None:
+    def _mine(self, handle: str) -> bool:
         """A loop acts only on its own subtree: anything else (a peer's served.N,
         a sibling's run) is answered as an unknown handle (docs/security.md)."""
-        if not handle.startswith(self.caller + "."):
-            raise UnknownHandle(handle)
+        return handle.startswith(self.caller + ".")
 
-    def _status_of(self, handle: str) -> Any:
-        self._mine(handle)
-        return self.backend.status(handle)
+    def _status_of(self, handle: str) -> HandleState | Unknown:
+        return self.backend.status(handle) if self._mine(handle) else Unknown(handle)
 
-    async def _spawn(self, request: Any) -> Observed:
-        body = (await self.backend.spawn(self.caller, request)).body()
-        return ok(_json(body), body)
+    async def _spawn(self, request: SpawnRequest) -> Observed | Refusal | Unknown:
+        return _shown(await self.backend.spawn(self.caller, request))
 
-    async def _send(self, a: spawn_tools.SendArgs) -> Observed:
-        self._mine(a.handle)
-        body = (await self.backend.send(self.caller, a.handle, a.message)).body()
-        return ok(_json(body), body)
+    async def _send(self, a: spawn_tools.SendArgs) -> Observed | Refusal | Unknown:
+        if not self._mine(a.handle):
+            return Unknown(a.handle)
+        return _shown(await self.backend.send(self.caller, a.handle, a.message))
 
-    async def _status(self, a: spawn_tools.HandleArgs) -> Observed:
-        body = self._status_of(a.handle).body()
-        return ok(_json(body), body)
+    async def _status(self, a: spawn_tools.HandleArgs) -> Observed | Refusal | Unknown:
+        return _shown(self._status_of(a.handle))
 
-    async def _cancel(self, a: spawn_tools.HandleArgs) -> Observed:
-        self._mine(a.handle)
-        body = (await self.backend.cancel(a.handle)).body()
-        return ok(_json(body), body)
+    async def _cancel(self, a: spawn_tools.HandleArgs) -> Observed | Refusal | Unknown:
+        if not self._mine(a.handle):
+            return Unknown(a.handle)
+        return _shown(await self.backend.cancel(a.handle))

@@ -25,7 +25,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from agentd.agent.subagents import SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import Refusal, SpawnRequest, Unknown
 
 R = TypeVar("R")
 
@@ -33,7 +33,6 @@ __all__ = [
     "LOOP_MODES",
     "SERVED_MODES",
     "HandleArgs",
-    "Refusal",
     "SendArgs",
     "SpawnTool",
     "dispatch",
@@ -45,14 +44,6 @@ __all__ = [
 
 LOOP_MODES: Final = ("async", "warm", "detach")  # the agent's own loop
 SERVED_MODES: Final = ("async", "warm")  # the self-MCP (spec §2.2)
-
-
-class Refusal(msgspec.Struct, frozen=True):
-    """Arguments a tool refuses: `text` is the refusal, on both surfaces. A
-    return value, not an exception: a model's or a peer's mistake is an expected
-    outcome of parsing (the self-tools and `graph.run` answer it the same way)."""
-
-    text: str
 
 
 class SendArgs(msgspec.Struct, frozen=True):
@@ -84,21 +75,24 @@ def unknown_handle(handle: str) -> str:
     return f"unknown handle: {handle}"
 
 
-async def dispatch(tool: SpawnTool, args: dict[str, Any], act: Callable[[Any], Awaitable[R]],
+async def dispatch(tool: SpawnTool, args: dict[str, Any],
+                   act: Callable[[Any], Awaitable[R | Refusal | Unknown]],
                    refuse: Callable[[str], R]) -> R:
     """`act(parsed arguments)`, with every refusal -- arguments the table refuses,
-    a `SpawnRefused`, an `UnknownHandle` -- turned into `refuse(words)`: the
-    surfaces differ only in how they wrap the words (an isError result)."""
+    the tree's `Refusal`, an `Unknown` handle -- turned into `refuse(words)`: the
+    surfaces differ only in how they wrap the words (an isError result).  An
+    unknown handle is named as the caller named it (a pool worker may have asked
+    under another name)."""
     parsed = tool.parse(args)
     if isinstance(parsed, Refusal):
         return refuse(parsed.text)
-    try:
-        return await act(parsed)
-    except SpawnRefused as exc:
-        return refuse(str(exc))
-    except UnknownHandle as exc:
+    outcome = await act(parsed)
+    if isinstance(outcome, Refusal):
+        return refuse(outcome.text)
+    if isinstance(outcome, Unknown):
         named = parsed.handle if isinstance(parsed, SendArgs | HandleArgs) else ""
-        return refuse(unknown_handle(named or str(exc)))
+        return refuse(unknown_handle(named or outcome.handle))
+    return outcome
 
 
 def str_arg(tool: str, args: dict[str, Any], key: str, *, required: bool = False

@@ -23,8 +23,6 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from agentd.errors import TreeError
-
 SpawnMode = Literal["sync", "async", "warm", "detach"]
 TERMINAL = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "deadline"})
 
@@ -80,34 +78,46 @@ class HandleState(msgspec.Struct, dict=True):
         return msgspec.structs.replace(self, result=None)
 
 
-class SpawnRefused(TreeError):
-    """A cap or scope refusal; its text is shown to the caller as an isError result.
+class Refusal(msgspec.Struct, frozen=True):
+    """A refusal in words, shown to the caller as an isError result: arguments
+    a subagent tool refuses (`agent/spawn_tools.py`), or a spawn the tree
+    refuses -- a cap, a scope, a closing tree; that text always starts
+    `spawn refused: ` (spec §2.2), e.g. `spawn refused: max_depth=4 reached at
+    handle 0.2.1.3`.  A return value, not an exception: a model's or a peer's
+    mistake, and a tree at its caps, are expected outcomes."""
 
-    The message always starts `spawn refused: ` (spec §2.2), e.g.
-    `spawn refused: max_depth=4 reached at handle 0.2.1.3`.
-    """
+    text: str
 
 
-class UnknownHandle(TreeError):
-    """No such handle (never existed, or evicted)."""
+class Unknown(msgspec.Struct, frozen=True):
+    """No such handle for this caller: it never existed, was evicted, or is not
+    the caller's (all alike, docs/security.md); for `send`, also a handle that
+    is no warm session (`reason`).  A return value: a stale or mistyped handle
+    is an expected outcome, answered `unknown handle: X` on every surface."""
+
+    handle: str
+    reason: str = ""  # what the control wire adds after the handle, if anything
+
+    def words(self) -> str:
+        """The control wire's error message (`tree/*`'s UNKNOWN_HANDLE)."""
+        return " ".join(w for w in ("unknown handle", self.handle, self.reason) if w)
 
 
 class SubagentBackend(Protocol):
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
         """Spawn under `caller`. sync: returns the terminal state; async/warm/detach:
-        returns at once with status running. Raises SpawnRefused."""
+        returns at once with status running; or the tree's `Refusal`."""
         ...
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
         """Send another message into a warm session; acks with its state."""
         ...
 
-    def status(self, handle: str) -> HandleState:
-        """Raises UnknownHandle."""
+    def status(self, handle: str) -> HandleState | Unknown:
         ...
 
-    async def cancel(self, handle: str) -> HandleState:
-        """Walk the kill ladder over the handle's whole subtree; raises UnknownHandle."""
+    async def cancel(self, handle: str) -> HandleState | Unknown:
+        """Walk the kill ladder over the handle's whole subtree."""
         ...
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
@@ -147,17 +157,17 @@ class Unavailable:
 
     REASON = "spawn refused: subagents are not available in this build"
 
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
-        raise SpawnRefused(self.REASON)
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
+        return Refusal(self.REASON)
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState:
-        raise UnknownHandle(handle)
+    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
+        return Unknown(handle)
 
-    def status(self, handle: str) -> HandleState:
-        raise UnknownHandle(handle)
+    def status(self, handle: str) -> HandleState | Unknown:
+        return Unknown(handle)
 
-    async def cancel(self, handle: str) -> HandleState:
-        raise UnknownHandle(handle)
+    async def cancel(self, handle: str) -> HandleState | Unknown:
+        return Unknown(handle)
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
         pass

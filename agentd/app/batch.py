@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
 from agentd.app.batch_progress import progress
@@ -138,13 +138,12 @@ class Batch:
         req = SpawnRequest(instruction=task.instruction, output_contract=task.output_contract,
                            tool_scope=scope, mode="async")
         began = time.monotonic()
-        try:
-            state = await self.sup.spawn(ROOT, req)
-        except SpawnRefused as exc:  # past the batch's ceiling: budget_exhausted, not failed
+        state = await self.sup.spawn(ROOT, req)
+        if isinstance(state, Refusal):  # past the batch's ceiling: budget_exhausted, not failed
             ledger = self.sup.ledger
             spent = ledger.ceiling is not None and ledger.spent >= ledger.ceiling
             self._write(task, "budget_exhausted" if spent else "failed", spent, None, 0,
-                        Usage(), f"{self.run_id}/-", str(exc), began)
+                        Usage(), f"{self.run_id}/-", state.text, began)
             return
         handle = state.handle
         self.broker.begin(handle, task.id, frozenset(scope) if scope is not None

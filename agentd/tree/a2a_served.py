@@ -42,16 +42,11 @@ import orjson
 from aiohttp import web
 
 from agentd import __version__
-from agentd.agent.subagents import (
-    HandleState,
-    SpawnRefused,
-    SpawnRequest,
-    SubagentBackend,
-    UnknownHandle,
-)
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, SubagentBackend, Unknown
 from agentd.errors import RPCError
 from agentd.log import log
 from agentd.mcp.handler import current_principal
+from agentd.tree.ownership import Owners
 from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text
 
@@ -96,8 +91,8 @@ class A2AServed:
         self.description = description or (
             "An agentd worker: each task is run by a fresh agent with this worker's "
             "model and MCP tools; the result comes back as the artifact 'result'.")
-        self._owners: OrderedDict[str, str] = OrderedDict()  # handle -> principal
-        self._contexts: dict[str, str] = {}
+        self._owners = Owners(keep=KEEP_OWNED)  # the tree's one ownership rule
+        self._contexts: OrderedDict[str, str] = OrderedDict()  # as many, in the same order
         self._ended: dict[str, asyncio.Event] = {}
         self._guard: Callable[[web.Request], web.StreamResponse | None] | None = None
         backend.on_terminal(self._on_terminal)
@@ -115,19 +110,18 @@ class A2AServed:
             ev.set()
 
     def _own(self, handle: str, principal: str, context_id: str) -> None:
-        self._owners[handle] = principal
+        self._owners.claim(handle, principal)
         self._contexts[handle] = context_id
-        while len(self._owners) > KEEP_OWNED:
-            old, _ = self._owners.popitem(last=False)
-            self._contexts.pop(old, None)
+        while len(self._contexts) > KEEP_OWNED:
+            self._contexts.popitem(last=False)
 
     def _lookup(self, handle: str, principal: str) -> HandleState:
-        if self._owners.get(handle) != principal:
+        """The principal's task, or the one TaskNotFound answer (never, evicted,
+        or another principal's: alike)."""
+        state = self.backend.status(handle) if self._owners.may(handle, principal) else None
+        if not isinstance(state, HandleState):
             raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
-        try:
-            return self.backend.status(handle)
-        except UnknownHandle:
-            raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local") from None
+        return state
 
     def _task(self, state: HandleState) -> dict[str, Any]:
         """The Task JSON of a served run."""
@@ -150,13 +144,14 @@ class A2AServed:
                                      "parts": [part]}]
         return out
 
-    async def _until_end(self, handle: str, limit: float | None = None) -> HandleState:
+    async def _until_end(self, handle: str, principal: str,
+                         limit: float | None = None) -> HandleState:
         ev = self._ended.get(handle)
-        if ev is not None and not self.backend.status(handle).done:
+        if ev is not None and not self._lookup(handle, principal).done:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(limit):
                     await ev.wait()
-        return self.backend.status(handle)
+        return self._lookup(handle, principal)
 
     # ------------------------------------------------------------ HTTP
     def card(self, base: str) -> dict[str, Any]:
@@ -230,7 +225,7 @@ class A2AServed:
         except PEER_FAULTS as exc:
             raise RPCError(-32602, f"Invalid params: {fault_text(exc)}", side="local") from None
         if req.message.task_id:
-            if self._owners.get(req.message.task_id) != principal:
+            if not self._owners.may(req.message.task_id, principal):
                 raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
             raise RPCError(w.UNSUPPORTED_OPERATION,
                            "a served agentd task takes one message; send a new task "
@@ -239,20 +234,20 @@ class A2AServed:
         if not text.strip():
             raise RPCError(-32602, "Invalid params: the message has no text part", side="local")
         context_id = req.message.context_id or uuid.uuid4().hex
-        try:
-            state = await self.backend.spawn(SERVED_CALLER,
-                                             SpawnRequest(instruction=text, mode="async"))
-        except SpawnRefused as exc:
+        state = await self.backend.spawn(SERVED_CALLER,
+                                         SpawnRequest(instruction=text, mode="async"))
+        if isinstance(state, Refusal):
             rejected = f"rejected-{uuid.uuid4().hex[:12]}"
-            _log.warning("a2a.served.rejected", reason=str(exc), principal=principal)
+            _log.warning("a2a.served.rejected", reason=state.text, principal=principal)
             return {"id": rejected, "contextId": context_id, "status": {
                 "state": w.REJECTED, "message": {
                     "messageId": f"{rejected}-status", "role": "ROLE_AGENT",
-                    "parts": [{"text": str(exc)}]}}}, False
+                    "parts": [{"text": state.text}]}}}, False
         self._own(state.handle, principal, context_id)
         if not state.done:
             self._ended[state.handle] = asyncio.Event()
-            if self.backend.status(state.handle).done:
+            now = self.backend.status(state.handle)
+            if isinstance(now, Unknown) or now.done:
                 self._ended.pop(state.handle).set()
         _log.info("a2a.served.task", task_id=state.handle, principal=principal)
         immediate = bool(req.configuration and req.configuration.return_immediately)
@@ -261,7 +256,7 @@ class A2AServed:
     async def _send(self, msg: _Rpc, principal: str) -> dict[str, Any]:
         task, wait = await self._spawn(msg, principal)
         if wait:
-            task = self._task(await self._until_end(task["id"]))
+            task = self._task(await self._until_end(task["id"], principal))
         return {"task": task}
 
     async def _stream(self, request: web.Request, msg: _Rpc,
@@ -279,7 +274,7 @@ class A2AServed:
         try:
             await emit({"task": task})
             if started or handle in self._owners:
-                final = self._task(await self._until_end(handle))
+                final = self._task(await self._until_end(handle, principal))
                 for artifact in final.get("artifacts", ()):
                     await emit({"artifactUpdate": {
                         "taskId": handle, "contextId": final["contextId"],
@@ -296,9 +291,8 @@ class A2AServed:
         state = self._lookup(handle, principal)
         if state.done:
             raise RPCError(w.TASK_NOT_CANCELABLE, "Task cannot be canceled", side="local")
-        with contextlib.suppress(UnknownHandle):
-            await self.backend.cancel(handle)
-        return self._task(await self._until_end(handle, CANCEL_WAIT))
+        await self.backend.cancel(handle)  # an Unknown by now reads TaskNotFound below
+        return self._task(await self._until_end(handle, principal, CANCEL_WAIT))
 
 
 def _result(id_: Any, result: Any) -> web.Response:

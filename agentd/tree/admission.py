@@ -3,9 +3,10 @@
 No process, no clock, no log: `admit` gets what is known of the tree at the
 moment of the spawn (`TreeView`: caps, counts, tokens) and of the caller
 (`CallerView`) and returns either the child's `Admitted` (its handle, depth and
-narrowed scope) or a `Refusal` whose text the caller is shown as an `isError`
-result (spec §2.2; the texts are pinned by tests and clients) and whose `cap`
-is the metric label (`agentd_subagent_refusals_total{cap}`, a small fixed set).
+narrowed scope) or a `Denied`: its `text` is what the caller is shown (the
+supervisor's `Refusal`, an `isError` result: spec §2.2; the texts are pinned
+by tests and clients) and its `cap` the metric label
+(`agentd_subagent_refusals_total{cap}`, a small fixed set).
 
 The checks, in this order:
 
@@ -32,7 +33,7 @@ import msgspec
 from agentd.agent.subagents import SpawnMode, SpawnRequest
 from agentd.tree.ownership import depth_of, mint
 
-__all__ = ["Admitted", "CallerView", "Refusal", "TreeView", "admit"]
+__all__ = ["Admitted", "CallerView", "Denied", "TreeView", "admit"]
 
 _MODES = frozenset(get_args(SpawnMode))
 
@@ -65,37 +66,37 @@ class Admitted(msgspec.Struct, frozen=True):
     scope: frozenset[str]
 
 
-class Refusal(msgspec.Struct, frozen=True):
+class Denied(msgspec.Struct, frozen=True):
     text: str  # starts `spawn refused: `
     cap: str  # the metric label
 
 
 def admit(tree: TreeView, caller_handle: str, caller: CallerView | None,
-          request: SpawnRequest) -> Admitted | Refusal:
+          request: SpawnRequest) -> Admitted | Denied:
     """Admit `request` from `caller_handle` (see the module doc for the order)."""
     at = f"at handle {caller_handle}"
     if tree.closing:
-        return Refusal("spawn refused: shutting down", "shutting_down")
+        return Denied("spawn refused: shutting down", "shutting_down")
     if caller is None or not caller.running:
-        return Refusal(f"spawn refused: caller handle {caller_handle} is not running",
+        return Denied(f"spawn refused: caller handle {caller_handle} is not running",
                        "not_running")
     depth = depth_of(caller_handle) + 1
     if depth > tree.max_depth:
-        return Refusal(f"spawn refused: max_depth={tree.max_depth} reached {at}", "max_depth")
+        return Denied(f"spawn refused: max_depth={tree.max_depth} reached {at}", "max_depth")
     if request.mode not in _MODES:
-        return Refusal(f"spawn refused: unknown mode {request.mode!r}", "mode")
+        return Denied(f"spawn refused: unknown mode {request.mode!r}", "mode")
     scope = caller.scope if request.tool_scope is None else frozenset(request.tool_scope)
     wider = scope - caller.scope
     if wider:
-        return Refusal(f"spawn refused: tool_scope widens the caller's scope {at} "
+        return Denied(f"spawn refused: tool_scope widens the caller's scope {at} "
                        f"(not in scope: {', '.join(sorted(wider))})", "tool_scope")
     if caller.live_children >= tree.max_children:
-        return Refusal(f"spawn refused: max_children={tree.max_children} reached {at}",
+        return Denied(f"spawn refused: max_children={tree.max_children} reached {at}",
                        "max_children")
     if tree.live >= tree.max_subagents:
-        return Refusal(f"spawn refused: max_subagents={tree.max_subagents} reached {at}",
+        return Denied(f"spawn refused: max_subagents={tree.max_subagents} reached {at}",
                        "max_subagents")
     if tree.ceiling is not None and tree.tokens >= tree.ceiling:
-        return Refusal(f"spawn refused: token_ceiling={tree.ceiling} reached {at}",
+        return Denied(f"spawn refused: token_ceiling={tree.ceiling} reached {at}",
                        "token_ceiling")
     return Admitted(mint(caller_handle, caller.minted + 1), depth, scope)

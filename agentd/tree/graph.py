@@ -23,8 +23,7 @@ from typing import Any
 import orjson
 
 from agentd.agent.selftools import SelfTools
-from agentd.agent.spawn_tools import Refusal
-from agentd.agent.subagents import SpawnRefused, SpawnRequest, SubagentBackend
+from agentd.agent.subagents import Refusal, SpawnRequest, SubagentBackend
 
 __all__ = ["MAX_NODES", "install", "order", "run_graph"]
 
@@ -144,10 +143,9 @@ async def run_graph(backend: SubagentBackend, caller: str,
                 instruction=_instruction(spec, {d: results[d]["result"] for d in deps}),
                 output_contract=spec.get("output_contract"),
                 tool_scope=tuple(scope) if scope is not None else None, mode="sync")
-            try:
-                state = await backend.spawn(caller, request)
-            except SpawnRefused as exc:
-                results[nid] = {"handle": None, "status": "refused", "result": str(exc)}
+            state = await backend.spawn(caller, request)
+            if isinstance(state, Refusal):
+                results[nid] = {"handle": None, "status": "refused", "result": state.text}
                 return
             results[nid] = {"handle": state.handle, "status": state.status,
                             "result": state.result}

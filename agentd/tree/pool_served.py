@@ -18,7 +18,6 @@ import ssl
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from agentd.agent.subagents import UnknownHandle
 from agentd.config import PoolSpec
 from agentd.errors import PoolError
 from agentd.log import log
@@ -116,7 +115,7 @@ class PoolServed:
     async def _watch(self, uri: str, handle: str, owner: str, principal: str,
                      ended: Callable[[str], None]) -> None:
         try:
-            while self.where(handle, principal).lost is None:
+            while (where := self.where(handle, principal)) is not None and where.lost is None:
                 try:
                     answer = await self.call(owner, "wait", handle, None, principal)
                 except PoolError:  # until the owner answers or is called dead
@@ -139,12 +138,9 @@ class PoolServed:
         owner and unknown ones are not in the answer: the caller decides them here."""
         asks: dict[str, tuple[str, str]] = {}
         for uri, handle in wanted.items():
-            try:
-                owner = self.where(handle, principal).owner
-            except UnknownHandle:
-                continue
-            if owner is not None:
-                asks[uri] = (handle, owner)
+            where = self.where(handle, principal)
+            if where is not None and where.owner is not None:
+                asks[uri] = (handle, where.owner)
         answers: dict[str, RelayAnswer | None] = dict.fromkeys(asks)
         if not asks:
             return answers
@@ -212,11 +208,12 @@ class PoolServed:
     def body(self, body: dict[str, Any]) -> dict[str, Any]:
         return {**body, "handle": self.external(body["handle"])}
 
-    def where(self, handle: str, principal: str) -> Where:
-        """Where ``handle`` lives for ``principal``; raises UnknownHandle."""
+    def where(self, handle: str, principal: str) -> Where | None:
+        """Where ``handle`` lives for ``principal``; None when it is unknown (forged,
+        altered, another principal's, or evicted here: the one unknown answer)."""
         ref = handles.parse_handle(self.key, handle, principal)
         if ref is None:
-            raise UnknownHandle(handle)
+            return None
         if ref.owner != self.me:
             peer = self.membership.peers.get(ref.owner)
             if peer is not None and (peer.status == "dead" or peer.incarnation
@@ -227,7 +224,7 @@ class PoolServed:
             return Where(lost=lost_body(handle, self.me))
         internal = self.internal(handle)
         if internal is None:  # evicted
-            raise UnknownHandle(handle)
+            return None
         return Where(internal=internal)
 
     async def call(self, owner: str, op: str, handle: str, message: str | None,

@@ -5,7 +5,7 @@
 readable for `ttl` seconds (default 600, `Config.terminal_ttl`) and at most
 `keep` of them are kept (default 1024, `Config.keep_terminal`), the oldest
 evicted first; after that the handle is unknown to everyone (`status()`
-raises `UnknownHandle`, the self-MCP's `agent://subagent/{handle}` reads
+answers `Unknown`, the self-MCP's `agent://subagent/{handle}` reads
 -32002).  The self-MCP reads this retention through its backend
 (`SubagentBackend.retained`, `on_evicted`): one rule, one set of defaults.
 
@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentd.agent.subagents import HandleState, UnknownHandle
+from agentd.agent.subagents import HandleState
 from agentd.log import log
 from agentd.tree.child_run import ChildRun
 from agentd.tree.ownership import within
@@ -77,12 +77,10 @@ class Registry:
     def get(self, handle: str) -> ChildRun | None:
         return self.runs.get(handle)
 
-    def run(self, handle: str) -> ChildRun:
-        """The subagent run of `handle` (never a root); raises UnknownHandle."""
+    def run(self, handle: str) -> ChildRun | None:
+        """The subagent run of `handle`; None for an unknown handle or a root."""
         run = self.runs.get(handle)
-        if run is None or run.request is None:
-            raise UnknownHandle(handle)
-        return run
+        return None if run is None or run.request is None else run
 
     def add(self, run: ChildRun) -> None:
         self.runs[run.handle] = run

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
-from agentd.agent.subagents import HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.errors import RPCError
 from agentd.obs import trace
 from agentd.tree.control import (
@@ -39,7 +39,7 @@ class RemoteBackend:
         self._callbacks: list[Callable[[HandleState], None]] = []
         self._counts = {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
 
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
         params = SpawnParams(instruction=request.instruction,
                              output_contract=request.output_contract,
                              tool_scope=request.tool_scope, mode=request.mode,
@@ -49,26 +49,27 @@ class RemoteBackend:
         except RPCError as exc:
             if exc.code == SPAWN_REFUSED:
                 self._counts["refused"] += 1
-                raise SpawnRefused(exc.message) from None
+                return Refusal(exc.message)
             raise
         self._counts["spawned"] += 1
         return self._remember(state)
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
         state = await self._call("tree/send", SendArgs(handle, message))
+        if isinstance(state, Unknown):
+            return state
         if state.done:
             return self._remember(state)
         state.turn = True  # a warm session's turn: running, with the turn's result
         return state
 
-    def status(self, handle: str) -> HandleState:
+    def status(self, handle: str) -> HandleState | Unknown:
         state = self._states.get(handle)
-        if state is None:
-            raise UnknownHandle(handle)
-        return state
+        return Unknown(handle) if state is None else state
 
-    async def cancel(self, handle: str) -> HandleState:
-        return self._remember(await self._call("tree/cancel", HandleArgs(handle)))
+    async def cancel(self, handle: str) -> HandleState | Unknown:
+        state = await self._call("tree/cancel", HandleArgs(handle))
+        return state if isinstance(state, Unknown) else self._remember(state)
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
         self._callbacks.append(callback)
@@ -97,12 +98,12 @@ class RemoteBackend:
                 out[s.status] = out.get(s.status, 0) + 1
         return out
 
-    async def _call(self, method: str, params: Any) -> HandleState:
+    async def _call(self, method: str, params: SendArgs | HandleArgs) -> HandleState | Unknown:
         try:
             return await self._channel.call(method, params)
         except RPCError as exc:
             if exc.code == UNKNOWN_HANDLE:
-                raise UnknownHandle(exc.message) from None
+                return Unknown(params.handle)
             raise
 
     def _remember(self, state: HandleState) -> HandleState:

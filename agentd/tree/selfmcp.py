@@ -13,8 +13,9 @@ with the caller ``"served"`` (the backend mints ``served.{n}`` handles); a peer
 only ever sees handles under ``served.``.  Their names, descriptions, schemas
 and argument parsing are the one table of :mod:`agentd.agent.spawn_tools` (the
 loop's self-tools use it too) without ``detach`` (spec §2.2).  Refusals
-(``SpawnRefused``, arguments the table refuses, e.g. ``async`` with ``warm``)
-and unknown handles are ``isError: true`` tool results in the table's words;
+(the tree's ``Refusal``, arguments the table refuses, e.g. ``async`` with
+``warm``) and unknown handles (``Unknown``: return values, as the backend
+answers them) are ``isError: true`` tool results in the table's words;
 calls that fail the schema are JSON-RPC errors (the engine's -32601/-32602).
 
 The emission rule: when a served run becomes terminal, every session
@@ -68,11 +69,11 @@ from agentd import __version__
 from agentd.agent import spawn_tools
 from agentd.agent.subagents import (
     HandleState,
-    SpawnRefused,
+    Refusal,
     SpawnRequest,
     SubagentBackend,
     Unavailable,
-    UnknownHandle,
+    Unknown,
 )
 from agentd.config import Config, ServeSpec, resolve_bearers
 from agentd.errors import PoolError, RPCError
@@ -200,13 +201,12 @@ class SelfMCP(Handler):
             self._announced_counts = counts
             self.notify_updated(STATUS_URI)
 
-    def lookup(self, handle: str, principal: str | None = None) -> HandleState:
-        """The state of a served handle; raises UnknownHandle (never, evicted, not
-        served, or — with ``principal`` — another principal's: the same answer)."""
-        if not handle.startswith(SERVED_CALLER + "."):
-            raise UnknownHandle(handle)
-        if principal is not None and not self.owners.may(handle, principal):
-            raise UnknownHandle(handle)
+    def lookup(self, handle: str, principal: str | None = None) -> HandleState | Unknown:
+        """The state of a served handle, or `Unknown` (never, evicted, not served,
+        or — with ``principal`` — another principal's: the same answer)."""
+        if not handle.startswith(SERVED_CALLER + ".") or (
+                principal is not None and not self.owners.may(handle, principal)):
+            return Unknown(handle)
         return self.backend.status(handle)
 
     # ------------------------------------------------------------ tools
@@ -222,13 +222,13 @@ class SelfMCP(Handler):
 
         return call
 
-    async def _spawn(self, request: SpawnRequest, ctx: CallContext) -> Any:
-        try:
-            body = await self._spawn_here(request, ctx.principal)
-        except SpawnRefused as refused:
+    async def _spawn(self, request: SpawnRequest, ctx: CallContext
+                     ) -> t.CallToolResult | Refusal:
+        body = await self._spawn_here(request, ctx.principal)
+        if isinstance(body, Refusal):
             peer = self._placement()
             if peer is None:
-                raise
+                return body
             # this worker is at its caps: the spawn runs on the peer with the most room
             self._log.info("pool.placed", peer=peer)
             assert self.pool is not None
@@ -236,9 +236,9 @@ class SelfMCP(Handler):
                 answer = await self.pool.call(peer, "spawn", "", None, ctx.principal,
                                               arguments=msgspec.to_builtins(request))
             except PoolError:  # the peer went away: this worker's refusal stands
-                raise refused from None
+                return body
             if answer.kind != "body" or answer.body is None:
-                raise SpawnRefused(answer.text or "spawn refused") from None
+                return Refusal(answer.text or "spawn refused")
             body = answer.body
         if not body["done"]:
             return _state_result(body)
@@ -251,13 +251,13 @@ class SelfMCP(Handler):
             return None
         return self.pool.membership.place()
 
-    async def _spawn_here(self, request: SpawnRequest, principal: str) -> dict[str, Any]:
+    async def _spawn_here(self, request: SpawnRequest, principal: str
+                          ) -> dict[str, Any] | Refusal:
         """A spawn on this worker: the ack (async) or the terminal body (sync)."""
-        try:
-            state = await self.backend.spawn(SERVED_CALLER, request)
-        except SpawnRefused:
+        state = await self.backend.spawn(SERVED_CALLER, request)
+        if isinstance(state, Refusal):
             self._status_changed()
-            raise
+            return state
         # an async spawn returns with no await after minting the handle, so it is
         # claimed before any other request runs; a sync spawn's handle belongs to
         # nobody (unknown to all) until it returns
@@ -278,41 +278,47 @@ class SelfMCP(Handler):
         return await self._tool_op("cancel", a.handle, None, ctx)
 
     async def _tool_op(self, op: str, handle: str, message: str | None,
-                       ctx: CallContext) -> Any:
+                       ctx: CallContext) -> t.CallToolResult | Refusal | Unknown:
         try:
-            return _state_result(await self._op(op, handle, message, ctx.principal))
+            body = await self._op(op, handle, message, ctx.principal)
         except PoolError as exc:  # the owner did not answer: say so, not "unknown"
             return _refused(str(exc))
+        return _state_result(body) if isinstance(body, dict) else body
 
     async def _local(self, op: str, handle: str, message: str | None,
-                     principal: str) -> dict[str, Any]:
+                     principal: str) -> dict[str, Any] | Unknown:
         """One operation on this worker's own ``served.N`` for ``principal``."""
         state = self.lookup(handle, principal)
+        if isinstance(state, Unknown):
+            return state
         if op == "send":
             state = await self.backend.send(SERVED_CALLER, handle, message or "")
         elif op == "cancel":
             state = await self.backend.cancel(handle)
-        return state.body()
+        return state if isinstance(state, Unknown) else state.body()
 
     async def _op(self, op: str, handle: str, message: str | None,
-                  principal: str) -> dict[str, Any]:
+                  principal: str) -> dict[str, Any] | Refusal | Unknown:
         """The operation wherever the handle lives (pool mode: here, relayed to its
-        owner, or the lost body); raises UnknownHandle, SpawnRefused, PoolError."""
+        owner, or the lost body): its body, the owner's refusal, or `Unknown` (by
+        the name the caller used); raises PoolError when the owner is unreachable."""
         if self.pool is None:
             return await self._local(op, handle, message, principal)
         where = self.pool.where(handle, principal)
+        if where is None:
+            return Unknown(handle)
         if where.lost is not None:
             return where.lost
         if where.owner is not None:
             answer = await self.pool.call(where.owner, op, handle, message, principal)
-            if answer.kind == "unknown" or (answer.body is None and answer.kind == "body"):
-                raise UnknownHandle(handle)
             if answer.kind == "refused":
-                raise SpawnRefused(answer.text or "spawn refused")
-            assert answer.body is not None
+                return Refusal(answer.text or "spawn refused")
+            if answer.kind != "body" or answer.body is None:
+                return Unknown(handle)
             return answer.body
         assert where.internal is not None
-        return self.pool.body(await self._local(op, where.internal, message, principal))
+        body = await self._local(op, where.internal, message, principal)
+        return Unknown(handle) if isinstance(body, Unknown) else self.pool.body(body)
 
     def probe_answer(self) -> ProbeAnswer:
         """A peer's liveness probe (agentd.pool.relay.RelayTarget)."""
@@ -324,41 +330,41 @@ class SelfMCP(Handler):
         n = self.notify_updated(uri, consume=True)
         self._log.info("selfmcp.terminal", uri=uri, relayed=True, notified=n)
 
-    async def _wait_terminal(self, internal: str, principal: str) -> dict[str, Any]:
+    async def _wait_terminal(self, internal: str, principal: str) -> dict[str, Any] | Unknown:
         """The run's body once it is terminal, or as it is after ``WAIT_POLL`` s."""
         state = self.lookup(internal, principal)
-        if not state.done:
+        if isinstance(state, HandleState) and not state.done:
             event = self._waiters.setdefault(internal, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), WAIT_POLL)
             state = self.lookup(internal, principal)
-        return state.body()
+        return state if isinstance(state, Unknown) else state.body()
 
     async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
         """A peer's relayed operation (agentd.pool.relay.RelayTarget): only on this
         worker's own handles (a relayed handle is never relayed on)."""
         assert self.pool is not None
-        try:
-            if request.op == "spawn":  # placed here by a peer at its caps: never placed on
+        if request.op == "spawn":  # placed here by a peer at its caps: never placed on
+            try:
                 spawn = msgspec.convert(request.arguments or {}, SpawnRequest)
-                return RelayAnswer("body", body=await self._spawn_here(spawn, principal))
-            where = self.pool.where(request.handle, principal)
-            if where.lost is not None:
-                return RelayAnswer("body", body=where.lost)
-            if where.internal is None:
-                return RelayAnswer("unknown")
-            if request.op == "wait":  # a peer's subscriber: answered at the terminal state
-                body = await self._wait_terminal(where.internal, principal)
-            else:
-                body = await self._local(request.op, where.internal, request.message,
-                                         principal)
-            return RelayAnswer("body", body=self.pool.body(body))
-        except UnknownHandle:
+            except msgspec.ValidationError as exc:
+                return RelayAnswer("refused", text=f"spawn refused: bad relayed request: {exc}")
+            placed = await self._spawn_here(spawn, principal)
+            if isinstance(placed, Refusal):
+                return RelayAnswer("refused", text=placed.text)
+            return RelayAnswer("body", body=placed)
+        where = self.pool.where(request.handle, principal)
+        if where is not None and where.lost is not None:
+            return RelayAnswer("body", body=where.lost)
+        if where is None or where.internal is None:  # unknown, or a third member's
             return RelayAnswer("unknown")
-        except SpawnRefused as exc:
-            return RelayAnswer("refused", text=str(exc))
-        except msgspec.ValidationError as exc:
-            return RelayAnswer("refused", text=f"spawn refused: bad relayed request: {exc}")
+        if request.op == "wait":  # a peer's subscriber: answered at the terminal state
+            body = await self._wait_terminal(where.internal, principal)
+        else:
+            body = await self._local(request.op, where.internal, request.message, principal)
+        if isinstance(body, Unknown):
+            return RelayAnswer("unknown")
+        return RelayAnswer("body", body=self.pool.body(body))
 
     # -------------------------------------------------------- resources
     async def _read_status(self, uri: str) -> Any:
@@ -383,12 +389,12 @@ class SelfMCP(Handler):
                 mimeType="application/json")])
         if uri.startswith(SUBAGENT_PREFIX):
             try:
-                body = await self._op("read", uri[len(SUBAGENT_PREFIX):], None, ctx.principal)
-            except UnknownHandle:
-                raise resource_not_found(uri) from None
+                run = await self._op("read", uri[len(SUBAGENT_PREFIX):], None, ctx.principal)
             except PoolError as exc:
                 raise RPCError(INTERNAL_ERROR, str(exc), {"uri": uri}, side="local") from None
-            text = orjson.dumps(body, default=str).decode()
+            if not isinstance(run, dict):  # unknown, evicted or another's
+                raise resource_not_found(uri)
+            text = orjson.dumps(run, default=str).decode()
             return t.ReadResourceResult(contents=[t.TextResourceContents(
                 uri=uri, text=text, mimeType="application/json")])
         return await super().read_resource(uri, ctx)
@@ -428,31 +434,32 @@ class SelfMCP(Handler):
         if not uri.startswith(SUBAGENT_PREFIX):
             raise subscribe_refused(uri)  # agent://status (2025-11-25) or not ours
         handle = uri[len(SUBAGENT_PREFIX):]
-        try:
-            if self.pool is not None:
-                where = self.pool.where(handle, ctx.principal)
-                if where.lost is not None:
+        if self.pool is not None:
+            where = self.pool.where(handle, ctx.principal)
+            if where is None:
+                raise subscribe_refused(uri)  # unknown, evicted or another's
+            if where.lost is not None:
+                ctx.session.notify_updated(uri)
+                return
+            if where.owner is not None:  # the owner's verdict, fanned in by admit()
+                verdict = ctx.admitted.get(uri)
+                if verdict is not None and (verdict.kind != "body" or verdict.body is None):
+                    raise subscribe_refused(uri)  # unknown there (evicted): as on one worker
+                if verdict is not None and verdict.body.get("done"):
                     ctx.session.notify_updated(uri)
                     return
-                if where.owner is not None:  # the owner's verdict, fanned in by admit()
-                    verdict = ctx.admitted.get(uri)
-                    if verdict is not None and (verdict.kind != "body" or verdict.body is None):
-                        raise subscribe_refused(uri)  # unknown there (evicted): as on one worker
-                    if verdict is not None and verdict.body.get("done"):
-                        ctx.session.notify_updated(uri)
-                        return
-                    # running there, or no answer in time: held and watched until the
-                    # owner answers terminal or is called dead (the lost-owner rule)
-                    if not self.pool.watch(uri, handle, where.owner, ctx.principal,
-                                           self._remote_ended):
-                        raise subscribe_refused(uri)
-                    ctx.session.subscribe(uri)
-                    return
-                assert where.internal is not None
-                handle = where.internal
-            state = self.lookup(handle, ctx.principal)
-        except UnknownHandle:
-            raise subscribe_refused(uri) from None  # unknown, evicted or another's
+                # running there, or no answer in time: held and watched until the
+                # owner answers terminal or is called dead (the lost-owner rule)
+                if not self.pool.watch(uri, handle, where.owner, ctx.principal,
+                                       self._remote_ended):
+                    raise subscribe_refused(uri)
+                ctx.session.subscribe(uri)
+                return
+            assert where.internal is not None
+            handle = where.internal
+        state = self.lookup(handle, ctx.principal)
+        if isinstance(state, Unknown):
+            raise subscribe_refused(uri)  # unknown, evicted or another's
         if state.done:
             # Ended before the subscribe: the terminal transition's update goes to
             # every subscriber (§2.3), this late one too, queued on its stream as

@@ -6,7 +6,7 @@ self-tools of the root agent (caller `"0"`), the self-MCP's `subagent.*` tools
 requests on that child's control wire, so the caller is the pipe's handle,
 never a claim) all call the same `spawn()`, which asks admission
 (`agentd.tree.admission`, pure: caps, scope narrowing, minting; its refusals
-are `SpawnRefused`, shown as an `isError` tool result, never a crash), puts
+are returned as a `Refusal`, shown as an `isError` tool result), puts
 the new `ChildRun` (`agentd.tree.child_run`) in the tree's registry
 (`agentd.tree.registry`, which owns the one terminal retention) and starts its
 drive in the supervisor's TaskGroup.  Who may touch a handle is the one rule
@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from agentd.agent.subagents import TERMINAL, HandleState, SpawnRefused, SpawnRequest, UnknownHandle
+from agentd.agent.subagents import TERMINAL, HandleState, Refusal, SpawnRequest, Unknown
 from agentd.config import Config
 from agentd.errors import RPCError, TreeError
 from agentd.intelligence.base import model_label
@@ -189,8 +189,10 @@ class Supervisor:
                     await asyncio.gather(*(r.done.wait() for r in live))
 
     # ------------------------------------------------------------- backend
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState:
+    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
         run = self._admit(caller, request)
+        if isinstance(run, Refusal):
+            return run
         assert self._tg is not None, "use the Supervisor as an async context manager"
         # the spawn's span lives until the subagent ends; its child runs under it
         attrs: dict[str, Any] = {"agentd.handle": run.handle, "agentd.depth": run.depth,
@@ -206,12 +208,12 @@ class Supervisor:
             raise
         return run.state
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState:
+    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
         run = self.registry.run(handle)
-        if not within(handle, caller):
-            raise UnknownHandle(handle)
+        if run is None or not within(handle, caller):
+            return Unknown(handle)
         if run.mode != "warm":
-            raise UnknownHandle(f"{handle} is not a warm session")
+            return Unknown(handle, "is not a warm session")
         async with run.turn_lock:
             await run.idle.wait()
             if not run.live or run.proc is None:
@@ -239,12 +241,15 @@ class Supervisor:
         turn.started, turn.turn = run.state.started, True
         return turn
 
-    def status(self, handle: str) -> HandleState:
+    def status(self, handle: str) -> HandleState | Unknown:
         self.registry.evict()
-        return self.registry.run(handle).state
-
-    async def cancel(self, handle: str) -> HandleState:
         run = self.registry.run(handle)
+        return Unknown(handle) if run is None else run.state
+
+    async def cancel(self, handle: str) -> HandleState | Unknown:
+        run = self.registry.run(handle)
+        if run is None:
+            return Unknown(handle)
         subtree = self.registry.subtree(handle)
         for r in subtree:
             r.request_stop("cancelled")
@@ -292,10 +297,11 @@ class Supervisor:
     def timing(self, handle: str) -> tuple[float, float | None]:
         """(spawned_at, first_frame) monotonic times of a handle (benchmarks)."""
         run = self.registry.run(handle)
+        assert run is not None, f"no subagent {handle}"
         return run.spawned_at, run.first_frame
 
     # ----------------------------------------------------------- chokepoint
-    def _admit(self, caller: str, request: SpawnRequest) -> ChildRun:
+    def _admit(self, caller: str, request: SpawnRequest) -> ChildRun | Refusal:
         cfg = self.config
         reg = self.registry
         parent = reg.get(caller)
@@ -310,7 +316,7 @@ class Supervisor:
             reg.refused()
             metrics.REFUSALS.inc(verdict.cap)
             self.log.warning("subagent.refused", caller=caller, reason=verdict.text)
-            raise SpawnRefused(verdict.text)
+            return Refusal(verdict.text)
         reg.evict()
         run = ChildRun(verdict.handle, caller, verdict.scope, request.mode, request)
         reg.add(run)
@@ -472,25 +478,26 @@ class Supervisor:
         ch = proc.channel
         p = ev.params
         try:
+            state: HandleState | Refusal | Unknown
             if ev.method == "tree/spawn":
                 with trace.span("agentd.tree.spawn", parent=p.traceparent, kind="server"):
                     state = await self.spawn(run.handle, SpawnRequest(
                         instruction=p.instruction, output_contract=p.output_contract,
                         tool_scope=p.tool_scope, mode=p.mode))
+            elif not within(p.handle, run.handle):  # the pipe's own subtree only
+                state = Unknown(p.handle)
+            elif ev.method == "tree/send":
+                state = await self.send(run.handle, p.handle, p.message)
+            elif ev.method == "tree/status":
+                state = self.status(p.handle)
             else:
-                if not within(p.handle, run.handle):  # the pipe's own subtree only
-                    raise UnknownHandle(p.handle)
-                if ev.method == "tree/send":
-                    state = await self.send(run.handle, p.handle, p.message)
-                elif ev.method == "tree/status":
-                    state = self.status(p.handle)
-                else:
-                    state = await self.cancel(p.handle)
-            ch.respond(ev.id, state.on_wire())
-        except SpawnRefused as exc:
-            ch.error(ev.id, SPAWN_REFUSED, str(exc))
-        except UnknownHandle as exc:
-            ch.error(ev.id, UNKNOWN_HANDLE, f"unknown handle {exc}")
+                state = await self.cancel(p.handle)
+            if isinstance(state, Refusal):
+                ch.error(ev.id, SPAWN_REFUSED, state.text)
+            elif isinstance(state, Unknown):
+                ch.error(ev.id, UNKNOWN_HANDLE, state.words())
+            else:
+                ch.respond(ev.id, state.on_wire())
         except Exception as exc:
             self.log.error("subagent.request_error", handle=run.handle, method=ev.method,
                            error=repr(exc))
