@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import orjson
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 import agentd
 from agentd.config import (
@@ -314,7 +314,8 @@ class MCPClient(UpdateChannel, Subscribing, ToolCalling):
         """One send of a request and the wait for its answer (the connection's)."""
         return await self._conn.send(rid, data, method, time_limit, headers, watch)
 
-    async def _request(self, method: str, params: Any = UNSET, *,
+    async def _request(self, method: str,
+                       params: mt.Params | dict[str, Any] | UnsetType = UNSET, *,
                        time_limit: float | None = None, name: str | None = None
                        ) -> msgspec.Raw:
         """A request under the retry policy; returns the raw result.

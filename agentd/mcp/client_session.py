@@ -463,7 +463,8 @@ class ClientSession:
         self._next_id = rid + 1
         return rid
 
-    def request(self, method: str, params: Any = UNSET) -> tuple[int, bytes]:
+    def request(self, method: str, params: mt.Params | dict[str, Any] | UnsetType = UNSET
+                ) -> tuple[int, bytes]:
         """A request's id and bytes; gated by the negotiated capabilities."""
         if self.state != "ready":
             raise RuntimeError(f"{method} before the session is ready (state {self.state})")
@@ -473,8 +474,7 @@ class ClientSession:
         if self.stateless:
             if method in _MODERN_REMOVED:
                 raise HandshakeError.not_allowed(method, "a revision before 2026-07-28")
-            if params is UNSET or (type(params) is not dict
-                                   and getattr(params, "_meta", UNSET) is UNSET):
+            if params is UNSET or (not isinstance(params, dict) and params._meta is UNSET):
                 # the common case, spliced: the params object plus the one _meta
                 body = b"{}" if params is UNSET else _enc.encode(params)
                 rid = self._next_id

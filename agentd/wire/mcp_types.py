@@ -28,7 +28,7 @@ cycles); do not build cyclic structures out of them.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -87,6 +87,7 @@ __all__ = [
     "LoggingMessageParams",
     "NotificationParams",
     "PaginatedParams",
+    "Params",
     "ProgressParams",
     "PromptsCapability",
     "ReadResourceParams",
@@ -183,6 +184,14 @@ class Implementation(_Wire):
     description: str | UnsetType = UNSET
     websiteUrl: str | UnsetType = UNSET
     icons: list[Icon] | UnsetType = UNSET
+
+
+class Params(Protocol):
+    """What every params Struct of this module has: a ``_meta`` (UNSET unless
+    the caller set one), so a session can tell whether to merge its own
+    ``_meta`` in without probing the object."""
+
+    _meta: Meta | UnsetType
 
 
 class RequestParams(_Wire):
