@@ -92,7 +92,9 @@ class A2AServed:
             "An agentd worker: each task is run by a fresh agent with this worker's "
             "model and MCP tools; the result comes back as the artifact 'result'.")
         self._owners = Owners(keep=KEEP_OWNED)  # the tree's one ownership rule
-        self._contexts: OrderedDict[str, str] = OrderedDict()  # as many, in the same order
+        # a task is a served run itself (never a handle under it): its context id,
+        # kept for as many tasks as the owners, in the same order
+        self._contexts: OrderedDict[str, str] = OrderedDict()
         self._ended: dict[str, asyncio.Event] = {}
         self._guard: Callable[[web.Request], web.StreamResponse | None] | None = None
         backend.on_terminal(self._on_terminal)
@@ -115,10 +117,14 @@ class A2AServed:
         while len(self._contexts) > KEEP_OWNED:
             self._contexts.popitem(last=False)
 
+    def _mine(self, handle: str, principal: str) -> bool:
+        """Is ``handle`` one of ``principal``'s tasks?"""
+        return handle in self._contexts and self._owners.may(handle, principal)
+
     def _lookup(self, handle: str, principal: str) -> HandleState:
         """The principal's task, or the one TaskNotFound answer (never, evicted,
         or another principal's: alike)."""
-        state = self.backend.status(handle) if self._owners.may(handle, principal) else None
+        state = self.backend.status(handle) if self._mine(handle, principal) else None
         if not isinstance(state, HandleState):
             raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
         return state
@@ -225,7 +231,7 @@ class A2AServed:
         except PEER_FAULTS as exc:
             raise RPCError(-32602, f"Invalid params: {fault_text(exc)}", side="local") from None
         if req.message.task_id:
-            if not self._owners.may(req.message.task_id, principal):
+            if not self._mine(req.message.task_id, principal):
                 raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
             raise RPCError(w.UNSUPPORTED_OPERATION,
                            "a served agentd task takes one message; send a new task "
@@ -273,7 +279,7 @@ class A2AServed:
         handle = task["id"]
         try:
             await emit({"task": task})
-            if started or handle in self._owners:
+            if started or handle in self._contexts:
                 final = self._task(await self._until_end(handle, principal))
                 for artifact in final.get("artifacts", ()):
                     await emit({"artifactUpdate": {
