@@ -26,10 +26,10 @@ mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install 
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-# --drain-timeout: small, and still longer than nothing -- the kill ladder spends
-# nine tenths of it before its SIGKILL, and the child's end is logged before the
-# drain's clock runs out (the order below); the frozen server's DELETE (bounded
-# by http_transport.DELETE_LIMIT, longer than this) is what makes it run out.
+# --drain-timeout, small: the kill ladder spends nine tenths of it before its
+# SIGKILL, so the child's end is logged before the drain's clock runs out (the
+# order below), and closing the frozen server's session after that (its DELETE
+# awaited up to http_transport.DELETE_LIMIT) is what the clock cuts.
 DRAIN = 3.0
 DEADLINE = 2.0  # --deadline: the root's first step and the freeze come well before it
 HANG = DRAIN * 4 + 30  # the ceiling on waiting for the exit (a hang guard)
