@@ -36,8 +36,8 @@ class Ladder:
     def __init__(self, budget: float, now: float, *, ask: bool) -> None:
         self.budget = budget
         self.end = now + budget
-        rungs: list[Rung] = ["ask"] if ask else []
-        self._rungs = [*rungs, "eof", "sigterm", "sigkill"]
+        self._rungs: list[Rung] = ["ask", "eof", "sigterm", "sigkill"] if ask \
+            else ["eof", "sigterm", "sigkill"]
 
     def next(self, now: float) -> tuple[Rung, float] | None:
         """The next rung and the longest wait on it; None once the SIGKILL's
