@@ -11,8 +11,8 @@
   stale after three misses and the run fails naming it — it is not reconnected
   forever.
 
-The pinger's knob is at a small value (``--ping-interval 0.2``: three misses
-take a few tenths of a second), and where the model must "think" until the
+The pinger's knob is at a small value (``--ping-interval 0.2``, so each miss
+is one interval and one ping timeout of that length), and where the model must "think" until the
 server has changed (frozen, or back with a rogue certificate), it is the test's
 own gateway (tests/gateway.py), holding its answer until agentd has logged what
 the test waits for: no fixed delay is the synchronisation.  The rules walked
