@@ -13,8 +13,8 @@ in front of an SDK server:
 
 tools
     ``echo{text}`` (text back); ``contradict{}`` (listed, answered with
-    JSON-RPC -32602); ``throttle{n, status}`` (the next n POSTs are answered
-    ``status``, default 429, with ``Retry-After: 1``); ``logout{}`` answers, then revokes the bearer:
+    JSON-RPC -32602); ``throttle{n, status, retry_after}`` (the next n POSTs are
+    answered ``status``, default 429, with ``Retry-After: retry_after``, default 1); ``logout{}`` answers, then revokes the bearer:
     every later request is answered ``401`` (credentials revoked after connect);
     with ``--ref-url``, ``refd{text}`` whose inputSchema and outputSchema put
     ``"$ref": URL`` on a property (a hostile schema pointing anywhere).
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
     port = int(argv[0])
     bearer = argv[argv.index("--bearer") + 1] if "--bearer" in argv else None
     state = {"revoked": False, "calls": 0, "refused": 0, "throttle": 0, "throttled": 0,
-             "throttle_status": 429}
+             "throttle_status": 429, "retry_after": b"1"}
     ref_url = argv[argv.index("--ref-url") + 1] if "--ref-url" in argv else None
 
     async def list_tools(ctx, params):
@@ -74,6 +74,7 @@ def main(argv: list[str]) -> None:
         if params.name == "throttle":
             state["throttle"] = int(args.get("n", 2))
             state["throttle_status"] = int(args.get("status", 429))
+            state["retry_after"] = str(int(args.get("retry_after", 1))).encode()
             return types.CallToolResult(content=[types.TextContent(text="throttling")])
         if params.name == "contradict":  # the server contradicts its own catalogue
             raise MCPError(-32602, "Invalid params: no such tool here")
@@ -112,7 +113,7 @@ def main(argv: list[str]) -> None:
             state["throttled"] += 1
             status = state["throttle_status"]
             await send({"type": "http.response.start", "status": status, "headers": [
-                (b"content-type", b"text/plain"), (b"retry-after", b"1")]})
+                (b"content-type", b"text/plain"), (b"retry-after", state["retry_after"])]})
             await send({"type": "http.response.body", "body": b"slow down"})
             return
         if scope["type"] == "http" and scope["path"].startswith("/mcp"):

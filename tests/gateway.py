@@ -9,7 +9,8 @@ reply answers as JSON, or — when the request asked for `stream: true` — as a
 SSE stream of `chat.completion.chunk` deltas (content in pieces, tool-call
 arguments in fragments, usage in the last chunk, then `data: [DONE]`), the way
 OpenAI streams. A reply can also be an HTTP status (with `Retry-After`), a hang
-(for timeouts), or a dropped connection. A callable in the script is called
+(for timeouts), a dropped connection, or wait for a gate the test opens (a model
+that "thinks" exactly until the test has seen what it waits for). A callable in the script is called
 with the request body and returns the reply. Requests beyond the script get a
 400 "script exhausted" (non-retryable, so a test fails fast and clearly).
 """
@@ -36,6 +37,7 @@ class Reply:
     drop: bool = False
     cut: bool = False  # streaming: close the connection mid-stream, before [DONE]
     raw: bytes | None = None
+    gate: asyncio.Event | None = None  # answered once the test sets it (the model "thinks")
 
     @classmethod
     def text(cls, content: str, *, usage: dict[str, int] | None = None) -> Reply:
@@ -121,6 +123,8 @@ class Gateway:
                                      status=400)
         item = self.script.pop(0)
         reply = item(body) if callable(item) else item
+        if reply.gate is not None:
+            await self._until(reply.gate)
         if reply.hang:
             try:
                 await asyncio.wait_for(self._closing.wait(), reply.hang)
@@ -143,6 +147,15 @@ class Gateway:
             "choices": [{"index": 0, "message": reply.message(),
                          "finish_reason": reply.finish_reason()}],
             "usage": reply.usage_obj()})
+
+    async def _until(self, gate: asyncio.Event) -> None:
+        """Hold the answer until the test opens ``gate`` (or the gateway closes)."""
+        waits = {asyncio.ensure_future(gate.wait()), asyncio.ensure_future(self._closing.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def _stream(self, request: web.Request, reply: Reply,
                       body: dict[str, Any]) -> web.StreamResponse:

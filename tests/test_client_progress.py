@@ -202,12 +202,12 @@ async def test_server_everything_long_operation_with_and_without_progress(everyt
     (server-side sleeps): many short steps outlive the idle limit, one long step
     does not."""
     tool = "trigger-long-running-operation"
-    async with client(everything, ToolLimits(idle=2.0, total=60)) as c:
-        obs = await c.call_tool(tool, {"duration": 6, "steps": 60})  # 0.1 s steps, 6 s
+    async with client(everything, ToolLimits(idle=1.0, total=60)) as c:
+        obs = await c.call_tool(tool, {"duration": 3, "steps": 30})  # 0.1 s steps, 3 s
         assert not obs.is_error and "Long running operation completed" in obs.text, obs.text
         obs = await c.call_tool(tool, {"duration": 30, "steps": 1})  # silent for 30 s
         assert obs.is_error
-        assert obs.text == ("tool call ended by agentd: no progress for 2 s "
+        assert obs.text == ("tool call ended by agentd: no progress for 1 s "
                             "(--tool-idle-timeout)")
         assert (await c.call_tool("echo", {"message": "again"})).text.endswith("again")
 

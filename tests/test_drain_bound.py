@@ -26,7 +26,12 @@ mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install 
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-DRAIN = 6.0
+# --drain-timeout, small: the kill ladder spends nine tenths of it before its
+# SIGKILL, so the child's end is logged before the drain's clock runs out (the
+# order below), and closing the frozen server's session after that (its DELETE
+# awaited up to http_transport.DELETE_LIMIT) is what the clock cuts.
+DRAIN = 3.0
+DEADLINE = 2.0  # --deadline: the root's first step and the freeze come well before it
 HANG = DRAIN * 4 + 30  # the ceiling on waiting for the exit (a hang guard)
 
 
@@ -75,8 +80,9 @@ async def test_reactive_drain_with_a_stuck_child_and_a_silent_server(agentd_bin,
             await client.initialize()
             r = await client.call_tool("subagent.spawn", {"instruction": "stuck", "async": True})
             assert r.structured_content["status"] == "running"
-        ag.wait_until(lambda: len(_children(ag.proc.pid)) >= 1)
+        ag.wait_event("subagent.spawn")  # started: its ladder starts with the drain
         kids = _children(ag.proc.pid)
+        assert kids
         assert srv.proc is not None
         os.kill(srv.proc.pid, signal.SIGSTOP)  # the server never answers again
         frozen = True
@@ -99,7 +105,7 @@ async def test_reactive_drain_with_a_stuck_child_and_a_silent_server(agentd_bin,
 def test_deadline_exit_has_a_hard_bound(agentd_bin, tmp_path):
     """Task mode: the deadline passes while a child ignores SIGTERM and the one MCP
     server is frozen; the drain after the deadline is bounded by --drain-timeout."""
-    deadline = 6.0
+    deadline = DEADLINE
     book = tmp_path / "deadline.playback.json"
     book.write_text(json.dumps({"playback": 1, "scripts": [
         {"name": "root", "match": "[root]", "turns": [
@@ -120,6 +126,7 @@ def test_deadline_exit_has_a_hard_bound(agentd_bin, tmp_path):
         assert srv.proc is not None
         os.kill(srv.proc.pid, signal.SIGSTOP)
         frozen = True
+        assert not ag.events("run.deadline"), "the deadline came before the server froze"
         code = ag.proc.wait(timeout=deadline + HANG)
         assert code == 4, ag.err.read_text()[-3000:]
         assert not ag.events("run.signal")  # the deadline, not a signal, ended it

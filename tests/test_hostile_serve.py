@@ -246,8 +246,10 @@ async def test_one_principal_cannot_lock_out_another(agentd_bin, tmp_path):
 
 
 async def test_slow_body_and_unread_stream_are_bounded(agentd_bin, tmp_path):
+    # keepalive_timeout: how long the connection of the ended stream then lives
     agent, url = await start(agentd_bin, tmp_path, limits={
-        "body_timeout": 1.0, "stream_max_age": 1.0, "idle_timeout": 3.0})
+        "body_timeout": 1.0, "stream_max_age": 1.0, "idle_timeout": 3.0,
+        "keepalive_timeout": 1.0})
     port = port_of(url)
     async with aiohttp.ClientSession() as http:
         sid = await canary(http, url)

@@ -71,7 +71,9 @@ async def test_bad_frame_ends_the_child_through_the_ladder(tmp_path, spawn, monk
 
 async def test_child_ignoring_sigterm_gets_sigkill_within_the_drain(tmp_path, spawn,
                                                                     monkeypatch):
-    async with open_supervisor(make_config(tmp_path, spawn=spawn, drain_timeout=2.0)) as sup:
+    # a short drain: the ladder's rungs (ask, EOF, SIGTERM) are shares of it
+    # (tree/procs.py), and the child ignoring all three meets the SIGKILL
+    async with open_supervisor(make_config(tmp_path, spawn=spawn, drain_timeout=0.5)) as sup:
         monkeypatch.setenv(FAULT_ENV, "ignore_term")
         ack = await sup.spawn("0", SpawnRequest("stubborn", mode="async"))
         monkeypatch.delenv(FAULT_ENV)

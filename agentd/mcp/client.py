@@ -361,9 +361,12 @@ class MCPClient(UpdateChannel, Subscribing, ToolCalling):
                     self._trigger_recover(expired=expired, reason=f"{method}: {d.reason}",
                                           event=_EXPIRED if expired else "mcp.disconnected")
                 if d.resend and attempt < policy.max_attempts:
-                    self.log.info("mcp.retry", method=method, attempt=attempt, reason=d.reason)
-                    if not d.reconnect:  # a reconnect is waited for, not slept on
-                        await policy.sleep(policy.delay(d, attempt))
+                    # a reconnect is waited for, not slept on
+                    pause = None if d.reconnect else policy.delay(d, attempt)
+                    self.log.info("mcp.retry", method=method, attempt=attempt, reason=d.reason,
+                                  delay_s=pause)
+                    if pause is not None:
+                        await policy.sleep(pause)
                     continue
                 code = exc.code if isinstance(exc, RPCError) else (
                     exc.status if isinstance(exc, HTTPStatusError) else None)

@@ -66,10 +66,11 @@ from agentd.mcp.negotiate import unknown_session
 from agentd.obs import trace
 from agentd_native import SSEEventTooLarge, SSEParser
 
-__all__ = ["DEFAULT_RETRY_MS", "MAX_RESUMES", "TAIL_WAIT", "StreamableHTTPTransport"]
+__all__ = ["DEFAULT_RETRY_MS", "DELETE_LIMIT", "MAX_RESUMES", "TAIL_WAIT", "StreamableHTTPTransport"]
 
 DEFAULT_RETRY_MS: Final = 1000  # SSE reconnection delay when the server gave none
 MAX_RESUMES: Final = 8
+DELETE_LIMIT: Final = 2.0  # seconds a closing session's best-effort DELETE is awaited
 MAX_AUTH_RETRIES: Final = 3  # sends of one request after a 401/403 got new credentials
 TAIL_WAIT: Final = 0.25  # how long the end of an answered SSE stream is awaited  # consecutive resumptions of one stream without a new event
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
@@ -513,7 +514,7 @@ class StreamableHTTPTransport:
 
     # ------------------------------------------------------------ shutdown
 
-    async def delete(self, limit: float = 2.0) -> None:
+    async def delete(self, limit: float = DELETE_LIMIT) -> None:
         """End the session (DELETE); best effort, 405 and errors are fine."""
         http, sid = self._http, self.session_id
         if http is None or not sid:
@@ -534,8 +535,10 @@ class StreamableHTTPTransport:
         if http is not None:
             await http.close()
 
-    async def close(self) -> None:
-        await self.delete()
+    async def close(self, *, delete_within: float = DELETE_LIMIT) -> None:
+        """DELETE the session (waiting ``delete_within`` s at most), then drop the
+        connections."""
+        await self.delete(delete_within)
         await self._close_http()
         if self.auth is not None:
             await self.auth.aclose()

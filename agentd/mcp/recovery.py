@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from agentd.errors import HandshakeError, ToolFault
 from agentd.log import Logger
@@ -32,13 +32,11 @@ from agentd.mcp.catalogue import Freshness
 from agentd.mcp.client_session import ClientSession
 from agentd.mcp.connection import Connection
 from agentd.mcp.faults import HTTPStatusError, RetryPolicy, RPCError, SessionExpired, TransportError
+from agentd.mcp.http_transport import DELETE_LIMIT, StreamableHTTPTransport
 from agentd.mcp.listen import Listener
 from agentd.mcp.liveness import STALE_AFTER_MISSES, Reconnect
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
-
-if TYPE_CHECKING:
-    from agentd.mcp.http_transport import StreamableHTTPTransport
 
 __all__ = ["EXPIRED", "Reconnecting"]
 
@@ -155,8 +153,10 @@ class Reconnecting:
         self._conn.fail_all(lambda: ToolFault(self.name, f"server gone: {reason}",
                                               retryable=False, cause="stale"))
         if self._transport is not None:
+            # a server that missed its pings gets no longer than one ping to
+            # answer the DELETE: waiting the usual bound would hold the give-up
             with contextlib.suppress(Exception):
-                await self._transport.close()
+                await self._transport.close(delete_within=min(DELETE_LIMIT, self.ping_timeout))
         self.log.warning("mcp.gone", reason=reason)
         if self.on_gone is not None:
             self.on_gone(self, reason)

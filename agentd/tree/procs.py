@@ -9,7 +9,8 @@ watcher threads) and every child is reaped.
 
 The kill ladder (`ChildProcess.ladder`) is: ask over the wire → close stdin
 (EOF) → wait → SIGTERM to the process group → wait → SIGKILL → reap; each wait
-is a bounded share of one budget (normally `--drain-timeout`).
+is a bounded share of one budget (normally `--drain-timeout`), as the sans-IO
+plan `agentd.tree.ladder.Ladder` says.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agentd.log import Logger, log
 from agentd.obs import metrics
 from agentd.tree.boot import CHILD_FLAG
 from agentd.tree.control import ControlSession, Incoming, Reply
+from agentd.tree.ladder import Ladder
 from agentd.wire.dispatch import Dispatcher
 
 __all__ = [
@@ -47,9 +49,6 @@ __all__ = [
 STDERR_LINE_MAX = 64 * 1024
 _FRAMES = metrics.FRAMES  # control-wire frames by direction (agentd.obs)
 CHILD_ARGV = ("-m", "agentd", CHILD_FLAG)
-
-# Shares of the drain budget for each rung of the ladder (the rest is SIGKILL + reap).
-ASK_SHARE, EOF_SHARE, TERM_SHARE = 0.4, 0.2, 0.3
 
 
 def child_argv(*extra: str) -> list[str]:
@@ -379,26 +378,23 @@ class ChildProcess:
 
     async def ladder(self, budget: float, *, ask: str | None = "child/shutdown",
                      reason: str = "") -> int:
-        """End the child: ask → EOF → SIGTERM → SIGKILL, within `budget` seconds; reaped."""
+        """End the child: ask → EOF → SIGTERM → SIGKILL, within `budget` seconds
+        (the rungs and their waits: :class:`agentd.tree.ladder.Ladder`); reaped."""
         loop = asyncio.get_running_loop()
-        end = loop.time() + budget
-        rung = "exit"
-        if not self.exited.is_set() and ask and not self.channel.closed.is_set():
-            rung = "ask"
-            self.channel.ask(ask)
-            await self.wait(budget * ASK_SHARE)
-        if not self.exited.is_set():
-            rung = "eof"
-            self.channel.close_write()
-            await self.wait(min(budget * EOF_SHARE, end - loop.time()))
-        if not self.exited.is_set():
-            rung = "sigterm"
-            self.signal(signal.SIGTERM)
-            await self.wait(min(budget * TERM_SHARE, end - loop.time()))
-        if not self.exited.is_set():
-            rung = "sigkill"
-            self.signal(signal.SIGKILL)
-            if not await self.wait(max(end - loop.time(), 1.0)):
+        plan = Ladder(budget, loop.time(),
+                      ask=bool(ask) and not self.exited.is_set()
+                      and not self.channel.closed.is_set())
+        rung: str = "exit"
+        while not self.exited.is_set() and (step := plan.next(loop.time())) is not None:
+            rung, within = step
+            if rung == "ask":
+                assert ask is not None
+                self.channel.ask(ask)
+            elif rung == "eof":
+                self.channel.close_write()
+            else:
+                self.signal(signal.SIGTERM if rung == "sigterm" else signal.SIGKILL)
+            if not await self.wait(within) and rung == "sigkill":
                 self.log.error("subagent.unreaped", detail="still not reaped after SIGKILL")
                 await self.wait()
         self.log.debug("subagent.ladder", rung=rung, reason=reason, returncode=self.returncode)
