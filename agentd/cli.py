@@ -127,6 +127,9 @@ def _secs(text: str) -> str:
 @opt("--pool-subscribe-timeout", section="POOL", type=float, metavar="S",
      help="seconds a subscribe or listen waits for the owners of the handles it names "
           "before it is answered  [default: 5; at most 60]")
+@opt("--pool-dead-after", section="POOL", type=float, metavar="S",
+     help="seconds without a probe's answer before a peer is called dead and its "
+          "handles read \"worker lost\"  [default: 9; at most 12]")
 @opt("--pool-key", section="POOL", envvar="AGENTD_POOL_KEY", metavar="KEY",
      help="the pool's shared secret (at least 16 bytes; required in pool mode)")
 @opt("--metrics-listen", section="SERVE", metavar="HOST:PORT",

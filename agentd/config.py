@@ -54,7 +54,7 @@ SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "s
                    "serve_bearers")
 # --config's names for the --pool-* flags
 POOL_FILE_KEYS = ("pool_id", "pool_peers", "pool_key", "pool_dns", "pool_dns_interval",
-                  "pool_subscribe_timeout")
+                  "pool_subscribe_timeout", "pool_dead_after")
 
 # Documented defaults (docs/cli.md, docs/config.md).
 DEFAULT_MAX_DEPTH = 4
@@ -180,9 +180,11 @@ class PoolSpec(msgspec.Struct, frozen=True):
     peers: tuple[PoolPeer, ...] = ()
     key: str = msgspec.field(default="")  # the resolved shared secret: never logged
     dns: PoolDns | None = None  # --pool-dns: discovered peers, with the static ones
-    # --pool-subscribe-timeout: s a subscribe or listen awaits the owners of its handles
-    # (parse_pool fills in agentd.pool.membership.DEFAULT_SUBSCRIBE_TIMEOUT)
+    # --pool-subscribe-timeout: s a subscribe or listen awaits the owners of its handles;
+    # --pool-dead-after: s without a probe's answer before a peer is called dead
+    # (parse_pool fills in agentd.pool.membership's defaults)
     subscribe_timeout: float = 5.0
+    dead_after: float = 9.0
 
 
 class StreamBounds(msgspec.Struct, frozen=True):
@@ -392,12 +394,14 @@ def _check_a2a(values: dict, servers: list[ServerSpec]) -> tuple[ServerSpec, ...
 def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
                serve: ServeSpec | None, secrets_dir: str,
                dns: str | None = None, dns_interval: float | None = None,
-               subscribe_timeout: float | None = None) -> PoolSpec | None:
+               subscribe_timeout: float | None = None,
+               dead_after: float | None = None) -> PoolSpec | None:
     """The ``--pool-*`` flags (or ``pool_id``/``pool_peers``/``pool_key``/``pool_dns`` in
     ``--config``) checked together; None without any of them.  Exit 2: pool flags
     without ``--serve-mcp`` (peers relay to that listener) or without a key, a key
     that is too short, an id that is not a DNS label, a malformed or duplicate
-    peer, a malformed ``--pool-dns``, a ``--pool-subscribe-timeout`` out of range."""
+    peer, a malformed ``--pool-dns``, a ``--pool-subscribe-timeout`` or
+    ``--pool-dead-after`` out of range."""
     from agentd.pool import discovery, handles, membership
 
     if pool_id is None and not peers and not key and not dns:
@@ -434,14 +438,21 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
                            discovery.check_interval(dns_interval)) if dns else None
     except ValueError as exc:
         raise ConfigError(f"--pool-dns {str(dns)[:200]!r}: {exc}") from None
-    if subscribe_timeout is None:
-        subscribe_timeout = membership.DEFAULT_SUBSCRIBE_TIMEOUT
-    if isinstance(subscribe_timeout, bool) or not isinstance(subscribe_timeout, int | float) \
-            or not 0 < subscribe_timeout <= membership.MAX_SUBSCRIBE_TIMEOUT:
-        raise ConfigError("--pool-subscribe-timeout must be in "
-                          f"(0, {membership.MAX_SUBSCRIBE_TIMEOUT:g}] seconds")
     return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns,
-                    float(subscribe_timeout))
+                    _seconds("--pool-subscribe-timeout", subscribe_timeout,
+                             membership.DEFAULT_SUBSCRIBE_TIMEOUT,
+                             membership.MAX_SUBSCRIBE_TIMEOUT),
+                    _seconds("--pool-dead-after", dead_after, membership.DEFAULT_DEAD_AFTER,
+                             membership.MAX_DEAD_AFTER))
+
+
+def _seconds(flag: str, value: float | None, default: float, most: float) -> float:
+    """A duration flag in (0, most] (None: its default); exit 2 outside."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
+        raise ConfigError(f"{flag} must be in (0, {most:g}] seconds")
+    return float(value)
 
 
 def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | None,

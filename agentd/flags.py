@@ -95,12 +95,13 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     dns_interval = values.pop("pool_dns_interval", None) if dns_interval is None else dns_interval
     if dns_interval is not None and not pool_dns:
         raise cfg.ConfigError("--pool-dns-interval needs --pool-dns")
-    sub_timeout = flags.pop("pool_subscribe_timeout", None)  # 0 is refused, not defaulted
-    sub_timeout = values.pop("pool_subscribe_timeout", None) if sub_timeout is None \
-        else sub_timeout
+    sub_timeout, dead_after = (  # 0 is refused, not defaulted: no `or`
+        values.pop(k, None) if (v := flags.pop(k, None)) is None else v
+        for k in ("pool_subscribe_timeout", "pool_dead_after"))
     pool = cfg.parse_pool(pool_id, pool_peers, pool_key, values.get("serve"),
                           flags.get("secrets_dir") or values.get("secrets_dir")
-                          or secrets.DEFAULT_SECRETS_DIR, pool_dns, dns_interval, sub_timeout)
+                          or secrets.DEFAULT_SECRETS_DIR, pool_dns, dns_interval, sub_timeout,
+                          dead_after)
     if pool is not None:
         values["pool"] = pool
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):

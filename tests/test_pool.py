@@ -106,11 +106,11 @@ async def client(url: str, who: str):
 
 
 @contextlib.asynccontextmanager
-async def pool_of_three(agentd_bin, tmp):
+async def pool_of_three(agentd_bin, tmp, extra: tuple[str, ...] = ()):
     pool = Pool(tmp)
     try:
         for wid in IDS:
-            pool.start(agentd_bin, wid)
+            pool.start(agentd_bin, wid, extra=extra)
         yield pool
     finally:
         pool.stop()
@@ -210,7 +210,8 @@ async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
 
 
 async def test_a_killed_owners_handles_read_lost_on_every_worker(agentd_bin, tmp_path) -> None:
-    async with pool_of_three(agentd_bin, tmp_path) as pool:
+    # --pool-dead-after 4: the bound from the kill to "dead" is 4 + 2 + 1 s, not 12
+    async with pool_of_three(agentd_bin, tmp_path, ("--pool-dead-after", "4")) as pool:
         for wid in ("w2", "w3"):  # both peers have seen w1 alive
             pool.workers[wid].wait_event("pool.peer", lambda r: r.get("peer") == "w1"
                                          and r.get("status") == "alive")
@@ -234,8 +235,9 @@ async def test_a_killed_owners_handles_read_lost_on_every_worker(agentd_bin, tmp
             await s3.subscribe_resource(f"agent://subagent/{handle}")  # w1's, through w3
             w1.proc.send_signal(signal.SIGKILL)
             w1.proc.wait()
-            pool.workers["w3"].wait_event("pool.peer", lambda r: r.get("peer") == "w1"
-                                          and r.get("status") == "dead")
+            dead = pool.workers["w3"].wait_event("pool.peer", lambda r: r.get("peer") == "w1"
+                                                 and r.get("status") == "dead")
+            assert dead[0]["dead_after"] == 4.0  # the flag's, not the default 9
             async with asyncio.timeout(60):  # the subscriber hears of the loss
                 assert await updates.get() == f"agent://subagent/{handle}"
             body = json.loads((await s3.read_resource(
@@ -258,7 +260,8 @@ async def test_a_killed_owners_handles_read_lost_on_every_worker(agentd_bin, tmp
             async with client(pool.url(wid), "bob") as b:  # still not bob's
                 r = await b.call_tool("subagent.status", {"handle": handle})
                 assert r.is_error and r.content[0].text == f"unknown handle: {handle}"
-        pool.start(agentd_bin, "w1", run=1)  # the pod comes back under the same id
+        pool.start(agentd_bin, "w1", run=1,  # the pod comes back under the same id
+                   extra=("--pool-dead-after", "4"))
         for wid in IDS:  # its former incarnation's handle stays lost, on w1 itself too
             async with client(pool.url(wid), "alice") as a:
                 r = await a.call_tool("subagent.status", {"handle": handle})

@@ -120,22 +120,27 @@ async def test_an_owner_that_does_not_answer_does_not_hang_the_listen(
         pool.stop()
 
 
-def test_pool_subscribe_timeout_flag_and_config_key(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(("key", "default", "most"), [
+    ("subscribe_timeout", 5.0, 60.0),
+    ("dead_after", 9.0, 12.0),  # with the 2 s probes and their 1 s timeout: the 15 s bound
+])
+def test_pool_timing_flags_and_config_keys(tmp_path, monkeypatch, key, default, most) -> None:
     monkeypatch.setenv("AGENTD_SECRET_POOL_KEY", POOL_KEY)
+    name, flag = f"pool_{key}", "--pool-" + key.replace("_", "-")
     path = tmp_path / "pool.toml"
     path.write_text('pool_key = "{{secret:POOL_KEY}}"\n')
     flags = {"config_file": str(path), "instruction": "x", "pool_id": "w1",
              "serve_mcp": "http://127.0.0.1:8443"}
     pool = config_from_flags(flags).pool
-    assert pool is not None and pool.subscribe_timeout == 5.0
-    path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_subscribe_timeout = 0.25\n')
+    assert pool is not None and getattr(pool, key) == default
+    path.write_text(f'pool_key = "{{{{secret:POOL_KEY}}}}"\n{name} = 0.25\n')
     pool = config_from_flags(flags).pool
-    assert pool is not None and pool.subscribe_timeout == 0.25
-    pool = config_from_flags({**flags, "pool_subscribe_timeout": 60.0}).pool  # the flag wins
-    assert pool is not None and pool.subscribe_timeout == 60.0
-    for bad in (0.0, -1.0, 60.5):
-        with pytest.raises(cfg.ConfigError, match="--pool-subscribe-timeout must be"):
-            config_from_flags({**flags, "pool_subscribe_timeout": bad})
-    path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_subscribe_timeout = "5"\n')
-    with pytest.raises(cfg.ConfigError, match="--pool-subscribe-timeout must be"):
+    assert pool is not None and getattr(pool, key) == 0.25
+    pool = config_from_flags({**flags, name: most}).pool  # the flag wins
+    assert pool is not None and getattr(pool, key) == most
+    for bad in (0.0, -1.0, most + 0.5):
+        with pytest.raises(cfg.ConfigError, match=f"{flag} must be"):
+            config_from_flags({**flags, name: bad})
+    path.write_text(f'pool_key = "{{{{secret:POOL_KEY}}}}"\n{name} = "5"\n')
+    with pytest.raises(cfg.ConfigError, match=f"{flag} must be"):
         config_from_flags(flags)

@@ -11,10 +11,11 @@ runs are gone) is the same event even if the peer never looked dead.
 
 States: ``alive`` (a probe answered within ``dead_after``), ``suspect`` (the
 last probe failed or is overdue: the peer still owns its handles, new spawns
-are not placed on it), ``dead`` (no answer for ``dead_after`` seconds).  A
-peer starts ``suspect`` until its first answer.  The bound from an owner's
-death to ``dead``: ``dead_after + interval + timeout`` (the defaults make it
-12 s, within the 15 s the pool promises; docs/operations.md).
+are not placed on it), ``dead`` (no answer for ``dead_after`` seconds,
+``--pool-dead-after``).  A peer starts ``suspect`` until its first answer.
+The bound from an owner's death to ``dead``: ``dead_after + interval +
+timeout`` (the defaults make it 12 s, within the 15 s the pool promises, so
+``dead_after`` is at most 12 s; docs/operations.md).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_PROBE_INTERVAL",
     "DEFAULT_PROBE_TIMEOUT",
     "DEFAULT_SUBSCRIBE_TIMEOUT",
+    "MAX_DEAD_AFTER",
     "MAX_SUBSCRIBE_TIMEOUT",
     "Membership",
     "PeerState",
@@ -37,6 +39,8 @@ DEFAULT_PROBE_INTERVAL: Final = 2.0
 DEFAULT_PROBE_TIMEOUT: Final = 1.0
 DEFAULT_DEAD_AFTER: Final = 9.0
 LOST_BOUND_CAP: Final = 15.0  # dead_after + interval + timeout may not exceed it
+# --pool-dead-after: its largest value keeps the bound within the cap
+MAX_DEAD_AFTER: Final = LOST_BOUND_CAP - DEFAULT_PROBE_INTERVAL - DEFAULT_PROBE_TIMEOUT
 # --pool-subscribe-timeout: s a subscribe or listen awaits the owners of its handles; an
 # owner silent past it is held to the lost-owner rule (docs/operations.md "Pool")
 DEFAULT_SUBSCRIBE_TIMEOUT: Final = 5.0

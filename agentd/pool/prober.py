@@ -69,5 +69,7 @@ class Prober:
             if t.status == "alive" and t.lost is None:
                 self._log.info("pool.peer", peer=t.peer, status=t.status)
             else:
+                # a dead peer says after how long (--pool-dead-after) it was called so
+                extra = {"dead_after": self.membership.dead_after} if t.status == "dead" else {}
                 self._log.warning("pool.peer", peer=t.peer, status=t.status,
-                                  runs_lost=t.lost is not None)
+                                  runs_lost=t.lost is not None, **extra)

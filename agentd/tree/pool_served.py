@@ -76,7 +76,7 @@ class PoolServed:
         self.incarnation = os.urandom(handles.INCARNATION_BYTES)
         self.relay = Relay(self.key, self.me, {p.id: p.url for p in spec.peers},
                            ssl_context=ssl_context, open_members=spec.dns is not None)
-        self.membership = Membership(self.me)
+        self.membership = Membership(self.me, dead_after=spec.dead_after)
         dns = None
         if spec.dns is not None:  # peers learned from the name's addresses (agentd.pool.dns)
             found = Discovery(self.me, spec.dns.scheme, spec.dns.port, spec.dns.interval)
