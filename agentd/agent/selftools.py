@@ -58,7 +58,8 @@ def _shown(state: HandleState | Refusal | Unknown) -> Observed | Refusal | Unkno
     """A handle's state as the model sees it (its agent:// body); a refusal or an
     unknown handle is left for `spawn_tools.dispatch` to word."""
     if isinstance(state, HandleState):
-        return ok(_json(state.body()), state.body())
+        body = state.body()  # once: a running body's age moves
+        return ok(_json(body), body)
     return state
 
 
@@ -163,10 +164,10 @@ class SelfTools:
                 "handle": self.caller, "spawns": self.backend.counts()}
             return ok(_json(body), body)
         if rest.startswith("subagent/"):
-            state = self._status_of(rest[len("subagent/"):])
-            if isinstance(state, Unknown):
+            shown = _shown(self._status_of(rest[len("subagent/"):]))
+            if not isinstance(shown, Observed):  # unknown, or not this loop's
                 return error(f"read_resource: resource not found: {uri}")
-            return ok(_json(state.body()), state.body())
+            return shown
         return error(f"read_resource: resource not found: {uri}")
 
     async def _subscribe(self, args: dict[str, Any]) -> Observed:
