@@ -433,9 +433,11 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
         if peer_id in out:
             raise ConfigError(f"--pool-peer: duplicate peer id {peer_id!r}")
         out[peer_id] = PoolPeer(peer_id, url.rstrip("/"))
+    interval = _seconds("--pool-dns-interval", dns_interval, discovery.DEFAULT_DNS_INTERVAL,
+                        discovery.MAX_DNS_INTERVAL)
     try:
         pool_dns = PoolDns(*discovery.parse_name(dns, serve.port), serve.scheme,
-                           discovery.check_interval(dns_interval)) if dns else None
+                           interval) if dns else None
     except ValueError as exc:
         raise ConfigError(f"--pool-dns {str(dns)[:200]!r}: {exc}") from None
     return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns,

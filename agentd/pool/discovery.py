@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["DEFAULT_DNS_INTERVAL", "MAX_ADDRESSES", "Discovery", "address_url", "check_interval",
+__all__ = ["DEFAULT_DNS_INTERVAL", "MAX_ADDRESSES", "MAX_DNS_INTERVAL", "Discovery", "address_url",
            "parse_name"]
 
 DEFAULT_DNS_INTERVAL: Final = 5.0  # seconds between resolutions of the --pool-dns name
@@ -61,16 +61,6 @@ def parse_name(value: str, default_port: int) -> tuple[str, int]:
     if _NAME_RE.fullmatch(name) is None:
         raise ValueError("expected a DNS name")
     return name, port
-
-
-def check_interval(value: float | None) -> float:
-    """``--pool-dns-interval`` (None: the default); raises ValueError out of range."""
-    if value is None:
-        return DEFAULT_DNS_INTERVAL
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not 0 < value <= MAX_DNS_INTERVAL:
-        raise ValueError(f"--pool-dns-interval must be in (0, {MAX_DNS_INTERVAL:g}] seconds")
-    return float(value)
 
 
 def address_url(scheme: str, address: str, port: int) -> str:
