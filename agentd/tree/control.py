@@ -449,7 +449,8 @@ class ControlSession:
             return encode_frame(codec.encode(msg), self.max_frame)
         except FrameTooLarge as exc:  # nothing sent: the caller's own message is too big
             raise TreeError(f"a control-wire message of {exc.size} bytes exceeds the frame "
-                            f"maximum of {exc.limit} bytes") from None
+                            f"maximum of {exc.limit} bytes (docs/subagents.md, the control "
+                            "wire's bounds)") from None
 
     def request(self, method: str, params: Any = UNSET) -> tuple[int, bytes]:
         """A new request: its id (to match the `Reply`) and its frame."""
