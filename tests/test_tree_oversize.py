@@ -43,8 +43,10 @@ def _instruction(body: dict[str, Any]) -> str:
 class Router:
     """The gateway's answers by instruction: `[small]` waits for `gate` and answers;
     `[big-answer]` is answered with BIG bytes of text; `[big-tool]` / `[big-read]`
-    call the oversize server's `blob` / read `blob://huge` once; anything else
-    (the worker's own reactive loop) idles."""
+    call the oversize server's `blob` / read `blob://huge` once; `[big-result]` is
+    answered with a JSON array that fits the wire as text but, distilled for a
+    JSON output contract, is a result of over BIG bytes; anything else (the
+    worker's own reactive loop) idles."""
 
     def __init__(self) -> None:
         self.gate = asyncio.Event()
@@ -62,6 +64,8 @@ class Router:
             return Reply.tools(("huge__blob", {}))
         if "[big-read]" in text and not answered:
             return Reply.tools(("agentd__read_resource", {"uri": "blob://huge"}))
+        if "[big-result]" in text:  # 4 bytes a number: the JSON result takes 13 each
+            return Reply.text("[" + ",".join(["1e9"] * (BIG // 13 + 1)) + "]")
         return Reply.text("idle")
 
 
@@ -78,14 +82,15 @@ async def _ended(session: ClientSession, handle: str) -> dict[str, Any]:
     return await until(done, limit=120)
 
 
-async def _spawn(session: ClientSession, instruction: str) -> str:
-    r = await session.call_tool("subagent.spawn", {"instruction": instruction, "async": True})
+async def _spawn(session: ClientSession, instruction: str, **extra: Any) -> str:
+    r = await session.call_tool("subagent.spawn",
+                                {"instruction": instruction, "async": True, **extra})
     assert not r.is_error and r.structured_content is not None, r
     return r.structured_content["handle"]
 
 
 async def _survives(agentd_bin: str, tmp_path, big: str, what: str,
-                    mcp_url: str | None = None) -> None:
+                    mcp_url: str | None = None, **spawn: Any) -> None:
     router = Router()
     port = peers.free_port()
     async with Gateway([router] * 64) as gw:
@@ -101,7 +106,7 @@ async def _survives(agentd_bin: str, tmp_path, big: str, what: str,
                 await session.initialize()
                 small = await _spawn(session, "[small] answer when asked")
                 await until(lambda: any("[small]" in t for t in router.seen))  # in flight
-                huge = await _spawn(session, f"{big} take it all")
+                huge = await _spawn(session, f"{big} take it all", **spawn)
                 state = await _ended(session, huge)
                 assert ag.proc.poll() is None, ag.err.read_text()[-3000:]  # the worker lives
                 assert state["status"] == "failed", state
@@ -112,8 +117,10 @@ async def _survives(agentd_bin: str, tmp_path, big: str, what: str,
                 done = await _ended(session, small)
                 assert done["status"] == "completed" and done["result"] == "small done", done
                 assert ag.proc.poll() is None
-            [line] = [e for e in ag.events("subagent.io_oversize") if e["handle"] == huge]
-            assert line["limit"] == LIMIT and line["bytes"] > BIG
+            if not spawn:  # the root refused the answer (a result: the child did)
+                [line] = [e for e in ag.events("subagent.io_oversize")
+                          if e["handle"] == huge]
+                assert line["limit"] == LIMIT and line["bytes"] > BIG
             [end] = [e for e in ag.events("subagent.exit") if e["handle"] == huge]
             assert end["status"] == "failed" and f"{LIMIT} bytes" in end["reason"]
             assert not ag.events("run.failed")
@@ -143,3 +150,9 @@ async def test_a_resource_read_over_the_frame_fails_its_run_only(
         agentd_bin, tmp_path, oversize_server):
     await _survives(agentd_bin, tmp_path, "[big-read]", "the read of resource 'blob://huge'",
                     oversize_server.url)
+
+
+async def test_a_result_over_the_bound_fails_its_run_only(agentd_bin, tmp_path):
+    """The child holds its own result to the bound: its parent wraps it again."""
+    await _survives(agentd_bin, tmp_path, "[big-result]", "the result of",
+                    output_contract="json")
