@@ -30,11 +30,14 @@ from agentd.tree.control import (
     Progress,
     RunOutcome,
     SpanBatch,
+    answer_limit,
 )
 from agentd.tree.procs import Channel
 from agentd.tree.remote import RemoteBackend
 
 __all__ = ["serve"]
+
+RESULT_FIX = "instruct the subagent to answer with less (a summary, an output_contract)"
 
 
 def _outcome(result: RunResult) -> RunOutcome:
@@ -95,7 +98,13 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
     def finish(ev: Incoming, outcome: RunOutcome) -> None:
         turn.pop("run", None)
         trace.flush()  # this turn's spans reach the parent before its answer
-        channel.respond(ev.id, outcome)
+        # within the answer bound: the parent re-wraps the result for its own parent
+        over = channel.answer(ev.id, outcome, answer_limit(cfg.max_frame))
+        if over is not None:
+            logger.error("subagent.result_oversize", bytes=over.size, limit=over.limit)
+            outcome = RunOutcome(status="failed", steps=outcome.steps, tokens=outcome.tokens,
+                                 reason=over.words("the result", RESULT_FIX))
+            channel.respond(ev.id, outcome)
         if cfg.mode != "warm" or outcome.status != "completed":
             stop.set()
 

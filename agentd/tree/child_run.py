@@ -90,6 +90,7 @@ class ChildRun:
         self.done = asyncio.Event()
         self.stop = asyncio.Event()
         self.stop_reason = "cancelled"
+        self.stop_why: str | None = None
         self.idle = asyncio.Event()  # warm: a turn is not running
         if mode != "warm":
             self.idle.set()
@@ -116,9 +117,12 @@ class ChildRun:
                 "tokens": self.tokens, "age_ms": int((end - self.spawned_at) * 1000),
                 "last": self.last}
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, *, why: str | None = None) -> None:
+        """Stop the run; it ends with status `reason` (`cancelled`, or `failed` with
+        `why`, the words of its result and log)."""
         if self.live and not self.stop.is_set():
             self.stop_reason = reason
+            self.stop_why = why
             self.stop.set()
 
     async def until_stopped(self, call: Any) -> Any:
@@ -200,8 +204,9 @@ class ChildRun:
         if self.stop.is_set():  # cancel / drain / parent ended: ask the child to cancel
             ask = "child/cancel" if not proc.channel.closed.is_set() else None
             await proc.ladder(budget, ask=ask, reason=self.stop_reason)
-            host.finish(self, self.stop_reason, partial=True, result=self.state.result,
-                        reason=self.stop_reason)
+            host.finish(self, self.stop_reason, partial=self.stop_why is None,
+                        result=self.state.result if self.stop_why is None else None,
+                        reason=self.stop_why or self.stop_reason)
             return
         if outcome is None:  # the wire broke or the child died
             if proc.channel.failure:  # protocol error: end it through the ladder
@@ -239,7 +244,8 @@ class ChildRun:
         if self.stop.is_set():
             await proc.ladder(budget, ask="child/shutdown", reason=self.stop_reason)
             host.finish(self, self.stop_reason, partial=self.state.partial,
-                        result=self.state.result, reason=self.stop_reason)
+                        result=self.state.result if self.stop_why is None else None,
+                        reason=self.stop_why or self.stop_reason)
         else:
             await proc.ladder(budget, ask=None, reason="wire closed")
             host.finish(self, "failed", reason=why(proc))

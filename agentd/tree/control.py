@@ -36,6 +36,14 @@ parent -> child (brokered I/O)
   io/updated       notification `{server, uri}`: a resource this child
                    subscribed to changed
 
+Bounds: a frame is at most `max_frame` bytes (16 MiB unless configured) on
+both sides, and an answer to `io/request` at most `answer_limit(max_frame)`:
+the frame less `ENVELOPE_HEADROOM`, so that what a child makes of it (its
+result, wrapped in `RunOutcome`, then in `HandleState` on its parent's wire)
+still fits a frame. An answer past that bound is not sent: `ControlSession.fitted`
+returns its `Oversize` instead, and the parent answers `IO_OVERSIZE` and fails
+that run (agentd.tree.supervisor).
+
 A frame that is oversized, not JSON, not a single JSON-RPC message, a response
 to no pending request, or carries params of the wrong shape makes `feed()`
 raise `TreeError` (the only error it raises: the peer broke the wire, which
@@ -72,8 +80,10 @@ from agentd_native import MAX_FRAME, FrameDecoder, FrameTooLarge, encode_frame
 
 __all__ = [
     "BUSY",
+    "ENVELOPE_HEADROOM",
     "IO_CEILING",
     "IO_FAULT",
+    "IO_OVERSIZE",
     "IO_SCOPE",
     "IO_UNAVAILABLE",
     "PROTOCOL",
@@ -97,10 +107,12 @@ __all__ = [
     "IoUnsubscribe",
     "IoUpdated",
     "MessageParams",
+    "Oversize",
     "Progress",
     "Reply",
     "RunOutcome",
     "SpawnParams",
+    "answer_limit",
     "fault_error",
     "fault_of",
     "io_error",
@@ -118,6 +130,35 @@ IO_UNAVAILABLE: Final = -32014  # the intelligence is unavailable (the child exi
 IO_CEILING: Final = -32015  # the tree's token ledger refused the call (budget_exhausted)
 IO_FAULT: Final = -32016  # an MCP protocol/transport fault (never tool output)
 IO_SCOPE: Final = -32017  # the server/tool/resource is outside the child's tool_scope
+IO_OVERSIZE: Final = -32018  # the answer does not fit the wire (`Oversize`): the run fails
+
+# What an answer to a child leaves of a frame for the envelopes it is wrapped in next
+# (a child's result goes up as `RunOutcome`, then to a grandparent as `HandleState`).
+ENVELOPE_HEADROOM: Final = 64 * 1024
+
+
+def answer_limit(max_frame: int) -> int:
+    """The most bytes one io/request answer may take on a wire of `max_frame`."""
+    return max_frame - ENVELOPE_HEADROOM
+
+
+ANSWER_FIX: Final = ("ask for less (a smaller page or range) or make the call from the root "
+                     "run; --intelligence-max-bytes and --mcp-max-bytes refuse such answers "
+                     "at the read")
+
+
+class Oversize(Struct, frozen=True):
+    """A message that was not sent because it does not fit its bound (a return
+    value of `ControlSession.fitted`: the caller answers with an error instead)."""
+
+    size: int
+    limit: int
+
+    def words(self, what: str, fix: str = ANSWER_FIX) -> str:
+        """Why the run fails, naming the bound and what to do about it."""
+        return (f"{what} of {self.size} bytes exceeds the {self.limit} bytes a subagent's "
+                f"control wire carries (its frame less {ENVELOPE_HEADROOM} bytes of "
+                f"envelope), so the subagent's run failed; {fix}")
 
 
 class Catalogue(Struct, kw_only=True, frozen=True):
@@ -404,7 +445,12 @@ class ControlSession:
 
     # ---------------------------------------------------------------- output
     def _frame(self, msg: Any) -> bytes:
-        return encode_frame(codec.encode(msg), self.max_frame)
+        try:
+            return encode_frame(codec.encode(msg), self.max_frame)
+        except FrameTooLarge as exc:  # nothing sent: the caller's own message is too big
+            raise TreeError(f"a control-wire message of {exc.size} bytes exceeds the frame "
+                            f"maximum of {exc.limit} bytes (docs/subagents.md, the control "
+                            "wire's bounds)") from None
 
     def request(self, method: str, params: Any = UNSET) -> tuple[int, bytes]:
         """A new request: its id (to match the `Reply`) and its frame."""
@@ -417,6 +463,14 @@ class ControlSession:
 
     def response(self, rid: int | str, result: Any) -> bytes:
         return self._frame(Response(rid, result))
+
+    def fitted(self, rid: int | str, result: Any, limit: int) -> bytes | Oversize:
+        """The response's frame, or its `Oversize` when its body is over `limit`
+        (at most `max_frame`): an expected outcome for an answer a peer sized."""
+        try:
+            return encode_frame(codec.encode(Response(rid, result)), min(limit, self.max_frame))
+        except FrameTooLarge as exc:
+            return Oversize(exc.size, exc.limit)
 
     def error(self, rid: int | str | None, code: int, message: str,
               data: Any = UNSET) -> bytes:

@@ -30,7 +30,7 @@ from agentd.errors import RPCError, TreeError
 from agentd.log import Logger, log
 from agentd.obs import metrics
 from agentd.tree.boot import CHILD_FLAG
-from agentd.tree.control import ControlSession, Incoming, Reply
+from agentd.tree.control import ControlSession, Incoming, Oversize, Reply
 from agentd.tree.ladder import Ladder
 from agentd.wire.dispatch import Dispatcher
 
@@ -246,6 +246,18 @@ class Channel:
     def respond(self, rid: int | str | None, result: Any) -> None:
         if rid is not None:
             self._send(self.session.response(rid, result))
+
+    def answer(self, rid: int | str | None, result: Any, limit: int) -> Oversize | None:
+        """`respond` with an answer a peer sized: sent whole if its body is within
+        `limit` bytes; else nothing is sent and the caller gets the `Oversize`, to
+        answer `rid` with an error of its own."""
+        if rid is None:
+            return None
+        frame = self.session.fitted(rid, result, limit)
+        if isinstance(frame, Oversize):
+            return frame
+        self._send(frame)
+        return None
 
     def error(self, rid: int | str | None, code: int, message: str,
               data: Any = UNSET) -> None:

@@ -47,6 +47,7 @@ from agentd.tree.child_run import ChildRun
 from agentd.tree.control import (
     CHILD_ERROR,
     IO_FAULT,
+    IO_OVERSIZE,
     IO_SCOPE,
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
@@ -55,8 +56,11 @@ from agentd.tree.control import (
     IoCall,
     IoComplete,
     IoCompletion,
+    IoRead,
     MessageParams,
+    Oversize,
     RunOutcome,
+    answer_limit,
 )
 from agentd.tree.forkserver import ForkserverSpawner, available
 from agentd.tree.ownership import within
@@ -89,10 +93,26 @@ def _io_attrs(handle: str, req: object) -> dict[str, Any]:
     return {"agentd.handle": handle, "agentd.io": type(req).__name__}
 
 
+def _io_kind(req: msgspec.Struct) -> str:
+    """A brokered request's kind: its tag on the wire (`complete`, `call`, ...)."""
+    tag = req.__struct_config__.tag
+    return tag if isinstance(tag, str) and tag else type(req).__name__
+
+
+def _io_what(req: msgspec.Struct) -> str:
+    """What answers a brokered request, in the words of an oversize's reason."""
+    if isinstance(req, IoComplete):
+        return "the model's answer"
+    if isinstance(req, IoCall):
+        return f"the result of tool {str(req.name)[:80]!r}"
+    if isinstance(req, IoRead):
+        return f"the read of resource {str(req.uri)[:200]!r}"
+    return f"the answer to {_io_kind(req)}"
+
+
 def _io_event(req: msgspec.Struct, steps: int) -> str:
     """A brokered request as a live-view event: the tool's name, never arguments."""
-    tag = req.__struct_config__.tag
-    kind = tag if isinstance(tag, str) and tag else type(req).__name__
+    kind = _io_kind(req)
     if kind == "complete":
         return f"step {steps + 1}: thinking"
     if kind == "call":
@@ -456,14 +476,23 @@ class Supervisor:
                 if self._model is None:  # the provider exists now: it just answered
                     self._model = model_label(self.broker.intelligence)
                 metrics.turn(self._model, result.completion.usage, time.perf_counter() - t0)
+            if isinstance(result, ErrorObject):  # a refusal, or a fault of the call
+                ch.error(ev.id, result.code, result.message, result.data)
+            elif (over := ch.answer(ev.id, result, answer_limit(self.max_frame))) is not None:
+                self._oversize(run, ch, ev.id, p, over)
         except Exception as exc:  # a fault of ours or of a peer: the child gets an error
             self.log.error("subagent.io_error", handle=run.handle, error=repr(exc)[:300])
             ch.error(ev.id, IO_FAULT, f"{type(exc).__name__}: {exc}")
-        else:
-            if isinstance(result, ErrorObject):  # a refusal, or a fault of the call
-                ch.error(ev.id, result.code, result.message, result.data)
-            else:
-                ch.respond(ev.id, result)
+
+    def _oversize(self, run: ChildRun, ch: Channel, rid: int | str | None,
+                  req: msgspec.Struct, over: Oversize) -> None:
+        """An answer too large for `run`'s wire is that run's fault: it is told so
+        (IO_OVERSIZE) and fails with the bound named; nobody else is touched."""
+        reason = over.words(_io_what(req))
+        self.log.warning("subagent.io_oversize", handle=run.handle, io=_io_kind(req),
+                         bytes=over.size, limit=over.limit)
+        ch.error(rid, IO_OVERSIZE, reason)
+        run.request_stop("failed", why=reason)
 
     def _notify_update(self, handle: str, update: Any) -> None:
         run = self.registry.get(handle)
