@@ -19,8 +19,8 @@ listener: ``/metrics``, the A2A agent) passes :meth:`Guard.check` first:
 A request a pool peer proxied (``agentd.pool.session_relay``) arrives over that
 peer's connection: its TLS certificate and missing bearer say who the *peer*
 is, not who the caller is.  The pool's middleware verifies the peer's MAC over
-the caller's principal before the guard runs and puts it in the request under
-:data:`VOUCHED`; the guard then takes that principal instead of the bearer and
+the caller's principal before the guard runs and hands it over with
+:meth:`Guard.vouch` (under the request key ``VOUCHED``); the guard then takes that principal instead of the bearer and
 the certificate (the first worker checked those, and Host/Origin, as for a
 direct request).  Nothing else sets the key, so a client cannot claim it.
 
@@ -52,7 +52,7 @@ from agentd.netaddr import is_loopback_host
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
 
-__all__ = ["VOUCHED", "Guard", "hostname"]
+__all__ = ["Guard", "hostname"]
 
 _log = log.bind(component="mcp.http_server")
 
@@ -149,6 +149,16 @@ class Guard:
         if version is not None and version not in SUPPORTED and request.method != "POST":
             return plain(400, "Bad Request: unsupported MCP-Protocol-Version")
         return None
+
+    @staticmethod
+    def vouch(request: web.Request, principal: str) -> None:
+        """Serve ``request`` as ``principal``, which a pool peer proved (before :meth:`check`)."""
+        request[VOUCHED] = principal
+
+    @staticmethod
+    def caller() -> str:
+        """The principal :meth:`check` authenticated for this request's task."""
+        return current_principal.get() or "anonymous"
 
     def _origin_ok(self, origin: str, host: str | None) -> bool:
         o = origin.strip().lower().rstrip("/")

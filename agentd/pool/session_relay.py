@@ -25,7 +25,7 @@ claim is good for that one request to that one owner.  The owner checks it
 before reading the body (:class:`~agentd.pool.handles.RelayVerifier`: the
 MAC, the timestamp window, the nonce memory shared with ``/pool/relay``, the
 sender a member), then the body against its digest, and serves the request
-as that principal (:data:`agentd.mcp.http_guard.VOUCHED`): the forwarding
+as that principal (:meth:`agentd.mcp.http_guard.Guard.vouch`): the forwarding
 worker's TLS certificate never names the caller, so two clients proxied
 through one worker stay two principals, and the session answers only the
 principal that opened it.  A claim that fails is ``401`` and closes the
@@ -39,7 +39,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -47,15 +47,11 @@ from aiohttp import web
 from agentd.errors import PoolError
 from agentd.log import log
 from agentd.log_bridge import throttled
-from agentd.mcp.handler import current_principal
-from agentd.mcp.http_guard import VOUCHED
-from agentd.mcp.http_responses import closing, plain
-from agentd.mcp.http_server import HttpServer
 from agentd.obs import metrics
 from agentd.pool import handles
 from agentd.pool.relay import Relay
 
-__all__ = ["BODY_HEADER", "SESSION_HEADER", "proxy_target", "session_middleware"]
+__all__ = ["BODY_HEADER", "SESSION_HEADER", "Guarded", "proxy_target", "session_middleware"]
 
 SESSION_HEADER: Final = "Mcp-Session-Id"
 BODY_HEADER: Final = "Agentd-Pool-Body"  # the proxied body's SHA-256 (hex), bound by the MAC
@@ -70,15 +66,35 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _log = log.bind(component="pool")
 
 
+class Guarded(Protocol):
+    """The listener's guard as the proxy uses it (``agentd.mcp.http_guard.Guard``):
+    passed in by the composition root, so the pool does not import the server."""
+
+    def check(self, request: web.Request) -> web.StreamResponse | None: ...
+
+    def caller(self) -> str: ...
+
+    def vouch(self, request: web.Request, principal: str) -> None: ...
+
+
+def _plain(status: int, text: str, *, close: bool = False) -> web.Response:
+    resp = web.Response(status=status, text=text)
+    if close:  # its input is not trusted: the connection ends after the answer
+        resp.force_close()
+    return resp
+
+
 def proxy_target(path: str, receiver: str, session_id: str, body_sha256: str) -> str:
     """What a proxied request's MAC names besides its method: the path, the worker
     it is for, the session and the body's digest (``#`` never occurs in a path)."""
     return f"{path}#{receiver}#{session_id}#{body_sha256}"
 
 
-def session_middleware(relay: Relay, server: HttpServer, paths: tuple[str, ...]) -> Callable[
-        ..., Awaitable[web.StreamResponse]]:
-    """The middleware for ``paths`` (``server``'s MCP endpoint) of one pool worker."""
+def session_middleware(relay: Relay, guard: Guarded, paths: tuple[str, ...], *, max_body: int,
+                       body_timeout: float) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware for ``paths`` (the MCP endpoint) of one pool worker; a proxied
+    body is held to ``max_body`` bytes read within ``body_timeout`` s, the
+    listener's own bounds for a direct one."""
     key, me = relay.key, relay.me
 
     @web.middleware
@@ -90,17 +106,25 @@ def session_middleware(relay: Relay, server: HttpServer, paths: tuple[str, ...])
         if ref is None or sid is None:  # no session, or not a pool id: served as it is
             return _minted(await handler(request), key, me)
         if ref[0] != me:
-            denied = server.guard.check(request)  # the same checks as a direct request
+            denied = guard.check(request)  # the same checks as a direct request
             if denied is not None:
                 return denied
             metrics.POOL_RELAYED.inc("out", "session")
-            return await _proxy(relay, server, ref[0], sid, request)
+            try:  # the body bounds of a direct request: size and read time
+                async with asyncio.timeout(body_timeout):
+                    body = await _read_body(request, max_body)
+            except TimeoutError:
+                return _plain(408, "Request Timeout: the body was not received in time",
+                              close=True)
+            if body is None:
+                return _plain(413, "Payload Too Large", close=True)
+            return await _proxy(relay, ref[0], sid, request, body, guard.caller())
         # ours: the server knows it by its own id
         headers = request.headers.copy()
         headers[SESSION_HEADER] = ref[1]
         request = request.clone(headers=headers)
         if handles.RELAY_HEADER in request.headers:  # proxied by a peer
-            refused = await _vouch(relay, request, sid)
+            refused = await _vouch(relay, guard, request, sid)
             if refused is not None:
                 return refused
         return await handler(request)
@@ -120,10 +144,11 @@ def _minted(response: web.StreamResponse, key: handles.PoolKey, me: str) -> web.
 def _unvouched(reason: str) -> web.StreamResponse:
     throttled(_log, "warning", "pool.relay_refused", key=f"session:{reason}", reason=reason,
               op="session")
-    return closing(401, "Unauthorized: pool authentication failed")
+    return _plain(401, "Unauthorized: pool authentication failed", close=True)
 
 
-async def _vouch(relay: Relay, request: web.Request, sid: str) -> web.StreamResponse | None:
+async def _vouch(relay: Relay, guard: Guarded, request: web.Request,
+                 sid: str) -> web.StreamResponse | None:
     """Put the caller's principal a peer proved in ``request`` (None), or the 401."""
     headers = request.headers
     principal = headers.get(handles.RELAY_PRINCIPAL_HEADER)
@@ -139,10 +164,10 @@ async def _vouch(relay: Relay, request: web.Request, sid: str) -> web.StreamResp
     try:  # a member's body, within this listener's own bound (client_max_size)
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return closing(413, "Payload Too Large")
+        return _plain(413, "Payload Too Large", close=True)
     if principal is None or not hmac.compare_digest(hashlib.sha256(body).hexdigest(), digest):
         return _unvouched("body does not match its digest")
-    request[VOUCHED] = principal
+    guard.vouch(request, principal)
     return None
 
 
@@ -161,19 +186,13 @@ async def _read_body(request: web.Request, bound: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _proxy(relay: Relay, server: HttpServer, owner: str, sid: str,
-                 request: web.Request) -> web.StreamResponse:
+async def _proxy(relay: Relay, owner: str, sid: str, request: web.Request, body: bytes,
+                 principal: str) -> web.StreamResponse:
+    """``request`` (its ``body`` read) sent to ``owner`` for ``principal``, as this
+    worker's guard authenticated the caller; the owner's answer streamed back."""
     base = relay.peers.get(owner)
     if base is None:
-        return plain(404, "Not Found: unknown or ended session")
-    try:  # the body bounds of a direct request: size and read time
-        async with asyncio.timeout(server.limits.body_timeout):
-            body = await _read_body(request, server.limits.max_body)
-    except TimeoutError:
-        return closing(408, "Request Timeout: the body was not received in time")
-    if body is None:
-        return closing(413, "Payload Too Large")
-    principal = current_principal.get() or "anonymous"  # as the guard authenticated it
+        return _plain(404, "Not Found: unknown or ended session")
     digest = hashlib.sha256(body).hexdigest()
     headers = {k: v for k in _FORWARD if (v := request.headers.get(k)) is not None}
     headers.update(handles.sign_request(
