@@ -122,19 +122,25 @@ async def _principals_stay_apart(alice: Caller, bob: Caller) -> None:
     assert await alice.status_of("DELETE", "w2", sid_a) == 200
 
 
+async def _through_w2(agentd_bin, pool, clients: dict[str, dict]) -> None:
+    """Start w1 and w2 of ``pool``, then the scenario with Alice's and Bob's clients
+    (``clients``: each one's httpx client arguments, its certificate or bearer)."""
+    urls = {wid: pool.url(wid) for wid in ("w1", "w2")}
+    for wid in ("w1", "w2"):
+        pool.start(agentd_bin, wid)
+    async with contextlib.AsyncExitStack() as stack:
+        alice, bob = [Caller(await stack.enter_async_context(
+            httpx2.AsyncClient(timeout=60, **clients[who])), urls) for who in ("alice", "bob")]
+        await _principals_stay_apart(alice, bob)
+
+
 async def test_mtls_only_pool_keeps_each_certificate_its_own(agentd_bin, tmp_path) -> None:
     pool = TlsPool(tmp_path)
     pool.cfg.write_text("")  # no bearer at all: a caller is its certificate
-    certs = {who: pool.issue(f"{who}.pool.test", who) for who in ("alice", "bob")}
-    urls = {wid: pool.url(wid) for wid in ("w1", "w2")}
     try:
-        for wid in ("w1", "w2"):
-            pool.start(agentd_bin, wid)
-        async with contextlib.AsyncExitStack() as stack:
-            alice, bob = [Caller(await stack.enter_async_context(httpx2.AsyncClient(
-                verify=pool.context(certs[who]), timeout=60, headers=ACCEPT)), urls)
-                for who in ("alice", "bob")]
-            await _principals_stay_apart(alice, bob)
+        await _through_w2(agentd_bin, pool, {
+            who: {"verify": pool.context(pool.issue(f"{who}.pool.test", who)),
+                  "headers": ACCEPT} for who in ("alice", "bob")})
         assert pool.workers["w2"].events("mcp.serve.refused")  # Host and session refusals
     finally:
         pool.stop()
@@ -142,15 +148,10 @@ async def test_mtls_only_pool_keeps_each_certificate_its_own(agentd_bin, tmp_pat
 
 async def test_bearer_pool_keeps_each_bearer_its_own(agentd_bin, tmp_path) -> None:
     pool = Pool(tmp_path)
-    urls = {wid: pool.url(wid) for wid in ("w1", "w2")}
     try:
-        for wid in ("w1", "w2"):
-            pool.start(agentd_bin, wid)
-        async with contextlib.AsyncExitStack() as stack:
-            alice, bob = [Caller(await stack.enter_async_context(httpx2.AsyncClient(
-                timeout=60, headers={**ACCEPT, "Authorization": f"Bearer {TOKENS[who]}"})), urls)
-                for who in ("alice", "bob")]
-            await _principals_stay_apart(alice, bob)
+        await _through_w2(agentd_bin, pool, {
+            who: {"headers": {**ACCEPT, "Authorization": f"Bearer {TOKENS[who]}"}}
+            for who in ("alice", "bob")})
     finally:
         pool.stop()
 
