@@ -401,8 +401,10 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
     without ``--serve-mcp`` (peers relay to that listener) or without a key, a key
     that is too short, an id that is not a DNS label, a malformed or duplicate
     peer, a malformed ``--pool-dns``, a ``--pool-subscribe-timeout`` or
-    ``--pool-dead-after`` out of range."""
-    from agentd.pool import discovery, handles, membership
+    ``--pool-dead-after`` out of range, and a pool that could not carry each
+    caller's own principal: an unauthenticated listener with peers off this host,
+    an mTLS ``--serve-cert`` the pool's CA does not accept."""
+    from agentd.pool import discovery, handles, link_check, membership
 
     if pool_id is None and not peers and not key and not dns:
         return None
@@ -440,6 +442,11 @@ def parse_pool(pool_id: str | None, peers: list[str], key: str | None,
                            interval) if dns else None
     except ValueError as exc:
         raise ConfigError(f"--pool-dns {str(dns)[:200]!r}: {exc}") from None
+    why = link_check.refusal(serve.url, serve.authenticated, {p.id: p.url for p in out.values()},
+                             bool(dns) and serve.scheme == "https", serve.cert, serve.key,
+                             serve.client_ca)
+    if why is not None:  # docs/security.md, "Principals across the pool"
+        raise ConfigError(why)
     return PoolSpec(pool_id, tuple(p for p in out.values() if p.id != pool_id), key, pool_dns,
                     _seconds("--pool-subscribe-timeout", subscribe_timeout,
                              membership.DEFAULT_SUBSCRIBE_TIMEOUT,

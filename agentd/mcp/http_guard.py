@@ -16,6 +16,14 @@ listener: ``/metrics``, the A2A agent) passes :meth:`Guard.check` first:
   (``agentd.mcp.handler.current_principal``), and a 2026-07-28 GET or DELETE
   is ``405``, an unsupported ``MCP-Protocol-Version`` on them ``400``.
 
+A request a pool peer proxied (``agentd.pool.session_relay``) arrives over that
+peer's connection: its TLS certificate and missing bearer say who the *peer*
+is, not who the caller is.  The pool's middleware verifies the peer's MAC over
+the caller's principal before the guard runs and hands it over with
+:meth:`Guard.vouch` (under the request key ``VOUCHED``); the guard then takes that principal instead of the bearer and
+the certificate (the first worker checked those, and Host/Origin, as for a
+direct request).  Nothing else sets the key, so a client cannot claim it.
+
 A refusal is logged throttled (``mcp.serve.refused``) and closes the connection.
 """
 
@@ -51,6 +59,8 @@ _log = log.bind(component="mcp.http_server")
 SUPPORTED: Final = frozenset(t.SUPPORTED_PROTOCOL_VERSIONS)
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _HOST_CACHE: Final = 256  # Host values remembered with their verdict (then forgotten at once)
+# the caller's principal a pool peer proved for this request (set by the pool's middleware)
+VOUCHED: Final = web.RequestKey("agentd.pool.vouched", str)
 
 
 def hostname(host: str) -> str:
@@ -117,18 +127,21 @@ class Guard:
         origin = headers.get("Origin")
         if origin is not None and not self._origin_ok(origin, host):
             return _refused(request, "origin")
+        vouched = request.get(VOUCHED)
         name = None
-        if self._bearer is not None:
+        if self._bearer is not None and vouched is None:
             name = self._bearer.match(headers.get("Authorization"))  # type: ignore[union-attr]
             if name is None:
                 return _refused(request, "auth")
         if self.gate is not None:
             self.gate.authenticated(request)
-        subject = None
-        if self._mtls and request.transport is not None:
-            subject = cert_subject(request.transport.get_extra_info("peercert"))
+        if vouched is None:
+            subject = None
+            if self._mtls and request.transport is not None:
+                subject = cert_subject(request.transport.get_extra_info("peercert"))
+            vouched = principal(subject=subject, bearer_name=name)
         # the principal served runs belong to; this request's task only
-        current_principal.set(principal(subject=subject, bearer_name=name))
+        current_principal.set(vouched)
         version = headers.get("MCP-Protocol-Version")
         if version in m.MODERN_PROTOCOL_VERSIONS and request.method != "POST":
             return plain(405, "Method Not Allowed: 2026-07-28 has no GET stream or session",
@@ -136,6 +149,16 @@ class Guard:
         if version is not None and version not in SUPPORTED and request.method != "POST":
             return plain(400, "Bad Request: unsupported MCP-Protocol-Version")
         return None
+
+    @staticmethod
+    def vouch(request: web.Request, principal: str) -> None:
+        """Serve ``request`` as ``principal``, which a pool peer proved (before :meth:`check`)."""
+        request[VOUCHED] = principal
+
+    @staticmethod
+    def caller() -> str:
+        """The principal :meth:`check` authenticated for this request's task."""
+        return current_principal.get() or "anonymous"
 
     def _origin_ok(self, origin: str, host: str | None) -> bool:
         o = origin.strip().lower().rstrip("/")

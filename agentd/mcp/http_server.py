@@ -16,6 +16,9 @@ One endpoint path (``/mcp``) serves a :class:`~agentd.mcp.handler.Handler`:
   buffer, a fresh GET gets the events no stream has carried yet.  A new GET
   supersedes the previous stream of the session.
 * ``DELETE`` ends the session (``200``); it then answers ``404``.
+* A session answers only the principal that opened it: another principal's
+  POST, GET or DELETE with its id is ``404``, as for an unknown id
+  (``agentd.mcp.http_sessions``).
 * ``MCP-Protocol-Version`` (when sent) must be one we speak: else ``400``.
 * MCP 2026-07-28 on the same path: a POST whose ``MCP-Protocol-Version`` is
   not an initialize-era version, or a sessionless one whose ``params._meta``
@@ -203,8 +206,8 @@ class HttpServer(served.SpansOwnRequests):
                                                f"Method not found: {req.method}", id=req.id,
                                                side="local"))
             return plain(400, "Bad Request: Mcp-Session-Id header is required")
-        ch = self.sessions.channels.get(sid)
-        if ch is None:
+        ch = self.sessions.owned(sid)
+        if ch is None:  # unknown, ended, or another principal's
             return plain(404, "Not Found: unknown or ended session")
         session = ch.session
         assert session is not None

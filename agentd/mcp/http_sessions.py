@@ -10,6 +10,14 @@ replays from ``Last-Event-ID`` (a fresh ``GET`` gets what no stream has carried
 yet), supersedes the previous stream of the session, and ends when it is too
 old (``stream_max_age``) or stalls.  ``DELETE`` and the idle reaper end a
 session; shutdown ends them all.
+
+A session belongs to the principal that opened it (MCP 2025-11-25, security
+best practices: a session id is not a credential, so it is bound to the user).
+Every later request of the session -- a POST, the GET stream (which carries
+its ``notifications/resources/updated``), the DELETE -- is answered only for
+that principal; another principal presenting the id gets the very ``404`` an
+unknown id gets (no hint that it exists), logged throttled as
+``mcp.serve.refused`` with ``reason=session_principal``.
 """
 
 from __future__ import annotations
@@ -68,12 +76,24 @@ class Sessions:
         self._per_client: dict[str, int] = {}  # live sessions per principal
         self._streams: dict[str, int] = {}  # open GET streams per principal
 
+    def owned(self, sid: str) -> Channel | None:
+        """Session ``sid`` if this request's principal opened it; else None (unknown)."""
+        ch = self.channels.get(sid)
+        if ch is None:
+            return None
+        if ch.client != (current_principal.get() or "anonymous"):
+            throttled(_log, "warning", "mcp.serve.refused", key="session_principal",
+                      reason="session_principal")
+            return None
+        return ch
+
     def lookup(self, request: web.Request) -> tuple[Channel | None, web.StreamResponse | None]:
-        """The request's session, or the answer for a missing (400) or unknown (404) id."""
+        """The request's session, or the answer for a missing (400) or unknown (404) id
+        (another principal's session is unknown to this one)."""
         sid = request.headers.get("Mcp-Session-Id")
         if sid is None:
             return None, plain(400, "Bad Request: Mcp-Session-Id header is required")
-        ch = self.channels.get(sid)
+        ch = self.owned(sid)
         if ch is None:
             return None, plain(404, "Not Found: unknown or ended session")
         return ch, None

@@ -7,50 +7,95 @@ replaced by the pool id; on the way in:
 
 * the pool id of a session this worker holds is turned back into the
   server's own id, and the request is served here;
-* the pool id of a session a peer holds is proxied to that peer unchanged
-  (method, path, body and the request headers the MCP endpoint reads,
-  ``Authorization`` included, so the owner's own guard decides who the
-  caller is); the answer -- JSON, or an SSE stream relayed chunk by chunk --
-  comes back as the owner sent it;
+* the pool id of a session a peer holds is proxied to that peer, after this
+  worker's own guard has checked it exactly as a direct request
+  (``Host``/``Origin``, the bearer, the mTLS certificate: a refusal here is
+  the refusal the caller would get directly);
 * anything else (no id, a forged or altered one) is left as it is: the
   server answers 404 for an id it does not hold, exactly as without a pool.
 
-The principal is the owner's bearer check: in a pool that serves sessions
-through every worker, callers authenticate with bearers (an mTLS client
-certificate ends at the first worker's TLS).
+Who the caller is crosses the hop as a claim the owner can check, never as
+the link's own identity: the proxied request carries the caller's principal
+(as this worker's guard authenticated it) in ``Agentd-Pool-Principal`` and
+``Agentd-Pool-Auth``, the relay's request MAC
+(:func:`agentd.pool.handles.sign_request`) over the sending worker, a
+timestamp, a nonce, the method and a target naming the path, the *receiving*
+worker, the session id and the body's SHA-256 (``Agentd-Pool-Body``), so the
+claim is good for that one request to that one owner.  The owner checks it
+before reading the body (:class:`~agentd.pool.handles.RelayVerifier`: the
+MAC, the timestamp window, the nonce memory shared with ``/pool/relay``, the
+sender a member), then the body against its digest, and serves the request
+as that principal (:meth:`agentd.mcp.http_guard.Guard.vouch`): the forwarding
+worker's TLS certificate never names the caller, so two clients proxied
+through one worker stay two principals, and the session answers only the
+principal that opened it.  A claim that fails is ``401`` and closes the
+connection.  The caller's bearer and ``Origin`` stay at the first worker.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
+import secrets
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol
 
 import aiohttp
 from aiohttp import web
 
+from agentd.errors import PoolError
 from agentd.log import log
+from agentd.log_bridge import throttled
 from agentd.obs import metrics
 from agentd.pool import handles
 from agentd.pool.relay import Relay
 
-__all__ = ["SESSION_HEADER", "session_middleware"]
+__all__ = ["BODY_HEADER", "SESSION_HEADER", "Guarded", "proxy_target", "session_middleware"]
 
 SESSION_HEADER: Final = "Mcp-Session-Id"
-# the request headers the MCP endpoint reads; hop-by-hop ones never cross
-_FORWARD: Final = ("Authorization", "Content-Type", "Accept", "Last-Event-ID", "Origin",
-                   SESSION_HEADER, "MCP-Protocol-Version", "traceparent", "tracestate")
+BODY_HEADER: Final = "Agentd-Pool-Body"  # the proxied body's SHA-256 (hex), bound by the MAC
+# the request headers the owner's MCP endpoint reads; the caller's credentials
+# (Authorization) and Origin were checked here and never cross, nor hop-by-hop ones
+_FORWARD: Final = ("Content-Type", "Accept", "Last-Event-ID", SESSION_HEADER,
+                   "MCP-Protocol-Version", "traceparent", "tracestate")
 _BACK: Final = ("Content-Type", "Cache-Control", SESSION_HEADER, "Retry-After",
                 "WWW-Authenticate")
-MAX_PROXY_BODY: Final = 4 * 1024 * 1024  # one proxied POST body (the relay's bound)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_log = log.bind(component="pool")
 
 
-def session_middleware(relay: Relay, paths: tuple[str, ...]) -> Callable[..., Awaitable[
-        web.StreamResponse]]:
-    """The middleware for ``paths`` (the MCP endpoint's) of one pool worker."""
+class Guarded(Protocol):
+    """The listener's guard as the proxy uses it (``agentd.mcp.http_guard.Guard``):
+    passed in by the composition root, so the pool does not import the server."""
+
+    def check(self, request: web.Request) -> web.StreamResponse | None: ...
+
+    def caller(self) -> str: ...
+
+    def vouch(self, request: web.Request, principal: str) -> None: ...
+
+
+def _plain(status: int, text: str, *, close: bool = False) -> web.Response:
+    resp = web.Response(status=status, text=text)
+    if close:  # its input is not trusted: the connection ends after the answer
+        resp.force_close()
+    return resp
+
+
+def proxy_target(path: str, receiver: str, session_id: str, body_sha256: str) -> str:
+    """What a proxied request's MAC names besides its method: the path, the worker
+    it is for, the session and the body's digest (``#`` never occurs in a path)."""
+    return f"{path}#{receiver}#{session_id}#{body_sha256}"
+
+
+def session_middleware(relay: Relay, guard: Guarded, paths: tuple[str, ...], *, max_body: int,
+                       body_timeout: float) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware for ``paths`` (the MCP endpoint) of one pool worker; a proxied
+    body is held to ``max_body`` bytes read within ``body_timeout`` s, the
+    listener's own bounds for a direct one."""
     key, me = relay.key, relay.me
-    _log = log.bind(component="pool")
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -58,31 +103,102 @@ def session_middleware(relay: Relay, paths: tuple[str, ...]) -> Callable[..., Aw
             return await handler(request)
         sid = request.headers.get(SESSION_HEADER)
         ref = handles.verify_session(key, sid) if sid is not None else None
-        if ref is not None and ref[0] != me:
+        if ref is None or sid is None:  # no session, or not a pool id: served as it is
+            return _minted(await handler(request), key, me)
+        if ref[0] != me:
+            denied = guard.check(request)  # the same checks as a direct request
+            if denied is not None:
+                return denied
             metrics.POOL_RELAYED.inc("out", "session")
-            return await _proxy(relay, ref[0], request)
-        if ref is not None:  # ours: the server knows it by its own id
-            headers = request.headers.copy()
-            headers[SESSION_HEADER] = ref[1]
-            request = request.clone(headers=headers)
-        response = await handler(request)
-        minted = response.headers.get(SESSION_HEADER)
-        if minted is not None and handles.verify_session(key, minted) is None:
-            response.headers[SESSION_HEADER] = handles.mint_session(key, me, minted)
-            _log.debug("pool.session", owner=me)
-        return response
+            try:  # the body bounds of a direct request: size and read time
+                async with asyncio.timeout(body_timeout):
+                    body = await _read_body(request, max_body)
+            except TimeoutError:
+                return _plain(408, "Request Timeout: the body was not received in time",
+                              close=True)
+            if body is None:
+                return _plain(413, "Payload Too Large", close=True)
+            return await _proxy(relay, ref[0], sid, request, body, guard.caller())
+        # ours: the server knows it by its own id
+        headers = request.headers.copy()
+        headers[SESSION_HEADER] = ref[1]
+        request = request.clone(headers=headers)
+        if handles.RELAY_HEADER in request.headers:  # proxied by a peer
+            refused = await _vouch(relay, guard, request, sid)
+            if refused is not None:
+                return refused
+        return await handler(request)
 
     return middleware
 
 
-async def _proxy(relay: Relay, owner: str, request: web.Request) -> web.StreamResponse:
+def _minted(response: web.StreamResponse, key: handles.PoolKey, me: str) -> web.StreamResponse:
+    """An ``initialize`` answer's session id, renamed to the pool's (naming this worker)."""
+    minted = response.headers.get(SESSION_HEADER)
+    if minted is not None and handles.verify_session(key, minted) is None:
+        response.headers[SESSION_HEADER] = handles.mint_session(key, me, minted)
+        _log.debug("pool.session", owner=me)
+    return response
+
+
+def _unvouched(reason: str) -> web.StreamResponse:
+    throttled(_log, "warning", "pool.relay_refused", key=f"session:{reason}", reason=reason,
+              op="session")
+    return _plain(401, "Unauthorized: pool authentication failed", close=True)
+
+
+async def _vouch(relay: Relay, guard: Guarded, request: web.Request,
+                 sid: str) -> web.StreamResponse | None:
+    """Put the caller's principal a peer proved in ``request`` (None), or the 401."""
+    headers = request.headers
+    principal = headers.get(handles.RELAY_PRINCIPAL_HEADER)
+    digest = headers.get(BODY_HEADER, "")
+    try:  # the claim first: nothing of a stranger's body is read
+        sender = relay.verifier.verify(
+            headers.get(handles.RELAY_HEADER), principal, relay.clock(), request.method,
+            proxy_target(request.path, relay.me, sid, digest[:64]), b"")
+    except PoolError as exc:  # kind "auth"
+        return _unvouched(str(exc))
+    if sender == relay.me or (sender not in relay.peers and not relay.open_members):
+        return _unvouched("sender is not a pool member")
+    try:  # a member's body, within this listener's own bound (client_max_size)
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _plain(413, "Payload Too Large", close=True)
+    if principal is None or not hmac.compare_digest(hashlib.sha256(body).hexdigest(), digest):
+        return _unvouched("body does not match its digest")
+    guard.vouch(request, principal)
+    return None
+
+
+async def _read_body(request: web.Request, bound: int) -> bytes | None:
+    """The whole request body, or None past ``bound`` bytes (``content.read(n)``
+    returns what is buffered, so the chunks are gathered)."""
+    if (request.content_length or 0) > bound:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > bound:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _proxy(relay: Relay, owner: str, sid: str, request: web.Request, body: bytes,
+                 principal: str) -> web.StreamResponse:
+    """``request`` (its ``body`` read) sent to ``owner`` for ``principal``, as this
+    worker's guard authenticated the caller; the owner's answer streamed back."""
     base = relay.peers.get(owner)
     if base is None:
-        return web.Response(status=404, text="Not Found: unknown or ended session")
-    body = await request.content.read(MAX_PROXY_BODY + 1)
-    if len(body) > MAX_PROXY_BODY:
-        return web.Response(status=413, text="Payload Too Large")
+        return _plain(404, "Not Found: unknown or ended session")
+    digest = hashlib.sha256(body).hexdigest()
     headers = {k: v for k in _FORWARD if (v := request.headers.get(k)) is not None}
+    headers.update(handles.sign_request(
+        relay.key, relay.me, relay.clock(), secrets.token_hex(12), request.method,
+        proxy_target(request.path, owner, sid, digest), b"", principal))
+    headers[BODY_HEADER] = digest
     session = relay.client()
     try:
         upstream = await session.request(request.method, base + request.path, data=body or None,

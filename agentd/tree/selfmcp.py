@@ -489,7 +489,9 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
         if pool is not None:  # POST /pool/relay: the pool key is its credential
             pool.relay.mount(server.app, handler)
             # 2025-11-25 sessions: ids name their owner; a peer's are proxied to it
-            server.app.middlewares.append(session_middleware(pool.relay, ("/mcp", "/")))
+            server.app.middlewares.append(session_middleware(
+                pool.relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
+                body_timeout=server.limits.body_timeout))
     if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
         from agentd.tree.a2a_served import A2AServed
 
