@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.app.batch_files import finished_ids, load_tasks
+from agentd.app.batch_files import ResultsFile, load_tasks
 from agentd.app.cassette import Replay, cassette_path, first_difference
 from agentd.config import ConfigError
 from agentd.errors import TreeError
@@ -51,8 +51,11 @@ def test_a_results_file_that_is_not_results_is_refused(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "a"}\n')
     with pytest.raises(ConfigError, match=r"--out .*:1: not a result line"):
-        finished_ids(str(out))
-    assert finished_ids(str(tmp_path / "absent.jsonl")) == set()
+        ResultsFile(str(out), resume=True)
+    assert out.read_text() == '{"id": "a"}\n'
+    absent = ResultsFile(str(tmp_path / "absent.jsonl"), resume=True)
+    assert absent.finished == set()
+    absent.close()
 
 
 def write(directory: Path, version: int, *lines: dict) -> None:
