@@ -75,7 +75,7 @@ def batch(ctx: click.Context, **local: Any) -> None:
     from agentd import log as _log
     from agentd import runtime
     from agentd.app.batch import BatchOptions, run_batch
-    from agentd.app.batch_files import finished_ids, load_tasks
+    from agentd.app.batch_files import ResultsFile, load_tasks
     from agentd.flags import check_intelligence, config_from_flags, over_root
 
     flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
@@ -96,25 +96,21 @@ def batch(ctx: click.Context, **local: Any) -> None:
     tasks = load_tasks(local["tasks"], line_bytes=config.task_line_bytes,
                        max_tasks=config.max_tasks)
     out = local["out"]
-    if local["resume"]:
-        finished = finished_ids(out)
-    else:
-        if os.path.exists(out) and os.path.getsize(out) > 0:
-            raise cfg.ConfigError(f"--out {out}: already holds results (--resume continues "
-                                  "it; or name a new file)")
-        finished = set()
-    try:  # writable, before anything runs (created empty if it was not there)
-        open(out, "ab").close()
-    except OSError as exc:
-        raise cfg.ConfigError(f"--out {out}: {exc.strerror or exc}") from None
-    if record:
-        try:
-            os.makedirs(record, exist_ok=True)
-        except OSError as exc:
-            raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
-    opts = BatchOptions(out=out, record=record, replay=replay)
     _log.configure(fmt=config.log_format, level=config.log_level or "info")
-    from agentd.log_bridge import route_stdlib
+    # a regular file no other batch holds (created empty if absent), empty or
+    # (--resume) a results file; locked from here until the batch ends
+    results = ResultsFile(out, resume=local["resume"])
+    try:
+        if record:
+            try:
+                os.makedirs(record, exist_ok=True)
+            except OSError as exc:
+                raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
+        opts = BatchOptions(out=out, record=record, replay=replay)
+        from agentd.log_bridge import route_stdlib
 
-    route_stdlib()
-    ctx.exit(runtime.run(run_batch(config, opts, tasks, finished)))
+        route_stdlib()
+        code = runtime.run(run_batch(config, opts, tasks, results))
+    finally:
+        results.close()
+    ctx.exit(code)

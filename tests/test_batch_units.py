@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.app.batch_files import finished_ids, load_tasks
+from agentd.app.batch_files import ResultsFile, load_tasks
 from agentd.app.cassette import Replay, cassette_path, first_difference
 from agentd.config import ConfigError
 from agentd.errors import TreeError
@@ -51,8 +51,11 @@ def test_a_results_file_that_is_not_results_is_refused(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "a"}\n')
     with pytest.raises(ConfigError, match=r"--out .*:1: not a result line"):
-        finished_ids(str(out))
-    assert finished_ids(str(tmp_path / "absent.jsonl")) == set()
+        ResultsFile(str(out), resume=True)
+    assert out.read_text() == '{"id": "a"}\n'
+    absent = ResultsFile(str(tmp_path / "absent.jsonl"), resume=True)
+    assert absent.finished == set()
+    absent.close()
 
 
 def write(directory: Path, version: int, *lines: dict) -> None:
@@ -133,4 +136,43 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
     text = path.read_text().replace('"["', "[" * 100_000 + "]" * 100_000)
     path.write_text(text)
     with pytest.raises(TreeError, match="not a version-2 cassette"):
+        Replay(str(tmp_path), "s")
+
+
+def test_a_replayed_answer_is_held_to_the_smaller_of_its_kinds_bound_and_the_frame():
+    from agentd.app.cassette import FRAME_SLACK, AnswerBounds
+
+    bounds = AnswerBounds(completion=100, observation=1 << 30, frame=4096 + FRAME_SLACK)
+    assert bounds.of("complete") == (100, "--intelligence-max-bytes=100")
+    limit, name = bounds.of("call")  # the frame is the smaller one here
+    assert limit == 4096 and name.startswith("the control wire's frame of")
+    assert bounds.of("read") == bounds.of("call")
+    assert bounds.of("subscribe")[0] == 4096  # a kind without its own bound: the frame's
+
+
+def test_lines_within_reads_at_most_one_byte_past_its_bound(tmp_path):
+    from agentd.app.batch_files import lines_within
+
+    f = tmp_path / "f"
+    f.write_bytes(b"ab\ncd\n")
+    with f.open("rb") as r:
+        assert lines_within(r, 6) == [b"ab\n", b"cd\n"]
+    with f.open("rb") as r:
+        assert lines_within(r, 5) is None
+        assert r.tell() == 6  # never more than bound + 1
+
+
+def test_a_cassette_that_is_a_link_or_a_fifo_is_refused_without_a_read(tmp_path):
+    import os
+
+    write(tmp_path, 2, SUB)
+    real = Path(cassette_path(str(tmp_path), "s"))
+    moved = tmp_path / "elsewhere.jsonl"
+    real.rename(moved)
+    real.symlink_to(moved)  # a valid cassette, but through a link
+    with pytest.raises(TreeError, match=r"a symbolic link: refused"):
+        Replay(str(tmp_path), "s")
+    real.unlink()
+    os.mkfifo(real)  # nobody writes it: an open that blocked would hang here
+    with pytest.raises(TreeError, match=r"not a regular file \(a FIFO\): refused"):
         Replay(str(tmp_path), "s")

@@ -36,6 +36,7 @@ from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
 from agentd.app.batch_progress import progress
+from agentd.app.cassette import AnswerBounds
 from agentd.app.compose import metered_provider, open_toolbox
 from agentd.app.run import new_run_id
 from agentd.config import Config
@@ -59,7 +60,8 @@ DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal t
 class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Where one `agentd batch` writes and what it replays (its limits are
     `Config`'s: `parallel`, `batch_token_ceiling`, `progress_interval`, ...; the
-    tasks are read and `--resume` applied before it runs, by the CLI)."""
+    tasks are read, the results file opened, locked and `--resume` applied before
+    it runs, by the CLI)."""
 
     out: str
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
@@ -138,6 +140,10 @@ class Batch:
         req = SpawnRequest(instruction=task.instruction, output_contract=task.output_contract,
                            tool_scope=scope, mode="async")
         began = time.monotonic()
+        # the cassette is read before the child exists (its first request finds it),
+        # off the loop: a slow disk never holds the batch's signals or other samples
+        loaded = None if self.broker.replay_dir is None else \
+            await asyncio.to_thread(self.broker.load, task.id)
         state = await self.sup.spawn(ROOT, req)
         if isinstance(state, Refusal):  # past the batch's ceiling: budget_exhausted, not failed
             ledger = self.sup.ledger
@@ -147,7 +153,7 @@ class Batch:
             return
         handle = state.handle
         self.broker.begin(handle, task.id, frozenset(scope) if scope is not None
-                          else self.servers)
+                          else self.servers, loaded)
         stats = self.stats
         stats.running += 1
         stats.max_running = max(stats.max_running, stats.running)
@@ -233,11 +239,12 @@ def _supervisor_config(config: Config) -> Config:
 
 
 async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
-                    finished: set[str]) -> int:
-    """The whole batch; returns the exit code (0, 1, 130; 6 before any sample)."""
+                    results: ResultsFile) -> int:
+    """The whole batch, appending to `results` (open and locked: its opener closes
+    it); returns the exit code (0, 1, 130; 6 before any sample)."""
     run_id = new_run_id()
     configure(fmt=config.log_format, run_id=run_id, level=config.log_level or "info")
-    todo = [t for t in tasks if t.id not in finished]
+    todo = [t for t in tasks if t.id not in results.finished]
     stats = Stats(len(tasks), len(tasks) - len(todo))
     log.info("batch.start", tasks=len(tasks), skipped=stats.skipped, parallel=config.parallel,
              servers=[s.name for s in config.mcp],
@@ -275,12 +282,13 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             toolbox = None if replay else await stack.enter_async_context(
                 open_toolbox(config, run_id))
             broker = SampleBroker(intelligence=metered, toolbox=toolbox, record=opts.record,
-                                  replay=opts.replay, cassette_bytes=config.cassette_bytes)
+                                  replay=opts.replay, cassette_bytes=config.cassette_bytes,
+                                  bounds=AnswerBounds(
+                                      completion=config.intelligence_max_bytes,
+                                      observation=config.mcp_max_bytes))
             sup = await stack.enter_async_context(Supervisor(
                 _supervisor_config(config), run_id=run_id, broker=broker,
                 ledger=metered.ledger))
-            results = ResultsFile(opts.out)
-            stack.callback(results.close)
             batch = Batch(config, run_id=run_id, sup=sup, broker=broker,
                           results=results, stats=stats)
             holder.append(batch)

@@ -21,7 +21,14 @@ from typing import Any
 
 import msgspec
 
-from agentd.app.cassette import Divergence, ErrorBody, Recorder, Replay, UpdateBody
+from agentd.app.cassette import (
+    AnswerBounds,
+    Divergence,
+    ErrorBody,
+    Recorder,
+    Replay,
+    UpdateBody,
+)
 from agentd.config import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
 from agentd.log import log
@@ -82,16 +89,31 @@ class SampleBroker(Broker):
     """A `Broker` that counts per sample, and records or replays (module doc)."""
 
     def __init__(self, *, intelligence: Any, toolbox: Any = None, record: str | None = None,
-                 replay: str | None = None, cassette_bytes: int = 0) -> None:
+                 replay: str | None = None, cassette_bytes: int = 0,
+                 bounds: AnswerBounds = AnswerBounds()) -> None:
         super().__init__(intelligence=intelligence, toolbox=toolbox)
         self.tallies: dict[str, Tally] = {}
         self.record_dir = record
         self.replay_dir = replay
         self.cassette_bytes = cassette_bytes
+        self.bounds = bounds  # what a replayed answer meets, as a live one would
         self._replayed: Catalogue | None = None  # the catalogue replay offers
 
-    def begin(self, sample: str, sample_id: str, scope: frozenset[str]) -> None:
-        """Before the sample's child starts (its catalogue is not asked for yet)."""
+    def load(self, sample_id: str) -> Replay | str:
+        """`--replay`: the sample's cassette, or why it cannot be replayed (missing,
+        not a regular file, too large, not in the format). Blocking file reads
+        and nothing of the broker's state: the batch runs it off the event loop."""
+        assert self.replay_dir is not None
+        try:
+            return Replay(self.replay_dir, sample_id, max_bytes=self.cassette_bytes,
+                          bounds=self.bounds)
+        except TreeError as exc:
+            return str(exc)
+
+    def begin(self, sample: str, sample_id: str, scope: frozenset[str],
+              replay: Replay | str | None = None) -> None:
+        """Before the sample's child starts (its catalogue is not asked for yet);
+        under `--replay`, with what `load` gave."""
         tally = self.tallies[sample] = Tally(sample_id)
         if self.record_dir is not None:
             try:
@@ -101,13 +123,11 @@ class SampleBroker(Broker):
                                           or DEFAULT_CASSETTE_BYTES)
             except OSError as exc:  # the sample runs; its line says it was not recorded
                 self._unrecorded(tally, sample_id, exc)
-        elif self.replay_dir is not None:
-            try:
-                tally.replay = Replay(self.replay_dir, sample_id,
-                                      max_bytes=self.cassette_bytes)
-                self._replayed = tally.replay.header.catalogue
-            except TreeError as exc:  # missing, too large, not in the format
-                tally.failure = str(exc)
+        elif isinstance(replay, Replay):
+            tally.replay = replay
+            self._replayed = replay.header.catalogue
+        elif replay is not None:
+            tally.failure = replay
 
     def end(self, sample: str) -> Tally:
         tally = self.tallies.pop(sample, None) or Tally()

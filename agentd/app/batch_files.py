@@ -6,22 +6,84 @@ missing or unknown member, a wrong type, longer than `--task-line-bytes`) or
 a duplicate id is a `ConfigError` naming the file and the line number, which
 the CLI turns into exit 2 with that one line on stderr.
 
-The results file is append-only: each line is written and flushed whole as
-its sample ends, so an interrupted batch leaves only complete lines. A last
-line without its newline (a batch killed mid-write, by SIGKILL or a full
-disk) is cut off on `--resume` (and logged), so that sample runs again.
+The results file is append-only: each line is scrubbed of secrets (the
+cassettes' scrubber, `scrubbed_line`), written and flushed whole as its
+sample ends, so an interrupted batch leaves only complete lines. A last line
+without its newline (a batch killed mid-write, by SIGKILL or a full disk) is
+cut off on `--resume` (and logged), so that sample runs again -- only once
+every complete line was read as a result line.
+
+Files are not trusted because agentd wrote them: the results file and the
+cassettes are opened with `open_regular` (never through a symbolic link put in
+their place, refused unless a regular file, never blocking on a FIFO or a
+device) and read within a bound whatever `stat` says. The results file is
+locked (`flock`) while a batch holds it: a second batch on it is refused,
+naming the holder's pid.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
-from typing import Any
+import stat
+from typing import IO, Any
 
 import msgspec
 
 from agentd.config import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES, ConfigError
-from agentd.log import log
+from agentd.log import log, redact
 from agentd.output import Usage
+from agentd_native import MAX_FRAME
+
+RESULT_LINE_BYTES = 4 * MAX_FRAME
+"""The longest line `--resume` reads as a result line: a sample's result reached
+the batch root in one control-wire frame, and its line is that result re-encoded
+(escapes can grow it) beside the counts and the error."""
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
+    """An fd of `path` opened with `flags`, only if it is a regular file and not a
+    symbolic link (O_NOFOLLOW; O_NONBLOCK so a FIFO or a device never blocks the
+    open); otherwise OSError whose `strerror` says what `path` is instead."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link: refused (agentd never follows a "
+                                       "link in place of its own file)") from None
+        if exc.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "not a regular file (a FIFO or a socket): "
+                                       "refused") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+        raise OSError(errno.EINVAL, f"not a regular file ({kind}): refused")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def lines_within(f: IO[bytes], bound: int) -> list[bytes] | None:
+    """Every line of `f` (newlines kept), or None once more than `bound` bytes are
+    read: at most `bound + 1` bytes are ever read."""
+    lines: list[bytes] = []
+    left = bound + 1
+    while left > 0 and (line := f.readline(left)):
+        lines.append(line)
+        left -= len(line)
+    return lines if left > 0 else None
+
+
+def scrubbed_line(obj: Any) -> bytes:
+    """`obj` as one JSON line with every registered secret redacted: what a
+    cassette line and a result line are written as (the log's redaction)."""
+    return redact(msgspec.json.encode(obj).decode()).encode() + b"\n"
 
 
 class TaskLine(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -48,7 +110,6 @@ class ResultLine(msgspec.Struct, omit_defaults=True):
 
 _task_decoder = msgspec.json.Decoder(TaskLine)
 _result_decoder = msgspec.json.Decoder(ResultLine)
-_encoder = msgspec.json.Encoder()
 
 
 def load_tasks(path: str, *, line_bytes: int = DEFAULT_TASK_LINE_BYTES,
@@ -86,44 +147,112 @@ def load_tasks(path: str, *, line_bytes: int = DEFAULT_TASK_LINE_BYTES,
     return tasks
 
 
-def finished_ids(path: str) -> set[str]:
-    """`--resume`: the ids the results file already holds (a torn last line cut)."""
+def _holder(fd: int) -> str:
+    """Who holds the flock on `fd`'s file: `pid N` from /proc/locks (Linux), or a
+    plain word where that cannot be told."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return set()
-    except OSError as exc:
-        raise ConfigError(f"--out {path}: {exc.strerror or exc}") from None
-    keep = data.rfind(b"\n") + 1
-    if keep < len(data):
-        log.warning("batch.resume.torn_line", path=path, dropped_bytes=len(data) - keep)
-        with open(path, "r+b") as f:
-            f.truncate(keep)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read(1 << 20)
+    except OSError:
+        return "another process"
+    rows = [cols for row in table.splitlines()
+            if len(cols := row.split()) >= 6 and cols[1] == "FLOCK"]  # a waiter's is "->"
+    ino = f":{st.st_ino}"  # a stacked filesystem may show the lower device: the inode then
+    for match in (lambda c: c == dev, lambda c: c.endswith(ino)):
+        pids = [cols[4] for cols in rows if match(cols[5])]
+        if pids:
+            return f"pid {pids[0]}"
+    return "another process"
+
+
+def _result_ids(fd: int, path: str) -> tuple[set[str], int]:
+    """The ids of the complete lines of the results file `fd`, each read as a
+    result line (ConfigError naming the first that is not), and where the torn
+    last line begins (the file's size if there is none)."""
     ids: set[str] = set()
-    for n, raw in enumerate(data[:keep].splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            ids.add(_result_decoder.decode(raw).id)
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"--out {path}:{n}: not a result line: {exc}") from None
-    return ids
+    keep = 0
+    with os.fdopen(os.dup(fd), "rb") as f:
+        f.seek(0)
+        n = 0
+        while raw := f.readline(RESULT_LINE_BYTES + 2):
+            n += 1
+            if not raw.endswith(b"\n"):
+                if len(raw) > RESULT_LINE_BYTES:
+                    raise ConfigError(f"--out {path}:{n}: line longer than "
+                                      f"{RESULT_LINE_BYTES} bytes: not a results file")
+                if not raw.startswith(b'{"id":'[:len(raw)]):
+                    raise ConfigError(f"--out {path}:{n}: the last line is not a result "
+                                      "line, nor the start of one: not a results file")
+                break  # the torn last line
+            keep += len(raw)
+            if not raw.strip():
+                continue
+            try:
+                ids.add(_result_decoder.decode(raw).id)
+            except msgspec.DecodeError as exc:
+                raise ConfigError(f"--out {path}:{n}: not a result line: {exc}") from None
+    return ids, keep
 
 
 class ResultsFile:
-    """The results file, opened for appending; `write` puts one whole line and
-    flushes it (to the OS: a crash of agentd loses nothing already written)."""
+    """The results file, opened for appending and locked for the batch's life;
+    `write` puts one whole scrubbed line and flushes it (to the OS: a crash of
+    agentd loses nothing already written).
 
-    def __init__(self, path: str) -> None:
+    Opening checks, before a byte of the file changes: that it is a regular
+    file and not a link, that no other batch holds it (exit 2 naming the
+    holder), and then either that it is empty (a new batch) or, with
+    `resume`, that every complete line is a result line (`finished` holds their
+    ids; a torn last line is cut only then). ConfigError otherwise."""
+
+    def __init__(self, path: str, *, resume: bool) -> None:
         self.path = path
-        self._f = open(path, "ab")
+        try:
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: {exc.strerror or exc}") from None
+        try:
+            self.finished = self._check(fd, path, resume)
+            self._f = os.fdopen(fd, "ab")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @staticmethod
+    def _check(fd: int, path: str, resume: bool) -> set[str]:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"--out {path}: in use by another agentd batch "
+                              f"({_holder(fd)}): wait for it to end, or name another "
+                              "file") from None
+        size = os.fstat(fd).st_size
+        if not resume:
+            if size > 0:
+                raise ConfigError(f"--out {path}: already holds results (--resume "
+                                  "continues it; or name a new file)")
+            return set()
+        try:
+            ids, keep = _result_ids(fd, path)
+            if keep < size:
+                log.warning("batch.resume.torn_line", path=path, dropped_bytes=size - keep)
+                os.ftruncate(fd, keep)
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: {exc.strerror or exc}") from None
+        return ids
 
     def write(self, line: ResultLine) -> None:
-        self._f.write(_encoder.encode(line) + b"\n")
+        self._f.write(scrubbed_line(line))
         self._f.flush()
 
     def close(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
+        """Flush to the disk and close (which releases the lock)."""
+        if self._f.closed:
+            return
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        finally:
+            self._f.close()

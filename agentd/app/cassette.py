@@ -25,7 +25,13 @@ A cassette is one JSON Lines file per sample (format version
 
 Every line goes through the log's redaction (registered secrets: resolved
 `{{secret:…}}` values, gateway keys, OAuth tokens, bearers) before it is
-written. Replay looks a request up by `(handle, step)`: every handle's
+written: `scrubbed_line`, the results file's scrubber too. A cassette is
+written to a fresh temporary file beside it and renamed into place when the
+sample ends (never through a link planted at its predictable name), and read
+only if it is a regular file, not a link, within `--cassette-bytes` whatever
+`stat` says (agentd.app.batch_files). A recorded answer larger than the live
+bound of its kind (`AnswerBounds`) is not replayed: that sample fails naming
+the bound, as a live answer past it would. Replay looks a request up by `(handle, step)`: every handle's
 requests are sequential, so the lookup does not depend on how the subtree's
 handles interleaved. A request that differs from the recorded one, a request
 the recording does not have, or a recording with requests the run never made
@@ -40,18 +46,26 @@ import errno
 import hashlib
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import orjson
 
-from agentd.config import DEFAULT_CASSETTE_BYTES
+from agentd.a2a.client import DEFAULT_MAX_BYTES as A2A_MAX_BYTES
+from agentd.app.batch_files import lines_within, open_regular, scrubbed_line
+from agentd.config import (
+    DEFAULT_CASSETTE_BYTES,
+    DEFAULT_INTELLIGENCE_MAX_BYTES,
+    DEFAULT_MCP_MAX_BYTES,
+)
 from agentd.errors import TreeError
 from agentd.log import redact
 from agentd.output import Usage
 from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
-from agentd.wire.guard import PEER_FAULTS
+from agentd.wire.guard import PEER_FAULTS, fault_text
+from agentd_native import MAX_FRAME
 
 CASSETTE_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # a version-1 cassette is a version 2 without updates
@@ -82,11 +96,44 @@ class Header(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Entry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A request and its answer. The response stays the recorded JSON (`Raw`):
+    its size is checked against its kind's bound before anything decodes it."""
+
     handle: str
     step: int
     request: dict[str, Any]
-    response: dict[str, Any] | None = None
+    response: msgspec.Raw = msgspec.Raw()
     error: ErrorBody | None = None
+
+
+FRAME_SLACK = 4096
+"""Room left in a control-wire frame for the JSON-RPC envelope around a replayed
+answer (`{"jsonrpc":"2.0","id":N,"result":…}`): the answer itself gets the rest."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerBounds:
+    """The live bound of each kind of answer, which a replayed one meets too: a
+    completion's `--intelligence-max-bytes`, a tool result's or a read's
+    `--mcp-max-bytes`, an A2A answer's 8 MiB, and for every kind the control
+    wire's frame (the answer reaches the sample's child in one frame; a bigger
+    one would fail the frame and with it the batch, never just the sample)."""
+
+    completion: int = DEFAULT_INTELLIGENCE_MAX_BYTES
+    observation: int = DEFAULT_MCP_MAX_BYTES
+    frame: int = MAX_FRAME
+
+    def of(self, kind: Any) -> tuple[int, str]:
+        """The bound of the answer to a request of `kind`, and its name."""
+        own = {"complete": (self.completion, f"--intelligence-max-bytes={self.completion}"),
+               "call": (self.observation, f"--mcp-max-bytes={self.observation}"),
+               "read": (self.observation, f"--mcp-max-bytes={self.observation}"),
+               "a2a": (A2A_MAX_BYTES, f"the A2A answer bound of {A2A_MAX_BYTES} bytes")}
+        wire = (self.frame - FRAME_SLACK,
+                f"the control wire's frame of {self.frame} bytes (less {FRAME_SLACK} for "
+                "its envelope)")
+        limit = own.get(kind)
+        return wire if limit is None or wire[0] <= limit[0] else limit
 
 
 class UpdateBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -102,14 +149,24 @@ class UpdateLine(msgspec.Struct, forbid_unknown_fields=True):
     update: UpdateBody
 
 
+class _Peek(msgspec.Struct):
+    """Which kind a line is (nothing else of it is built)."""
+
+    update: msgspec.Raw = msgspec.Raw()
+
+
+_peek = msgspec.json.Decoder(_Peek)
+_entry = msgspec.json.Decoder(Entry)
+_update = msgspec.json.Decoder(UpdateLine)
+
+
 def _decode_line(line: bytes) -> Entry | UpdateLine:
-    obj = orjson.loads(line)
-    if isinstance(obj, dict) and "update" in obj:
-        upd = msgspec.convert(obj, UpdateLine)
+    if _peek.decode(line).update:
+        upd = _update.decode(line)
         if upd.after < 1:
             raise msgspec.ValidationError("an update line's `after` is at least 1")
         return upd
-    return msgspec.convert(obj, Entry)
+    return _entry.decode(line)
 
 
 def cassette_path(directory: str, sample_id: str) -> str:
@@ -157,10 +214,14 @@ def first_difference(recorded: Any, now: Any, path: str = "") -> str | None:
 class Recorder:
     """Writes one sample's cassette as its requests are answered.
 
-    The cassette is bounded by ``max_bytes`` (``--cassette-bytes``, the bound
-    replay reads it with): a line that would cross it is not written and
-    raises ``OSError(EFBIG)``, which fails the sample as unrecorded, the
-    same as a full disk, so a peer flooding updates cannot fill the disk."""
+    The lines go to a new file of a random name beside the cassette (created
+    exclusively, mode 0600), renamed onto the cassette's name by `close` (what
+    was written, as before a failed line): a link planted at that predictable
+    name is replaced, never followed. The cassette is bounded by ``max_bytes``
+    (``--cassette-bytes``, the bound replay reads it with): a line that would
+    cross it is not written and raises ``OSError(EFBIG)``, which fails the
+    sample as unrecorded, the same as a full disk, so a peer flooding updates
+    cannot fill the disk."""
 
     def __init__(self, directory: str, sample_id: str, scope: list[str],
                  catalogue: Catalogue | None, *,
@@ -169,11 +230,13 @@ class Recorder:
         self.path = cassette_path(directory, sample_id)
         self.max_bytes = max_bytes
         self._written = 0
-        self._f = open(self.path, "wb")
+        fd, self._tmp = tempfile.mkstemp(dir=directory, suffix=".tmp",
+                                         prefix=f".{os.path.basename(self.path)}.")
+        self._f = os.fdopen(fd, "wb")
         self._line(Header(CASSETTE_VERSION, sample_id, scope, catalogue))
 
     def _line(self, obj: Any) -> None:
-        line = redact(msgspec.json.encode(obj).decode()).encode() + b"\n"
+        line = scrubbed_line(obj)
         if self._written + len(line) > self.max_bytes:
             raise OSError(errno.EFBIG, f"past --cassette-bytes={self.max_bytes}")
         self._f.write(line)
@@ -182,41 +245,62 @@ class Recorder:
 
     def add(self, handle: str, step: int, req: IoRequest, result: IoResult | None = None,
             error: ErrorBody | None = None) -> None:
-        response = msgspec.to_builtins(result) if result is not None else None
+        response = msgspec.Raw(msgspec.json.encode(result)) if result is not None \
+            else msgspec.Raw()
         self._line(Entry(handle, step, request_json(req), response, error))
 
     def update(self, handle: str, after: int, server: str, uri: str) -> None:
         self._line(UpdateLine(handle, after, UpdateBody(server, uri)))
 
     def close(self) -> None:
-        if not self._f.closed:
+        """Put the cassette in place; raises the OSError of a rename that fails
+        (the temporary file is removed then)."""
+        if self._f.closed:
+            return
+        try:
             self._f.close()
+            os.replace(self._tmp, self.path)
+        finally:
+            if os.path.lexists(self._tmp):
+                os.unlink(self._tmp)
 
 
 _result = msgspec.json.Decoder(IoResult)
 
 
 class Replay:
-    """One sample's cassette, answering its requests (see the module doc)."""
+    """One sample's cassette, answering its requests (see the module doc).
+
+    Built from the file (blocking reads: `SampleBroker.load` runs it off the
+    event loop); a TreeError names a cassette that is missing, not a regular
+    file, larger than ``max_bytes`` or not in the format."""
 
     def __init__(self, directory: str, sample_id: str, *,
-                 max_bytes: int = DEFAULT_CASSETTE_BYTES) -> None:
+                 max_bytes: int = DEFAULT_CASSETTE_BYTES,
+                 bounds: AnswerBounds = AnswerBounds()) -> None:
         self.sample = sample_id
         self.path = path = cassette_path(directory, sample_id)
+        self.bounds = bounds
         try:
-            if os.path.getsize(path) > max_bytes:
-                raise TreeError(f"cassette {path}: larger than --cassette-bytes={max_bytes}")
-            with open(path, "rb") as f:
-                lines = f.read().splitlines()
-        except OSError as exc:
+            fd = open_regular(path, os.O_RDONLY)
+        except FileNotFoundError as exc:
             raise TreeError(f"no cassette for sample {sample_id!r}: {path}: "
-                                f"{exc.strerror or exc}") from None
+                            f"{exc.strerror or exc}") from None
+        except OSError as exc:
+            raise TreeError(f"cassette {path}: {exc.strerror or exc}") from None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                lines = lines_within(f, max_bytes)
+        except OSError as exc:
+            raise TreeError(f"cassette {path}: {exc.strerror or exc}") from None
+        if lines is None:
+            raise TreeError(f"cassette {path}: larger than --cassette-bytes={max_bytes}")
         try:
             self.header = msgspec.json.decode(lines[0] if lines else b"", type=Header)
             body = [_decode_line(ln) for ln in lines[1:] if ln.strip()]
         except PEER_FAULTS as exc:  # an edited file is input like any other
             raise TreeError(f"cassette {path}: not a version-{CASSETTE_VERSION} "
-                                f"cassette: {exc}") from None
+                            f"cassette: {fault_text(exc)}") from None
         if self.header.cassette not in READABLE_VERSIONS or self.header.sample != sample_id:
             raise TreeError(f"cassette {path}: version {self.header.cassette} of sample "
                                 f"{self.header.sample!r}, expected version "
@@ -245,9 +329,14 @@ class Replay:
         return Divergence(f"replay diverged at sample {self.sample!r} step {step} of "
                           f"{who}: {what}")
 
+    def _refused(self, handle: str, step: int, what: str) -> Divergence:
+        who = "the sample" if not handle else f"subagent {handle}"
+        return Divergence(f"cassette {self.path}: step {step} of {who}: {what}")
+
     def answer(self, handle: str, step: int,
                req: IoRequest) -> IoResult | ErrorBody | Divergence:
-        """The recorded answer of this request, or the Divergence if it is not the one."""
+        """The recorded answer of this request, or the Divergence if it is not the
+        one (or if the recorded answer is past its kind's live bound, or not one)."""
         entry = self._entries.get((handle, step))
         now = request_json(req)
         if entry is None:
@@ -257,9 +346,18 @@ class Replay:
         if diff is not None:
             return self._diverged(handle, step, diff)
         self._used.add((handle, step))
+        size = len(entry.response) + (len(entry.error.message) if entry.error else 0)
+        limit, name = self.bounds.of(now.get("kind"))
+        if size > limit:
+            return self._refused(handle, step, f"a recorded answer of {size} bytes, past "
+                                               f"{name}: not replayed")
         if entry.error is not None:
             return entry.error
-        result = _result.decode(orjson.dumps(entry.response))
+        try:
+            result = _result.decode(entry.response)
+        except PEER_FAULTS as exc:
+            return self._refused(handle, step, f"the recorded answer is not one: "
+                                               f"{fault_text(exc)}")
         if isinstance(result, IoCompletion):  # nothing is spent in a replay
             result.completion.usage = Usage()
         return result
