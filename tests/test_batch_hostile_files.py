@@ -226,7 +226,7 @@ async def test_a_secret_the_model_echoes_never_reaches_the_results_file(tmp_path
 
 
 @pytest.mark.parametrize(("size", "flags", "bound"), [
-    (20 << 20, [], "the control wire's frame of 16777216 bytes (less 4096 for its envelope)"),
+    (20 << 20, [], "the control wire's answer bound of 16711680 bytes (its 16777216-byte frame less 65536 for the envelope)"),
     (5000, ["--intelligence-max-bytes", "4096"], "--intelligence-max-bytes=4096"),
 ], ids=["20MB-past-the-frame", "5KB-past-intelligence-max-bytes"])
 async def test_a_replayed_answer_past_its_live_bound_fails_its_sample_only(

@@ -140,12 +140,13 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
 
 
 def test_a_replayed_answer_is_held_to_the_smaller_of_its_kinds_bound_and_the_frame():
-    from agentd.app.cassette import FRAME_SLACK, AnswerBounds
+    from agentd.app.cassette import AnswerBounds
+    from agentd.tree.control import ENVELOPE_HEADROOM
 
-    bounds = AnswerBounds(completion=100, observation=1 << 30, frame=4096 + FRAME_SLACK)
+    bounds = AnswerBounds(completion=100, observation=1 << 30, frame=4096 + ENVELOPE_HEADROOM)
     assert bounds.of("complete") == (100, "--intelligence-max-bytes=100")
     limit, name = bounds.of("call")  # the frame is the smaller one here
-    assert limit == 4096 and name.startswith("the control wire's frame of")
+    assert limit == 4096 and name.startswith("the control wire's answer bound of 4096")
     assert bounds.of("read") == bounds.of("call")
     assert bounds.of("subscribe")[0] == 4096  # a kind without its own bound: the frame's
 

@@ -63,7 +63,14 @@ from agentd.config import (
 from agentd.errors import TreeError
 from agentd.log import redact
 from agentd.output import Usage
-from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
+from agentd.tree.control import (
+    ENVELOPE_HEADROOM,
+    Catalogue,
+    IoCompletion,
+    IoRequest,
+    IoResult,
+    answer_limit,
+)
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd_native import MAX_FRAME
 
@@ -106,11 +113,6 @@ class Entry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     error: ErrorBody | None = None
 
 
-FRAME_SLACK = 4096
-"""Room left in a control-wire frame for the JSON-RPC envelope around a replayed
-answer (`{"jsonrpc":"2.0","id":N,"result":…}`): the answer itself gets the rest."""
-
-
 @dataclass(frozen=True, slots=True)
 class AnswerBounds:
     """The live bound of each kind of answer, which a replayed one meets too: a
@@ -129,9 +131,9 @@ class AnswerBounds:
                "call": (self.observation, f"--mcp-max-bytes={self.observation}"),
                "read": (self.observation, f"--mcp-max-bytes={self.observation}"),
                "a2a": (A2A_MAX_BYTES, f"the A2A answer bound of {A2A_MAX_BYTES} bytes")}
-        wire = (self.frame - FRAME_SLACK,
-                f"the control wire's frame of {self.frame} bytes (less {FRAME_SLACK} for "
-                "its envelope)")
+        wire = (answer_limit(self.frame),
+                f"the control wire's answer bound of {answer_limit(self.frame)} bytes (its "
+                f"{self.frame}-byte frame less {ENVELOPE_HEADROOM} for the envelope)")
         limit = own.get(kind)
         return wire if limit is None or wire[0] <= limit[0] else limit
 
