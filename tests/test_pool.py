@@ -185,7 +185,8 @@ async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
             assert (await http.post(relay, content=body)).status_code == 401
             forged_sig = ph.sign_request(ph.PoolKey(b"not-the-pool-key-0000"), "w2",
                                          time.time(), "nonce-forged-1",
-                                         "POST", "/pool/relay", body, "alice")
+                                         "POST", "/pool/relay", body, "alice",
+                                         receiver="w1")
             assert (await http.post(relay, content=body, headers=forged_sig)).status_code == 401
         # each worker shows its share: agent://status and /metrics
         async with client(pool.url("w2"), "alice") as a2:

@@ -17,6 +17,10 @@ listener: ``/metrics``, the A2A agent) passes :meth:`Guard.check` first:
   is ``405``, an unsupported ``MCP-Protocol-Version`` on them ``400``.
 
 A refusal is logged throttled (``mcp.serve.refused``) and closes the connection.
+Routes with a credential of their own (``/pool/relay``, ``/pool/probe``: the
+pool key's MAC) skip :meth:`Guard.check` and call :meth:`Guard.authenticated`
+once their credential holds, so the connection gate counts them as
+authenticated like any other caller.
 """
 
 from __future__ import annotations
@@ -122,8 +126,7 @@ class Guard:
             name = self._bearer.match(headers.get("Authorization"))  # type: ignore[union-attr]
             if name is None:
                 return _refused(request, "auth")
-        if self.gate is not None:
-            self.gate.authenticated(request)
+        self.authenticated(request)
         subject = None
         if self._mtls and request.transport is not None:
             subject = cert_subject(request.transport.get_extra_info("peercert"))
@@ -136,6 +139,13 @@ class Guard:
         if version is not None and version not in SUPPORTED and request.method != "POST":
             return plain(400, "Bad Request: unsupported MCP-Protocol-Version")
         return None
+
+    def authenticated(self, request: web.BaseRequest) -> None:
+        """``request`` passed auth (this guard's, or a route's own: the pool link's
+        MAC), so its connection stops counting against the gate's budget for
+        unauthenticated connections and is never evicted as one."""
+        if self.gate is not None:
+            self.gate.authenticated(request)
 
     def _origin_ok(self, origin: str, host: str | None) -> bool:
         o = origin.strip().lower().rstrip("/")
