@@ -49,9 +49,11 @@ def _book(tmp):
 
 
 class Pool:
-    def __init__(self, tmp, *, bearers: bool = True) -> None:
+    def __init__(self, tmp, *, bearers: bool = True, book=None) -> None:
+        """``book``: the workers' playback file (default: the scripts above)."""
         self.tmp = tmp
         self.bearers = bearers
+        self.book = book
         self.ports = {i: peers.free_port() for i in IDS}
         self.workers: dict[str, Agentd] = {}
         cfg = tmp / "worker.toml"
@@ -71,7 +73,7 @@ class Pool:
         env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
                "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
         worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
-                         "--intelligence", f"playback:{_book(self.tmp)}", "--mode", "reactive",
+                         "--intelligence", f"playback:{self.book or _book(self.tmp)}", "--mode", "reactive",
                          "--subscribe", "file:///nowhere",
                          "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
                          *(("--config", str(self.cfg)) if self.bearers else ()),
