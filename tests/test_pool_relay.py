@@ -80,7 +80,7 @@ async def test_bodies_whole_bounded_and_answers_guarded(agentd_bin, tmp_path) ->
     with HostilePeer(POOL_KEY) as w9:
         try:
             w1 = pool.start(agentd_bin, "w1", peer_flags=False,
-                            extra=_peers(pool, ("w2",)) + ("--pool-peer", f"w9={w9.url}"))
+                            extra=(*_peers(pool, ("w2",)), "--pool-peer", f"w9={w9.url}"))
             # w2's key comes on the command line: it works, and it is warned about
             w2 = pool.start(agentd_bin, "w2", peer_flags=False,
                             extra=(*_peers(pool, ("w1",)), "--pool-key", POOL_KEY))
