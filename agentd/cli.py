@@ -57,6 +57,32 @@ def opt(*decls: str, section: str, **kwargs: Any):
     return click.option(*decls, cls=SectionOption, section=section, **kwargs)
 
 
+# secrets a flag can carry -> the environment variable that keeps them out of argv
+_SECRET_FLAGS = {"serve_bearer": ("--serve-bearer", "AGENTD_SERVE_BEARER"),
+                 "pool_key": ("--pool-key", "AGENTD_POOL_KEY"),
+                 "metrics_bearer": ("--metrics-bearer", "AGENTD_METRICS_BEARER"),
+                 "bearer": ("--bearer", "AGENTD_BEARER")}
+
+
+def warn_secret_flags(ctx: click.Context) -> None:
+    """One startup warning when a secret came on the command line: every local
+    user reads it in ``/proc/<pid>/cmdline`` (``ps``); the environment variable or
+    a ``--config`` ``{{secret:NAME}}`` reference does not show it.  Names the
+    flags, never the values; call once logging is configured."""
+    from click.core import ParameterSource
+
+    from agentd.log import log
+
+    given = [pair for name, pair in _SECRET_FLAGS.items()
+             if name in ctx.params and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        log.warning("config.secret_on_command_line", flags=[f for f, _ in given],
+                    env=[e for _, e in given],
+                    fix="visible to every local user in /proc/<pid>/cmdline: set the "
+                        "environment variable instead, or a --config file with a "
+                        "{{secret:NAME}} reference (docs/cli.md)")
+
+
 def _secs(text: str) -> str:
     return text + " (seconds)"
 
@@ -188,6 +214,7 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     from agentd.app.run import run
 
     _log.configure(fmt=config.log_format, level=config.log_level or "info")
+    warn_secret_flags(ctx)
     from agentd.log_bridge import route_stdlib
 
     route_stdlib()  # aiohttp's and asyncio's records as agentd lines too
@@ -238,6 +265,7 @@ def top_cmd(ctx: click.Context, url: str, bearer: str | None, ca_file: str | Non
                                   "pip install 'agentd[top]' (or use --once)") from None
     flags = ctx.obj or {}
     _log.configure(fmt=flags.get("log_format") or "json", level="warning")
+    warn_secret_flags(ctx)
     ctx.exit(runtime.run(run_top(url, bearer=bearer, ca_file=ca_file, client_cert=client_cert,
                                  client_key=client_key, interval=interval, once=once)))
 

@@ -38,6 +38,7 @@ from agentd.mcp.oauth import discovery
 from agentd.mcp.oauth.challenge import parse_challenge
 from agentd.mcp.oauth.http import check_url, origin
 from agentd.mcp.schema import Validator, schemas
+from agentd.pool import relay
 from agentd.tree.control import ControlSession
 from agentd.wire import a2a as w
 from agentd.wire import codec
@@ -189,6 +190,12 @@ def _a2a_decode(data: bytes) -> None:
             _a2a._decode(dec, data, "fuzz")
         except AgentdError:
             pass
+
+
+# ---------------------------------------------------------------- the pool link
+@target("pool.relay_answer")
+def _pool_relay_answer(data: bytes) -> None:
+    relay.decode_answer(data, "w9")
 
 
 # -------------------------------------------------------------------- OAuth

@@ -116,6 +116,8 @@ REGRESSIONS = [
     b'{"issuer":"https://as.example","token_endpoint":"https://as.example:99999/t"}',
     # jsonschema-rs's own nesting limit on tool arguments
     b'{"a":' + _deep(300) + b"}",
+    # a pool peer's relay answer nested 100,000 levels (RecursionError, then -32603)
+    b'{"kind":"body","body":{"x":' + _deep(100_000) + b"}}",
     # invalid UTF-8 inside params
     b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"x":"\xff"}}}',
 ]
@@ -132,7 +134,7 @@ def test_every_decoder_of_peer_input_has_a_target() -> None:
             "codec.decode_params", "client_session.receive", "client_session.results",
             "stateless_session.classify", "control.feed", "openai.decode", "retry_after",
             "a2a.decode", "oauth.urls", "oauth.metadata", "schema.validate", "client.progress",
-            "client.ttl"} <= set(TARGETS)
+            "client.ttl", "pool.relay_answer"} <= set(TARGETS)
 
 
 def test_retry_after_is_one_overflow_safe_parser() -> None:

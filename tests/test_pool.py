@@ -49,9 +49,11 @@ def _book(tmp):
 
 
 class Pool:
-    def __init__(self, tmp, *, bearers: bool = True) -> None:
+    def __init__(self, tmp, *, bearers: bool = True, book=None) -> None:
+        """``book``: the workers' playback file (default: the scripts above)."""
         self.tmp = tmp
         self.bearers = bearers
+        self.book = book
         self.ports = {i: peers.free_port() for i in IDS}
         self.workers: dict[str, Agentd] = {}
         cfg = tmp / "worker.toml"
@@ -71,7 +73,7 @@ class Pool:
         env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
                "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
         worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
-                         "--intelligence", f"playback:{_book(self.tmp)}", "--mode", "reactive",
+                         "--intelligence", f"playback:{self.book or _book(self.tmp)}", "--mode", "reactive",
                          "--subscribe", "file:///nowhere",
                          "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
                          *(("--config", str(self.cfg)) if self.bearers else ()),
@@ -185,7 +187,8 @@ async def test_every_worker_answers_every_handle(agentd_bin, tmp_path) -> None:
             assert (await http.post(relay, content=body)).status_code == 401
             forged_sig = ph.sign_request(ph.PoolKey(b"not-the-pool-key-0000"), "w2",
                                          time.time(), "nonce-forged-1",
-                                         "POST", "/pool/relay", body, "alice")
+                                         "POST", "/pool/relay", body, "alice",
+                                         receiver="w1")
             assert (await http.post(relay, content=body, headers=forged_sig)).status_code == 401
         # each worker shows its share: agent://status and /metrics
         async with client(pool.url("w2"), "alice") as a2:

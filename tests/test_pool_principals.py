@@ -166,8 +166,8 @@ async def test_a_forged_principal_claim_is_refused(agentd_bin, tmp_path) -> None
                 **ACCEPT, "Authorization": f"Bearer {TOKENS['bob']}"}) as http:
             bob = Caller(http, {"w1": pool.url("w1")})
             sid = await bob.open("w1")
-            forged = {"Agentd-Pool-Auth": "v1 w2,1,nonce-forged-1," + "0" * 64,
-                      "Agentd-Pool-Principal": "bearer:alice", "Agentd-Pool-Body": "0" * 64}
+            forged = {"Agentd-Pool-Auth": "v2 w2,w1,1,nonce-forged-1," + "0" * 64 + ",00",
+                      "Agentd-Pool-Principal": "bearer:alice"}
             assert await bob.status_of("POST", "w1", sid, forged) == 401
             assert await bob.status_of("POST", "w1", sid) == 200
         refused = pool.workers["w1"].events("pool.relay_refused")

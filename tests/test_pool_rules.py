@@ -83,44 +83,71 @@ def test_short_pool_key_refused_and_never_shown() -> None:
 
 
 def _signed(now: float, nonce: str = "n0nce-0001", principal: str = "alice",
-            body: bytes = b"{}") -> dict[str, str]:
-    return h.sign_request(KEY, "w2", now, nonce, "POST", "/pool/relay", body, principal)
+            body: bytes = b"{}", receiver: str = "w1") -> dict[str, str]:
+    return h.sign_request(KEY, "w2", now, nonce, "POST", "/pool/relay", body, principal,
+                          receiver=receiver)
+
+
+def _verify(v: h.RelayVerifier, hdr: dict[str, str], now: float, principal: str = "alice",
+            body: bytes = b"{}", **kw: bool) -> str:
+    signed = v.verify(hdr[h.RELAY_HEADER], principal, now, "POST", "/pool/relay", **kw)
+    v.check_body(signed, body)
+    return signed.sender
 
 
 def test_relay_mac_accepts_once_and_refuses_replay_staleness_and_tampering() -> None:
-    v = h.RelayVerifier(KEY)
+    v = h.RelayVerifier(KEY, "w1", started=900.0)
     hdr = _signed(1000.0)
-    assert v.verify(hdr[h.RELAY_HEADER], hdr[h.RELAY_PRINCIPAL_HEADER], 1001.0,
-                    "POST", "/pool/relay", b"{}") == "w2"
+    assert _verify(v, hdr, 1001.0) == "w2"
     with pytest.raises(PoolError, match="replayed"):
-        v.verify(hdr[h.RELAY_HEADER], "alice", 1002.0, "POST", "/pool/relay", b"{}")
+        _verify(v, hdr, 1002.0)
     fresh = _signed(1000.0, nonce="n0nce-0002")
     with pytest.raises(PoolError, match="bad MAC"):  # the principal is bound
-        v.verify(fresh[h.RELAY_HEADER], "bob", 1001.0, "POST", "/pool/relay", b"{}")
-    with pytest.raises(PoolError, match="bad MAC"):  # the body is bound
-        v.verify(fresh[h.RELAY_HEADER], "alice", 1001.0, "POST", "/pool/relay", b"{ }")
+        _verify(v, fresh, 1001.0, principal="bob")
+    with pytest.raises(PoolError, match="signed digest"):  # the body is bound
+        _verify(v, fresh, 1001.0, body=b"{ }")
     with pytest.raises(PoolError, match="stale"):
-        v.verify(fresh[h.RELAY_HEADER], "alice", 1000.0 + h.RELAY_SKEW + 1, "POST",
-                 "/pool/relay", b"{}")
-    for bad in (None, "", "v2 a,b,c,d", "v1 a,b", "v1 w2,notanumber,n0nce-0003,00"):
+        _verify(v, _signed(1000.0, nonce="n0nce-0003"), 1000.0 + h.RELAY_SKEW + 1)
+    for bad in (None, "", "v2 a,b,c,d", "v2 a,b", "v2 w2,w1,notanumber,n0nce-0003,00,00",
+                "v2 w2,w1,1000000,n0nce-0003,nothex,00"):
         with pytest.raises(PoolError):
-            v.verify(bad, "alice", 1000.0, "POST", "/pool/relay", b"{}")
-    wrong_key = h.RelayVerifier(OTHER)
+            v.verify(bad, "alice", 1000.0, "POST", "/pool/relay")
+    old = hdr[h.RELAY_HEADER].replace("v2 ", "v1 ", 1)  # an older agentd's head: said so
+    with pytest.raises(PoolError, match="v1 authentication"):
+        v.verify(old, "alice", 1001.0, "POST", "/pool/relay")
+    wrong_key = h.RelayVerifier(OTHER, "w1", started=900.0)
     with pytest.raises(PoolError, match="bad MAC"):
-        wrong_key.verify(fresh[h.RELAY_HEADER], "alice", 1001.0, "POST", "/pool/relay", b"{}")
+        _verify(wrong_key, _signed(1000.0, nonce="n0nce-0004"), 1001.0)
+
+
+def test_relay_mac_names_its_receiver_and_outlives_a_restart() -> None:
+    """A captured request is refused by any other worker, by its sender, and by its
+    receiver once that restarted (an empty nonce memory is not the only check)."""
+    hdr = _signed(1000.0, nonce="captured-01")
+    for other in ("w3", "w2"):  # another worker; the sender itself
+        with pytest.raises(PoolError, match="addressed to another worker"):
+            _verify(h.RelayVerifier(KEY, other, started=900.0), hdr, 1001.0)
+    receiver = h.RelayVerifier(KEY, "w1", started=900.0)
+    assert _verify(receiver, hdr, 1001.0) == "w2"
+    restarted = h.RelayVerifier(KEY, "w1", started=1000.5)  # same id, new process
+    with pytest.raises(PoolError, match="before this worker started"):
+        _verify(restarted, hdr, 1001.0)
+    assert _verify(restarted, _signed(1000.6, nonce="after-start"), 1001.0) == "w2"
+    # a probe may name no receiver (--pool-dns learns the id from the answer); a relay may not
+    unnamed = _signed(1000.7, nonce="unnamed-01", receiver="")
+    with pytest.raises(PoolError, match="addressed to another worker"):
+        _verify(restarted, unnamed, 1001.0)
+    assert _verify(restarted, unnamed, 1001.0, unnamed=True) == "w2"
 
 
 def test_relay_nonce_memory_is_bounded_and_forgets_outside_the_window() -> None:
-    v = h.RelayVerifier(KEY, max_nonces=2)
+    v = h.RelayVerifier(KEY, "w1", started=0.0, max_nonces=2)
     for i in range(2):
-        hdr = _signed(1000.0, nonce=f"nonce-{i:04d}")
-        v.verify(hdr[h.RELAY_HEADER], "alice", 1000.0, "POST", "/pool/relay", b"{}")
-    full = _signed(1000.0, nonce="nonce-0009")
+        _verify(v, _signed(1000.0, nonce=f"nonce-{i:04d}"), 1000.0)
     with pytest.raises(PoolError, match="memory full"):
-        v.verify(full[h.RELAY_HEADER], "alice", 1000.0, "POST", "/pool/relay", b"{}")
+        _verify(v, _signed(1000.0, nonce="nonce-0009"), 1000.0)
     later = _signed(1000.0 + h.RELAY_SKEW + 1, nonce="nonce-0010")
-    assert v.verify(later[h.RELAY_HEADER], "alice", 1000.0 + h.RELAY_SKEW + 1, "POST",
-                    "/pool/relay", b"{}") == "w2"
+    assert _verify(v, later, 1000.0 + h.RELAY_SKEW + 1) == "w2"
 
 
 def test_membership_alive_suspect_dead_within_the_bound() -> None:

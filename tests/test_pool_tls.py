@@ -184,7 +184,8 @@ async def test_relay_over_https_with_mtls(agentd_bin, tmp_path) -> None:
 
         body = json.dumps({"op": "cancel", "handle": handle}).encode()
         signed = ph.sign_request(ph.PoolKey(POOL_KEY.encode()), "w2", time.time(),
-                                 "nonce-tls-1", "POST", "/pool/relay", body, "alice")
+                                 "nonce-tls-1", "POST", "/pool/relay", body, "alice",
+                                 receiver="w1")
         # no client certificate, or one from another CA: refused by the handshake
         stranger = pool.issue("w2.pool.test", "stranger", ca=trustme.CA())
         for cert in (None, stranger):

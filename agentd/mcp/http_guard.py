@@ -25,6 +25,10 @@ the certificate (the first worker checked those, and Host/Origin, as for a
 direct request).  Nothing else sets the key, so a client cannot claim it.
 
 A refusal is logged throttled (``mcp.serve.refused``) and closes the connection.
+Routes with a credential of their own (``/pool/relay``, ``/pool/probe``: the
+pool key's MAC) skip :meth:`Guard.check` and call :meth:`Guard.authenticated`
+once their credential holds, so the connection gate counts them as
+authenticated like any other caller.
 """
 
 from __future__ import annotations
@@ -133,8 +137,7 @@ class Guard:
             name = self._bearer.match(headers.get("Authorization"))  # type: ignore[union-attr]
             if name is None:
                 return _refused(request, "auth")
-        if self.gate is not None:
-            self.gate.authenticated(request)
+        self.authenticated(request)
         if vouched is None:
             subject = None
             if self._mtls and request.transport is not None:
@@ -159,6 +162,13 @@ class Guard:
     def caller() -> str:
         """The principal :meth:`check` authenticated for this request's task."""
         return current_principal.get() or "anonymous"
+
+    def authenticated(self, request: web.BaseRequest) -> None:
+        """``request`` passed auth (this guard's, or a route's own: the pool link's
+        MAC), so its connection stops counting against the gate's budget for
+        unauthenticated connections and is never evicted as one."""
+        if self.gate is not None:
+            self.gate.authenticated(request)
 
     def _origin_ok(self, origin: str, host: str | None) -> bool:
         o = origin.strip().lower().rstrip("/")

@@ -26,10 +26,22 @@ on the owner).  Both stay within the visible-ASCII
 characters the MCP specification allows in ``Mcp-Session-Id``.
 
 The relay's request MAC (:func:`sign_request` / :class:`RelayVerifier`) binds
-the sending worker, a timestamp, a nonce, the method, the path, the body's
-SHA-256 and the caller's principal; the verifier refuses a stale timestamp
-(outside ``RELAY_SKEW`` seconds) and a nonce it has already seen inside that
-window, so a captured relay request cannot be replayed.
+the sending worker, the RECEIVING worker, a millisecond timestamp, a nonce,
+the method, the path, the body's SHA-256 and the caller's principal, all
+carried in the request's head, so a request is authenticated before its body
+is read (an unauthenticated one never costs more than its head).  A captured
+request cannot be replayed:
+
+* to another worker, or back to its sender: the receiver is bound, and a
+  verifier accepts only requests naming itself;
+* to its receiver, while it runs: the timestamp must lie within
+  ``RELAY_SKEW`` seconds of the receiver's clock, and a nonce already seen in
+  that window is refused (the memory holds ``MAX_NONCES``; past it requests
+  are refused until the window moves on, never accepted unchecked);
+* to its receiver after a restart: a timestamp before the receiver's own
+  start is refused, so the empty nonce memory of a new process is never the
+  only check (this leans on the pool's clocks agreeing to well within a
+  restart's duration; docs/security.md "The pool link").
 """
 
 from __future__ import annotations
@@ -54,6 +66,8 @@ __all__ = [
     "HandleRef",
     "PoolKey",
     "RelayVerifier",
+    "Signed",
+    "body_digest",
     "mint_handle",
     "mint_session",
     "parse_handle",
@@ -189,20 +203,29 @@ def verify_session(key: PoolKey, session_id: str) -> tuple[str, str] | None:
     return (owner, local) if hmac.compare_digest(want.encode(), mac.encode()) else None
 
 
-def _request_mac(key: PoolKey, sender: str, ts: int, nonce: str, method: str, path: str,
-                 body: bytes, principal: str) -> str:
-    return key.mac(b"relay", sender.encode(), str(ts).encode(), nonce.encode(),
-                   method.encode(), path.encode(), hashlib.sha256(body).digest(),
+def body_digest(body: bytes) -> str:
+    """The SHA-256 (hex) of a relayed body, as the request's head carries it."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def _request_mac(key: PoolKey, sender: str, receiver: str, ts_ms: int, nonce: str,
+                 method: str, path: str, digest: str, principal: str) -> str:
+    return key.mac(b"relay2", sender.encode(), receiver.encode(), str(ts_ms).encode(),
+                   nonce.encode(), method.encode(), path.encode(), digest.encode(),
                    principal.encode()).hex()
 
 
 def sign_request(key: PoolKey, sender: str, now: float, nonce: str, method: str, path: str,
-                 body: bytes, principal: str) -> dict[str, str]:
-    """The headers a relayed request carries: ``Agentd-Pool-Auth: v1 sender,ts,nonce,mac``
-    and the caller's principal (bound by the MAC, so it cannot be swapped)."""
-    ts = int(now)
-    mac = _request_mac(key, sender, ts, nonce, method, path, body, principal)
-    return {RELAY_HEADER: f"v1 {sender},{ts},{nonce},{mac}",
+                 body: bytes, principal: str, *, receiver: str) -> dict[str, str]:
+    """The headers a relayed request carries:
+    ``Agentd-Pool-Auth: v2 sender,receiver,ts_ms,nonce,body_sha256,mac`` and the
+    caller's principal (bound by the MAC, so it cannot be swapped).  ``receiver``
+    is the worker the request is for ("" only for a probe of an address whose
+    worker is not known yet, ``--pool-dns``)."""
+    ts_ms = int(now * 1000)
+    digest = body_digest(body)
+    mac = _request_mac(key, sender, receiver, ts_ms, nonce, method, path, digest, principal)
+    return {RELAY_HEADER: f"v2 {sender},{receiver},{ts_ms},{nonce},{digest},{mac}",
             RELAY_PRINCIPAL_HEADER: principal}
 
 
@@ -214,41 +237,74 @@ def probe_mac(key: PoolKey, worker: str, incarnation: str, free: int, nonce: str
                    nonce.encode()).hex()
 
 
-class RelayVerifier:
-    """Checks relayed requests: the MAC, the timestamp window and the nonce memory."""
+class Signed(NamedTuple):
+    """A relay request's head that passed :meth:`RelayVerifier.verify`: its body
+    must still hash to ``digest`` (:meth:`RelayVerifier.check_body`)."""
 
-    def __init__(self, key: PoolKey, *, skew: float = RELAY_SKEW,
+    sender: str
+    digest: str
+
+
+_DIGEST_RE: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class RelayVerifier:
+    """Checks relayed requests for one receiving worker (``me``): the MAC over
+    the head, the receiver, the timestamp window, the worker's start and the
+    nonce memory; then the body against the digest the head carries."""
+
+    def __init__(self, key: PoolKey, me: str, *, started: float, skew: float = RELAY_SKEW,
                  max_nonces: int = MAX_NONCES) -> None:
         self.key = key
+        self.me = me
+        self.started_ms = int(started * 1000)  # requests stamped earlier are refused
         self.skew = skew
         self.max_nonces = max_nonces
-        self._seen: OrderedDict[str, float] = OrderedDict()  # nonce -> its timestamp
+        self._seen: OrderedDict[str, float] = OrderedDict()  # nonce -> its timestamp (s)
 
     def verify(self, header: str | None, principal: str | None, now: float, method: str,
-               path: str, body: bytes) -> str:
-        """The sending worker's id; raises a PoolError of kind "auth" on any failure."""
+               path: str, *, unnamed: bool = False) -> Signed:
+        """The head's sender and body digest; raises a PoolError of kind "auth" on
+        any failure.  ``unnamed``: a request naming no receiver is accepted too
+        (a probe, whose answer names the worker)."""
         if not header or principal is None or len(header) > 512 or len(principal) > 256:
             raise _refused("relay request: missing or oversized authentication")
         version, _, rest = header.partition(" ")
+        if version == "v1":
+            raise _refused("relay request: v1 authentication (an older agentd); "
+                           "run one agentd version across the pool")
         fields = rest.split(",")
-        if version != "v1" or len(fields) != 4:
+        if version != "v2" or len(fields) != 6:
             raise _refused("relay request: malformed authentication")
-        sender, ts_text, nonce, mac = fields
-        if not ts_text.isdigit() or not 8 <= len(nonce) <= 64:
+        sender, receiver, ts_text, nonce, digest, mac = fields
+        if not ts_text.isdigit() or len(ts_text) > 16 or not 8 <= len(nonce) <= 64 \
+                or _DIGEST_RE.fullmatch(digest) is None:
             raise _refused("relay request: malformed authentication")
-        ts = int(ts_text)
-        want = _request_mac(self.key, sender, ts, nonce, method, path, body, principal)
+        ts_ms = int(ts_text)
+        want = _request_mac(self.key, sender, receiver, ts_ms, nonce, method, path, digest,
+                            principal)
         if not hmac.compare_digest(want.encode(), mac.encode()):
             raise _refused("relay request: bad MAC")
+        if receiver != self.me and not (unnamed and receiver == ""):
+            raise _refused("relay request: addressed to another worker")
+        ts = ts_ms / 1000
         if abs(now - ts) > self.skew:
             raise _refused("relay request: stale timestamp")
+        if ts_ms < self.started_ms:
+            raise _refused("relay request: stamped before this worker started")
         self._forget(now)
         if nonce in self._seen:
             raise _refused("relay request: replayed")
         if len(self._seen) >= self.max_nonces:
             raise _refused("relay request: replay memory full")
-        self._seen[nonce] = float(ts)
-        return sender
+        self._seen[nonce] = ts
+        return Signed(sender, digest)
+
+    @staticmethod
+    def check_body(signed: Signed, body: bytes) -> None:
+        """Raises a PoolError of kind "auth" unless ``body`` is the one the head signed."""
+        if not hmac.compare_digest(body_digest(body).encode(), signed.digest.encode()):
+            raise _refused("relay request: body does not match its signed digest")
 
     def _forget(self, now: float) -> None:
         """Drop nonces whose timestamps the window already refuses."""

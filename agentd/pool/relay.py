@@ -3,13 +3,21 @@
 A worker that receives ``subagent.status``/``send``/``cancel`` or a
 ``resources/read`` for a handle another pool member owns sends the operation
 to the owner's ``--serve-mcp`` listener at ``POST /pool/relay``, signed by
-:func:`agentd.pool.handles.sign_request` (the pool key over the sender, a
-timestamp, a nonce, the path, the body and the caller's principal).  The owner
-verifies it (:class:`~agentd.pool.handles.RelayVerifier`: bad MAC, stale
-timestamp or replayed nonce -> 401), runs the operation exactly as for a
-local caller of that principal and answers one :class:`RelayAnswer`.  The
-route is outside the bearer guard of the MCP endpoint: the pool key is its
-credential; over https the link is the listener's own TLS, so with
+:func:`agentd.pool.handles.sign_request` (the pool key over the sender, the
+receiver, a timestamp, a nonce, the path, the body's digest and the caller's
+principal).  The owner verifies the head before it reads the body
+(:class:`~agentd.pool.handles.RelayVerifier`: bad MAC, another receiver,
+stale timestamp or replayed nonce -> 401 and the connection closed, logged
+throttled), so an unauthenticated request costs no more than its head and one
+socket read; an authenticated one marks its connection authenticated in the
+listener's connection gate (a pool link is never evicted as an idle
+stranger), then its body is read whole -- up to ``MAX_RELAY_BYTES``, 413
+naming the bound past it -- and checked against the signed digest.  The
+owner runs the operation exactly as for a local caller of that principal and
+answers one :class:`RelayAnswer`, which the caller reads whole (within the
+same bound) and decodes through the guarded entry (``agentd.wire.guard``).
+The route is outside the bearer guard of the MCP endpoint: the pool key is
+its credential; over https the link is the listener's own TLS, so with
 ``--serve-client-ca`` the handshake asks for a certificate of the pool's CA
 before the MAC is looked at (docs/operations.md, "The link over https").
 
@@ -18,11 +26,12 @@ IO only: what an operation means is the :class:`RelayTarget`'s (the self-MCP).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import secrets
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any, Final, Literal, Protocol
 
 import aiohttp
@@ -31,8 +40,10 @@ from aiohttp import web
 
 from agentd.errors import PoolError
 from agentd.log import log
+from agentd.log_bridge import throttled
 from agentd.obs import metrics
 from agentd.pool import handles
+from agentd.wire.guard import decode_peer
 
 __all__ = [
     "MAX_RELAY_BYTES",
@@ -44,11 +55,16 @@ __all__ = [
     "RelayAnswer",
     "RelayRequest",
     "RelayTarget",
+    "decode_answer",
+    "read_whole",
 ]
 
 RELAY_PATH: Final = "/pool/relay"
 PROBE_PATH: Final = "/pool/probe"
 MAX_RELAY_BYTES: Final = 4 * 1024 * 1024  # one relayed request or answer; past it: 413 / failed
+MAX_PROBE_BYTES: Final = 256  # one probe's body (a nonce)
+BOUND_TEXT: Final = "4 MiB"  # MAX_RELAY_BYTES as the errors name it
+BODY_TIMEOUT: Final = 30.0  # s to read a relayed body (the listener's body_timeout when mounted)
 CONNECT_TIMEOUT: Final = 5.0  # seconds to connect to a peer for a proxied session request
 RELAY_TIMEOUT: Final = 3600.0  # one relayed operation, end to end (a send waits for a turn)
 
@@ -68,7 +84,7 @@ class RelayRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     arguments: dict[str, Any] | None = None
 
 
-class RelayAnswer(msgspec.Struct, frozen=True):
+class RelayAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``body``: the run's §2.3 body; ``unknown``: the one unknown-handle answer;
     ``refused``: a refusal in the tree's words (``text``)."""
 
@@ -116,6 +132,35 @@ _decode_probe = msgspec.json.Decoder(ProbeAnswer).decode
 _decode_probe_request = msgspec.json.Decoder(ProbeRequest).decode
 
 
+def decode_answer(raw: bytes, peer: str) -> RelayAnswer:
+    """A peer's relay answer, through the guarded entry: anything it refuses
+    (not JSON, an unknown member, nested too deeply, a number out of range) is a
+    PoolError of kind "unavailable" naming the peer and the fault."""
+    return decode_peer(_decode_answer, raw, lambda text: _unavailable(
+        f"pool: worker {peer} sent a bad relay answer: {text}"))
+
+
+async def read_whole(chunks: AsyncIterable[bytes], limit: int) -> bytes | None:
+    """Every byte of a body, however it arrives (``StreamReader.read(n)`` returns
+    what is buffered, not ``n`` bytes); None as soon as it passes ``limit``."""
+    buf = bytearray()
+    async for chunk in chunks:
+        buf += chunk
+        if len(buf) > limit:
+            return None
+    return bytes(buf)
+
+
+Authenticated = Callable[[web.BaseRequest], None]
+
+
+def _refuse(status: int, text: str) -> web.Response:
+    """A refusal that closes the connection: nothing more is read from that peer."""
+    resp = web.Response(status=status, text=text)
+    resp.force_close()
+    return resp
+
+
 class Relay:
     """Both ends of the link for one worker: the client to its peers, the route for them."""
 
@@ -132,7 +177,8 @@ class Relay:
         self.clock = clock
         self.timeout = timeout
         self.connect_timeout = CONNECT_TIMEOUT
-        self.verifier = handles.RelayVerifier(key)
+        # requests stamped before this process started are refused (replay after a restart)
+        self.verifier = handles.RelayVerifier(key, me, started=clock())
         self._session: aiohttp.ClientSession | None = None
         self._log = log.bind(component="pool")
 
@@ -140,33 +186,33 @@ class Relay:
     async def call(self, peer: str, request: RelayRequest, principal: str) -> RelayAnswer:
         """The owner's answer; raises a PoolError of kind "unavailable" when there is none."""
         metrics.POOL_RELAYED.inc("out", request.op)
+        raw = await self._post(peer, RELAY_PATH, _encode(request), principal, self.timeout)
         try:
-            raw = await self._post(peer, RELAY_PATH, _encode(request), principal, self.timeout)
-            return _decode_answer(raw)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self._log.warning("pool.relay_failed", peer=peer, op=request.op,
-                              error=type(exc).__name__)
-            raise _unavailable(f"pool: worker {peer} is unreachable") from None
+            return decode_answer(raw, peer)
+        except PoolError as exc:
+            throttled(self._log, "warning", "pool.relay_failed", key=f"{peer}/answer",
+                      peer=peer, op=request.op, error=str(exc))
+            raise
 
     async def probe(self, peer: str, limit: float) -> ProbeAnswer:
         """One liveness probe of ``peer``; raises a PoolError of kind "unavailable"."""
         base = self.peers.get(peer)
         if base is None:
             raise _unavailable(f"pool: {peer!r} is not a member of this pool")
-        answer = await self.probe_url(base, limit)
+        answer = await self.probe_url(base, limit, receiver=peer)
         if answer.id != peer:
             raise _unavailable(f"pool: {base} answers as {answer.id!r}, not {peer!r}")
         return answer
 
-    async def probe_url(self, base: str, limit: float) -> ProbeAnswer:
-        """One probe of the worker at ``base``: its answer, whose MAC (bound to this
-        probe's nonce) is checked; raises a PoolError of kind "unavailable"."""
+    async def probe_url(self, base: str, limit: float, *, receiver: str = "") -> ProbeAnswer:
+        """One probe of the worker at ``base`` (``receiver``: its id, "" when not yet
+        known): its answer, whose MAC (bound to this probe's nonce) is checked;
+        raises a PoolError of kind "unavailable"."""
         nonce = secrets.token_hex(12)
-        try:
-            answer = _decode_probe(await self._post_url(
-                base, base, PROBE_PATH, _encode(ProbeRequest(nonce)), "", limit))
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            raise _unavailable(f"pool: worker at {base} answered a bad probe") from None
+        raw = await self._post_url(base, receiver, base, PROBE_PATH, _encode(ProbeRequest(nonce)),
+                                   "", limit)
+        answer = decode_peer(_decode_probe, raw, lambda text: _unavailable(
+            f"pool: worker at {base} answered a bad probe: {text}"))
         want = handles.probe_mac(self.key, answer.id, answer.incarnation, answer.free, nonce)
         if not hmac.compare_digest(want.encode(), answer.mac.encode()):
             raise _unavailable(f"pool: worker at {base} answered an unsigned probe")
@@ -177,26 +223,41 @@ class Relay:
         base = self.peers.get(peer)
         if base is None:
             raise _unavailable(f"pool: {peer!r} is not a member of this pool")
-        return await self._post_url(peer, base, path, body, principal, limit)
+        if len(body) > MAX_RELAY_BYTES:
+            raise _unavailable(f"pool: a relayed request of {len(body)} bytes exceeds the "
+                               f"relay's bound of {BOUND_TEXT}")
+        return await self._post_url(peer, peer, base, path, body, principal, limit)
 
-    async def _post_url(self, peer: str, base: str, path: str, body: bytes, principal: str,
-                        limit: float) -> bytes:
+    async def _post_url(self, peer: str, receiver: str, base: str, path: str, body: bytes,
+                        principal: str, limit: float) -> bytes:
         session = self.client()
         headers = handles.sign_request(self.key, self.me, self.clock(), secrets.token_hex(12),
-                                       "POST", path, body, principal)
+                                       "POST", path, body, principal, receiver=receiver)
         headers["Content-Type"] = "application/json"
+        relayed = path == RELAY_PATH  # a probe's failure is the membership's to log
         try:
             async with session.post(base + path, data=body, headers=headers,
                                     timeout=aiohttp.ClientTimeout(total=limit),
                                     ssl=self.ssl_arg()) as resp:
-                raw = await resp.content.read(MAX_RELAY_BYTES + 1)
+                if resp.status != 200:
+                    if relayed:
+                        throttled(self._log, "warning", "pool.relay_failed",
+                                  key=f"{peer}/{resp.status}", peer=peer, status=resp.status)
+                    raise _unavailable(f"pool: worker {peer} answered HTTP {resp.status}")
+                length = resp.content_length
+                raw = None if length is not None and length > MAX_RELAY_BYTES \
+                    else await read_whole(resp.content.iter_any(), MAX_RELAY_BYTES)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            if path == RELAY_PATH:  # a probe's failure is the membership's to log
-                self._log.warning("pool.relay_failed", peer=peer, error=type(exc).__name__)
+            if relayed:
+                throttled(self._log, "warning", "pool.relay_failed",
+                          key=f"{peer}/{type(exc).__name__}", peer=peer,
+                          error=type(exc).__name__)
             raise _unavailable(f"pool: worker {peer} is unreachable") from None
-        if resp.status != 200 or len(raw) > MAX_RELAY_BYTES:
-            self._log.warning("pool.relay_failed", peer=peer, status=resp.status)
-            raise _unavailable(f"pool: worker {peer} answered HTTP {resp.status}")
+        if raw is None:
+            throttled(self._log, "warning", "pool.relay_failed", key=f"{peer}/too_large",
+                      peer=peer, error="answer_too_large", limit=MAX_RELAY_BYTES)
+            raise _unavailable(f"pool: worker {peer} answered more than the relay's bound of "
+                               f"{BOUND_TEXT}")
         return raw
 
     def client(self) -> aiohttp.ClientSession:
@@ -214,20 +275,58 @@ class Relay:
             self._session = None
 
     # ------------------------------------------------------------ server
-    def mount(self, app: web.Application, target: RelayTarget) -> None:
-        """``POST /pool/relay`` on the listener's app, answering for ``target``."""
-        async def relay(request: web.Request) -> web.Response:
-            if (request.content_length or 0) > MAX_RELAY_BYTES:
-                return web.Response(status=413, text="relay request too large")
-            raw = await request.content.read(MAX_RELAY_BYTES + 1)
-            if len(raw) > MAX_RELAY_BYTES:
-                return web.Response(status=413, text="relay request too large")
-            principal = self._verify(request, raw)
-            if principal is None:
-                return web.Response(status=401, text="relay authentication failed")
+    def mount(self, app: web.Application, target: RelayTarget, *,
+              authenticated: Authenticated | None = None,
+              body_timeout: float = BODY_TIMEOUT) -> None:
+        """``POST /pool/relay`` and ``/pool/probe`` on the listener's app, answering for
+        ``target``; ``authenticated(request)`` tells the listener's connection gate
+        that a request passed the pool's authentication."""
+        async def read(request: web.Request, limit: int) -> bytes | web.Response:
+            if (request.content_length or 0) > limit:
+                return self._too_large(limit)
             try:
-                op = _decode_request(raw)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                async with asyncio.timeout(body_timeout):
+                    raw = await read_whole(request.content.iter_any(), limit)
+            except TimeoutError:
+                throttled(self._log, "warning", "pool.relay_refused", key="body_timeout",
+                          reason="body_timeout", timeout=body_timeout)
+                return _refuse(408, "relay request body not received in time")
+            return self._too_large(limit) if raw is None else raw
+
+        async def admitted(request: web.Request, limit: int, *,
+                           unnamed: bool = False) -> tuple[str, bytes] | web.Response:
+            """The principal and the whole body of an authenticated request, else
+            the refusal (the head is checked before a byte of the body is read)."""
+            principal = request.headers.get(handles.RELAY_PRINCIPAL_HEADER)
+            try:
+                signed = self.verifier.verify(request.headers.get(handles.RELAY_HEADER),
+                                              principal, self.clock(), request.method,
+                                              request.path, unnamed=unnamed)
+                if signed.sender not in self.peers and signed.sender != self.me \
+                        and not self.open_members:
+                    raise PoolError("relay request: sender is not a pool member", kind="auth")
+            except PoolError as exc:  # kind "auth"
+                return self._unauthorized(str(exc))
+            if authenticated is not None:
+                authenticated(request)
+            raw = await read(request, limit)
+            if isinstance(raw, web.Response):
+                return raw
+            try:
+                self.verifier.check_body(signed, raw)
+            except PoolError as exc:
+                return self._unauthorized(str(exc))
+            assert principal is not None
+            return principal, raw
+
+        async def relay(request: web.Request) -> web.Response:
+            got = await admitted(request, MAX_RELAY_BYTES)
+            if isinstance(got, web.Response):
+                return got
+            principal, raw = got
+            try:
+                op = decode_peer(_decode_request, raw, ValueError)
+            except ValueError as exc:
                 return web.Response(status=400, text=f"bad relay request: {exc}"[:300])
             metrics.POOL_RELAYED.inc("in", op.op)
             answer = await target.relayed(op, principal)
@@ -235,12 +334,12 @@ class Relay:
             return web.Response(body=_encode(answer), content_type="application/json")
 
         async def probe(request: web.Request) -> web.Response:
-            raw = await request.content.read(256)
-            if self._verify(request, raw) is None:
-                return web.Response(status=401, text="relay authentication failed")
+            got = await admitted(request, MAX_PROBE_BYTES, unnamed=True)
+            if isinstance(got, web.Response):
+                return got
             try:
-                nonce = _decode_probe_request(raw).nonce
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                nonce = decode_peer(_decode_probe_request, got[1], ValueError).nonce
+            except ValueError as exc:
                 return web.Response(status=400, text=f"bad probe: {exc}"[:300])
             answer = target.probe_answer()
             mac = handles.probe_mac(self.key, self.me, answer.incarnation, answer.free, nonce)
@@ -250,16 +349,14 @@ class Relay:
         app.router.add_post(RELAY_PATH, relay)
         app.router.add_post(PROBE_PATH, probe)
 
-    def _verify(self, request: web.Request, raw: bytes) -> str | None:
-        """The caller's principal of an authenticated request, else None (logged)."""
-        principal = request.headers.get(handles.RELAY_PRINCIPAL_HEADER)
-        try:
-            sender = self.verifier.verify(request.headers.get(handles.RELAY_HEADER), principal,
-                                          self.clock(), request.method, request.path, raw)
-        except PoolError as exc:  # kind "auth"
-            self._log.warning("pool.relay_refused", reason=str(exc))
-            return None
-        if sender not in self.peers and sender != self.me and not self.open_members:
-            self._log.warning("pool.relay_refused", reason="sender is not a pool member")
-            return None
-        return principal
+    def _unauthorized(self, reason: str) -> web.Response:
+        """401, logged throttled per reason (a flood is a few lines carrying
+        ``suppressed``), and the connection closed."""
+        throttled(self._log, "warning", "pool.relay_refused", key=reason, reason=reason)
+        return _refuse(401, "relay authentication failed")
+
+    def _too_large(self, limit: int) -> web.Response:
+        throttled(self._log, "warning", "pool.relay_refused", key="too_large",
+                  reason="body_too_large", limit=limit)
+        bound = BOUND_TEXT if limit == MAX_RELAY_BYTES else f"{limit} bytes"
+        return _refuse(413, f"relay request too large: the bound is {bound}")

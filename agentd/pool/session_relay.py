@@ -19,9 +19,9 @@ the link's own identity: the proxied request carries the caller's principal
 (as this worker's guard authenticated it) in ``Agentd-Pool-Principal`` and
 ``Agentd-Pool-Auth``, the relay's request MAC
 (:func:`agentd.pool.handles.sign_request`) over the sending worker, a
-timestamp, a nonce, the method and a target naming the path, the *receiving*
-worker, the session id and the body's SHA-256 (``Agentd-Pool-Body``), so the
-claim is good for that one request to that one owner.  The owner checks it
+timestamp, a nonce, the *receiving* worker, the body's SHA-256, the method and a
+target naming the path and the session id, so the claim is good for that one
+request to that one owner.  The owner checks it
 before reading the body (:class:`~agentd.pool.handles.RelayVerifier`: the
 MAC, the timestamp window, the nonce memory shared with ``/pool/relay``, the
 sender a member), then the body against its digest, and serves the request
@@ -35,8 +35,6 @@ connection.  The caller's bearer and ``Origin`` stay at the first worker.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
@@ -49,12 +47,11 @@ from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.obs import metrics
 from agentd.pool import handles
-from agentd.pool.relay import Relay
+from agentd.pool.relay import Relay, read_whole
 
-__all__ = ["BODY_HEADER", "SESSION_HEADER", "Guarded", "proxy_target", "session_middleware"]
+__all__ = ["SESSION_HEADER", "Guarded", "proxy_target", "session_middleware"]
 
 SESSION_HEADER: Final = "Mcp-Session-Id"
-BODY_HEADER: Final = "Agentd-Pool-Body"  # the proxied body's SHA-256 (hex), bound by the MAC
 # the request headers the owner's MCP endpoint reads; the caller's credentials
 # (Authorization) and Origin were checked here and never cross, nor hop-by-hop ones
 _FORWARD: Final = ("Content-Type", "Accept", "Last-Event-ID", SESSION_HEADER,
@@ -84,10 +81,10 @@ def _plain(status: int, text: str, *, close: bool = False) -> web.Response:
     return resp
 
 
-def proxy_target(path: str, receiver: str, session_id: str, body_sha256: str) -> str:
-    """What a proxied request's MAC names besides its method: the path, the worker
-    it is for, the session and the body's digest (``#`` never occurs in a path)."""
-    return f"{path}#{receiver}#{session_id}#{body_sha256}"
+def proxy_target(path: str, session_id: str) -> str:
+    """What a proxied request's MAC names as its target: the path and the session
+    (``#`` never occurs in a path); the head binds the receiver and the body."""
+    return f"{path}#{session_id}"
 
 
 def session_middleware(relay: Relay, guard: Guarded, paths: tuple[str, ...], *, max_body: int,
@@ -112,7 +109,7 @@ def session_middleware(relay: Relay, guard: Guarded, paths: tuple[str, ...], *, 
             metrics.POOL_RELAYED.inc("out", "session")
             try:  # the body bounds of a direct request: size and read time
                 async with asyncio.timeout(body_timeout):
-                    body = await _read_body(request, max_body)
+                    body = await read_whole(request.content.iter_any(), max_body)
             except TimeoutError:
                 return _plain(408, "Request Timeout: the body was not received in time",
                               close=True)
@@ -152,38 +149,25 @@ async def _vouch(relay: Relay, guard: Guarded, request: web.Request,
     """Put the caller's principal a peer proved in ``request`` (None), or the 401."""
     headers = request.headers
     principal = headers.get(handles.RELAY_PRINCIPAL_HEADER)
-    digest = headers.get(BODY_HEADER, "")
     try:  # the claim first: nothing of a stranger's body is read
-        sender = relay.verifier.verify(
+        signed = relay.verifier.verify(
             headers.get(handles.RELAY_HEADER), principal, relay.clock(), request.method,
-            proxy_target(request.path, relay.me, sid, digest[:64]), b"")
+            proxy_target(request.path, sid))
     except PoolError as exc:  # kind "auth"
         return _unvouched(str(exc))
-    if sender == relay.me or (sender not in relay.peers and not relay.open_members):
+    if signed.sender == relay.me or (signed.sender not in relay.peers
+                                     and not relay.open_members):
         return _unvouched("sender is not a pool member")
     try:  # a member's body, within this listener's own bound (client_max_size)
         body = await request.read()
+        relay.verifier.check_body(signed, body)
     except web.HTTPRequestEntityTooLarge:
         return _plain(413, "Payload Too Large", close=True)
-    if principal is None or not hmac.compare_digest(hashlib.sha256(body).hexdigest(), digest):
-        return _unvouched("body does not match its digest")
+    except PoolError as exc:
+        return _unvouched(str(exc))
+    assert principal is not None  # verify refuses a head without one
     guard.vouch(request, principal)
     return None
-
-
-async def _read_body(request: web.Request, bound: int) -> bytes | None:
-    """The whole request body, or None past ``bound`` bytes (``content.read(n)``
-    returns what is buffered, so the chunks are gathered)."""
-    if (request.content_length or 0) > bound:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > bound:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _proxy(relay: Relay, owner: str, sid: str, request: web.Request, body: bytes,
@@ -193,12 +177,10 @@ async def _proxy(relay: Relay, owner: str, sid: str, request: web.Request, body:
     base = relay.peers.get(owner)
     if base is None:
         return _plain(404, "Not Found: unknown or ended session")
-    digest = hashlib.sha256(body).hexdigest()
     headers = {k: v for k in _FORWARD if (v := request.headers.get(k)) is not None}
     headers.update(handles.sign_request(
         relay.key, relay.me, relay.clock(), secrets.token_hex(12), request.method,
-        proxy_target(request.path, owner, sid, digest), b"", principal))
-    headers[BODY_HEADER] = digest
+        proxy_target(request.path, sid), body, principal, receiver=owner))
     session = relay.client()
     try:
         upstream = await session.request(request.method, base + request.path, data=body or None,

@@ -90,6 +90,7 @@ from agentd.tree.ownership import Owners, top_of
 from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
+from agentd.wire.guard import convert_peer
 from agentd.wire.jsonrpc import INTERNAL_ERROR, resource_not_found, subscribe_refused
 
 __all__ = [
@@ -116,6 +117,11 @@ _STATUS_DESCRIPTION: Final = "Read this agent's run id, mode, version, pid and u
 
 TOOL_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
     "status": _STATUS_SCHEMA, **{n: t.input_schema for n, t in _SPAWN_TOOLS.items()}}
+
+
+class _PlacedSpawn(SpawnRequest, frozen=True, forbid_unknown_fields=True):
+    """A peer's placement as this worker decodes it: a member it does not know (a
+    newer peer's, or a caller's word like ``async``) is refused, never dropped."""
 
 
 def _text(value: Any) -> str:
@@ -346,8 +352,8 @@ class SelfMCP(Handler):
         assert self.pool is not None
         if request.op == "spawn":  # placed here by a peer at its caps: never placed on
             try:
-                spawn = msgspec.convert(request.arguments or {}, SpawnRequest)
-            except msgspec.ValidationError as exc:
+                spawn = convert_peer(request.arguments or {}, _PlacedSpawn, ValueError)
+            except ValueError as exc:
                 return RelayAnswer("refused", text=f"spawn refused: bad relayed request: {exc}")
             placed = await self._spawn_here(spawn, principal)
             if isinstance(placed, Refusal):
@@ -487,7 +493,8 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
     def mount(server: Any) -> None:
         _mount_obs(server)
         if pool is not None:  # POST /pool/relay: the pool key is its credential
-            pool.relay.mount(server.app, handler)
+            pool.relay.mount(server.app, handler, authenticated=server.guard.authenticated,
+                             body_timeout=server.limits.body_timeout)
             # 2025-11-25 sessions: ids name their owner; a peer's are proxied to it
             server.app.middlewares.append(session_middleware(
                 pool.relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
