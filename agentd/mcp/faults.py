@@ -63,15 +63,15 @@ from agentd.wire.mcp2026 import UNSUPPORTED_PROTOCOL_VERSION
 
 __all__ = [
     "ABORT_CAUSES",
-    "Cause",
     "IDEMPOTENT_METHODS",
+    "TABLE",
+    "Cause",
     "Decision",
     "HTTPStatusError",
     "RPCError",
     "RequiredServerLost",
     "RetryPolicy",
     "SessionExpired",
-    "TABLE",
     "TransportError",
     "classify",
     "kind",
