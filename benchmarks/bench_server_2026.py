@@ -93,8 +93,9 @@ class AgentdLegacy(bs.AgentdClient):
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.c.era = "session"
-        self.c.generation = max(1, getattr(self.c, "generation", 0))
+        conn = self.c._conn  # the connection's pin: re-initialize, as after a first handshake
+        conn.reinitialize = True
+        conn.generation = max(1, conn.generation)
 
 
 _ERAS: dict = {}

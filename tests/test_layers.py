@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.negotiate": 2,  # revision choice and lost-session answers (sans-IO)
     "agentd.mcp.content": 2,  # content blocks -> the model's text
     "agentd.mcp.client_2026": 2,  # ttlMs, the run's traceparent (sans-IO)
+    "agentd.mcp.revision": 2,  # the client's protocol revision, chosen once per peer (sans-IO)
     "agentd.obs": 2,
     "agentd.pool": 2,  # the pool's sans-IO rules: handles, relay MAC, membership
     "agentd.pool.relay": 3,  # the worker-to-worker link (aiohttp)
@@ -79,12 +80,13 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.stateless": 3,  # drives the 2026-07-28 rules on the handler
     "agentd.mcp.answered": 3,  # the flag a request's owner sets for the transport
     "agentd.mcp.call_watch": 3,  # the wait the progress notifications re-arm
-    "agentd.mcp.channel": 3,  # which stream carries `updated` (a mixin of the client)
     "agentd.mcp.client": 3,
     "agentd.mcp.connection": 3,  # the client's thin connection: transport, session, dispatcher
     "agentd.mcp.listen": 3,  # the 2026-07-28 listen stream (IO over mcp.listening)
+    "agentd.mcp.request_loop": 3,  # the client's requests under the fault policy
+    "agentd.mcp.listings": 3,  # the client's catalogue: tools, resources, re-listing
     "agentd.mcp.recovery": 3,  # the client's pinger and reconnection (IO over mcp.liveness)
-    "agentd.mcp.subscribing": 3,  # subscribe/unsubscribe, negotiation by need
+    "agentd.mcp.subscribing": 3,  # the update routes, subscribe/unsubscribe, negotiation by need
     "agentd.mcp.tool_calls": 3,  # the tools/call send path, MRTR
     "agentd.mcp.toolbox": 3,
     "agentd.mcp.updates": 3,  # the toolbox's update queue, routed by the broker

@@ -25,7 +25,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from agentd.agent.subagents import Refusal, SpawnRequest, Unknown
+from agentd.agent.subagents import TOOL_SCOPE_SCHEMA, Refusal, SpawnRequest, Unknown
 
 R = TypeVar("R")
 
@@ -193,7 +193,7 @@ def tools(modes: Sequence[str] = LOOP_MODES) -> dict[str, SpawnTool]:
     props: dict[str, Any] = {
         "instruction": {"type": "string"},
         "output_contract": {"type": "string"},
-        "tool_scope": {"type": "array", "items": {"type": "string"}},
+        "tool_scope": TOOL_SCOPE_SCHEMA,
     }
     for m in modes:
         props[m] = {"type": "boolean", "default": False}

@@ -25,6 +25,9 @@ import msgspec
 
 SpawnMode = Literal["sync", "async", "warm", "detach"]
 TERMINAL = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "deadline"})
+# The JSON schema of a `tool_scope` argument (SpawnRequest.tool_scope): the one
+# definition the spawn tools and the graph tool offer the model.
+TOOL_SCOPE_SCHEMA: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 
 
 class SpawnRequest(msgspec.Struct, frozen=True):

@@ -23,8 +23,10 @@ spec §1 that does not need a clock or a socket lives here:
   and its acknowledgement, and the answers to an ``input_required`` result
   (MRTR: roots -> an empty list, elicitation -> declined, sampling -> refused).
 
-Revision-specific rules (what a negotiated version allows) live here and
-nowhere else, so the transport and the client API stay version-blind.
+What differs between the revisions (headers, the request's ``_meta``, the
+cancel, the listen request, ``input_required``) is answered by the
+:class:`~agentd.mcp.revision.Revision` the handshake chose, which the session
+holds (``revision``), so the transport and the client API stay version-blind.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from msgspec import UNSET, Raw, UnsetType
 from agentd.errors import HandshakeError
 from agentd.mcp.catalogue import prune_deep
 from agentd.mcp.negotiate import VersionChoice, choose_supported, listen_delivers
-from agentd.mcp.param_headers import encode_value
+from agentd.mcp.revision import SESSION, STATELESS, Revision, input_required
 from agentd.wire import mcp2026 as m26
 from agentd.wire import mcp_types as mt
 from agentd.wire.guard import PEER_FAULTS, fault_text
@@ -62,7 +64,6 @@ __all__ = [
     "Capabilities",
     "ClientSession",
     "Failed",
-    "InputRequired",
     "Notified",
     "Reply",
     "Resolved",
@@ -163,35 +164,6 @@ _dec_discover = msgspec.json.Decoder(m26.DiscoverResult)
 _dec_ack = msgspec.json.Decoder(m26.AcknowledgedParams)
 
 
-class _InputRequest(msgspec.Struct, gc=False):
-    method: str = ""
-    params: Raw = Raw()
-
-
-class _InputRequiredIn(msgspec.Struct, gc=False):
-    resultType: str = m26.RESULT_COMPLETE
-    inputRequests: dict[str, _InputRequest] | None = None
-    requestState: str | None = None
-
-
-_dec_input_required = msgspec.json.Decoder(_InputRequiredIn)
-
-
-class InputRequired(msgspec.Struct, gc=False):
-    """How agentd answers an ``input_required`` result (MRTR, 2026-07-28).
-
-    ``responses`` is the ``inputResponses`` object to send back (JSON bytes;
-    empty when the server asked for nothing), ``state`` the ``requestState``
-    to echo byte for byte (None: send none), ``refused`` the input requests
-    agentd cannot answer at all (sampling, unknown kinds): the call is then
-    abandoned instead of retried.
-    """
-
-    responses: bytes
-    state: str | None
-    refused: list[str]
-
-
 _EMPTY_RESULT: Final = Raw(b"{}")
 _ROOTS_RESULT: Final = Raw(b'{"roots":[]}')
 _NOTIFIED: Final = frozenset({
@@ -217,7 +189,6 @@ _REQUIRES: Final[dict[str, tuple[str, Callable[[Capabilities], bool]]]] = {
     mt.LOGGING_SET_LEVEL: ("logging", lambda c: c.logging),
     mt.COMPLETION_COMPLETE: ("completions", lambda c: c.completions),
 }
-_MODERN_REMOVED: Final = m26.REMOVED_METHODS
 
 
 class ClientSession:
@@ -227,7 +198,7 @@ class ClientSession:
         "_ids", "_init_id", "_next_id", "_pending", "capabilities", "client_version",
         "garbage", "garbled", "instructions", "listen_delivers", "meta", "meta_json",
         "offered_version",
-        "protocol_version", "server_info", "state", "stateless", "structured_output",
+        "protocol_version", "revision", "server_info", "state", "structured_output",
         "supported_versions",
     )
 
@@ -246,7 +217,9 @@ class ClientSession:
         self._next_id = 1
         self._pending: dict[int | str, str] = {}  # id -> method
         self._init_id: int | None = None
-        self.stateless = False  # True once a 2026-07-28 server was adopted
+        # the revision the handshake chose (agentd.mcp.revision): every rule that
+        # differs between 2025-11-25 and 2026-07-28 is its answer
+        self.revision: Revision = SESSION
         self.supported_versions: tuple[str, ...] = ()
         # 2026-07-28: whether discover says listen delivers resource updates (None: unsaid)
         self.listen_delivers: bool | None = None
@@ -293,6 +266,7 @@ class ClientSession:
         self.server_info = init.serverInfo
         self.instructions = init.instructions or None
         self.structured_output = init.protocolVersion >= STRUCTURED_OUTPUT_SINCE
+        self.revision = SESSION
         self.state = "ready"
         return _enc.encode(Notification(mt.NOTIFICATION_INITIALIZED))
 
@@ -356,7 +330,7 @@ class ClientSession:
         self.server_info = info
         self.instructions = d.instructions or None
         self.structured_output = True
-        self.stateless = True
+        self.revision = STATELESS
         self.state = "ready"
         return ""
 
@@ -384,23 +358,29 @@ class ClientSession:
             self.offered_version = choice.version  # initialize offers what it named
         return choice
 
+    @property
+    def stateless(self) -> bool:
+        """Whether the adopted revision is 2026-07-28 (a test's or a benchmark's
+        shortcut past the handshake sets it; the client asks :attr:`revision`)."""
+        return self.revision is STATELESS
+
+    @stateless.setter
+    def stateless(self, value: bool) -> None:
+        self.revision = STATELESS if value else SESSION
+
     def headers(self, method: str, name: str | None = None) -> tuple[tuple[str, str], ...]:
-        """The standard request headers of one stateless request (``Mcp-Method``,
-        and ``Mcp-Name`` for the name-bearing methods); empty before 2026-07-28."""
-        if not self.stateless:
-            return ()
-        if name is not None and method in m26.NAME_BEARING_METHODS:
-            return (("Mcp-Method", method), ("Mcp-Name", encode_value(name)))
-        return (("Mcp-Method", method),)
+        """The standard request headers of one request (``Mcp-Method``, and
+        ``Mcp-Name`` for the name-bearing methods; the revision's answer)."""
+        return self.revision.headers(method, name)
 
     def listen(self, notifications: m26.SubscriptionFilter) -> tuple[int, bytes]:
         """A ``subscriptions/listen`` request; its id is the subscription id."""
-        if not self.stateless or self.state != "ready":
+        if self.state != "ready":
             raise RuntimeError("subscriptions/listen needs an adopted 2026-07-28 server")
+        data = self.revision.listen(self._next_id, notifications, self.meta)
         rid = self._take_id()
         self._pending[rid] = m26.SUBSCRIPTIONS_LISTEN
-        return rid, _enc.encode(Request(rid, m26.SUBSCRIPTIONS_LISTEN, {
-            "notifications": notifications, "_meta": self.meta}))
+        return rid, data
 
     @staticmethod
     def acknowledged(params: Raw) -> tuple[Any, m26.SubscriptionFilter] | None:
@@ -412,35 +392,7 @@ class ClientSession:
         sid = ack._meta.get(m26.SUBSCRIPTION_ID_META) if ack._meta else None
         return sid, ack.notifications
 
-    @staticmethod
-    def input_required(result: Raw) -> InputRequired | None:
-        """None for a final result; else how to answer the server's input requests.
-
-        agentd declares no client capabilities, so a conforming server never
-        asks; if one does anyway: ``roots/list`` gets an empty list (agentd
-        exposes no filesystem scope), ``elicitation/create`` is declined
-        (``{"action": "decline"}``), and ``sampling/createMessage`` (which has
-        no "declined" answer) or anything unknown is refused, so the caller
-        abandons the request instead of retrying it.
-        """
-        if b'"input_required"' not in bytes(memoryview(result)):
-            return None
-        try:
-            r = _dec_input_required.decode(result)
-        except PEER_FAULTS:
-            return None
-        if r.resultType != m26.RESULT_INPUT_REQUIRED:
-            return None
-        answers: dict[str, Any] = {}
-        refused: list[str] = []
-        for key, req in (r.inputRequests or {}).items():
-            if req.method == mt.ROOTS_LIST:
-                answers[key] = {"roots": []}
-            elif req.method == "elicitation/create":
-                answers[key] = {"action": "decline"}
-            else:
-                refused.append(f"{key}: {req.method[:100]}")
-        return InputRequired(_enc.encode(answers) if answers else b"", r.requestState, refused)
+    input_required = staticmethod(input_required)
 
     def handshake_failed(self) -> None:
         """The initialize exchange failed or timed out: forget it (it is never cancelled)."""
@@ -452,7 +404,7 @@ class ClientSession:
         """Drop everything for a fresh ``initialize`` (reconnect, session expiry)."""
         self._pending.clear()
         self._init_id = None
-        self.stateless = False
+        self.revision = SESSION
         self.listen_delivers = None
         self.state = "new"
 
@@ -471,29 +423,11 @@ class ClientSession:
         need = _REQUIRES.get(method)
         if need is not None and not need[1](self.capabilities):
             raise HandshakeError.not_allowed(method, need[0])
-        if self.stateless:
-            if method in _MODERN_REMOVED:
-                raise HandshakeError.not_allowed(method, "a revision before 2026-07-28")
-            if params is UNSET or (not isinstance(params, dict) and params._meta is UNSET):
-                # the common case, spliced: the params object plus the one _meta
-                body = b"{}" if params is UNSET else _enc.encode(params)
-                rid = self._next_id
-                self._next_id = rid + 1
-                self._pending[rid] = method
-                return rid, b"".join((
-                    b'{"jsonrpc":"2.0","id":', str(rid).encode(), b',"method":',
-                    _enc.encode(method), b',"params":',
-                    body[:-1], b',"_meta":' if len(body) > 2 else b'"_meta":',
-                    self.meta_json, b"}}"))
-            p = {} if params is UNSET else (
-                dict(params) if isinstance(params, dict) else msgspec.to_builtins(params))
-            p["_meta"] = {**self.meta, **p["_meta"]} if isinstance(p.get("_meta"), dict) \
-                else self.meta
-            params = p
         rid = self._next_id
+        data = self.revision.request(rid, method, params, self.meta, self.meta_json)
         self._next_id = rid + 1
         self._pending[rid] = method
-        return rid, _enc.encode(Request(rid, method, params))
+        return rid, data
 
     def call_tool(self, name_json: bytes, arguments_json: bytes, meta_json: bytes,
                   extra: bytes = b"") -> tuple[int, bytes]:
@@ -529,10 +463,7 @@ class ClientSession:
         method = self._pending.pop(request_id, None)
         if method is None or method == mt.INITIALIZE:
             return None
-        if self.stateless:  # 2026-07-28 over HTTP: closing the answer stream IS the cancel
-            return None
-        return _enc.encode(Notification(
-            mt.NOTIFICATION_CANCELLED, mt.CancelledParams(requestId=request_id, reason=reason)))
+        return self.revision.cancel(request_id, reason)
 
     def forget(self, request_id: int | str) -> None:
         self._pending.pop(request_id, None)

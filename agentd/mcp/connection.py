@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
 
 __all__ = ["DISCOVER_TIMEOUT", "MAX_AUDIT_TEXT", "Connection"]
 
-DISCOVER_TIMEOUT: Final = 3.0  # the server/discover probe: a server that cannot say is legacy
+DISCOVER_TIMEOUT: Final = 3.0  # the server/discover probe: a server that cannot say speaks a session revision
 MAX_AUDIT_TEXT: Final = 2000
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any] | None"]
 Headers = tuple[tuple[str, str], ...] | list[tuple[str, str]]
@@ -71,14 +71,12 @@ class Connection:
         self.transport: StreamableHTTPTransport | None = None
         self.calls: Dispatcher[int | str] = Dispatcher(self.abandon)
         self.liveness = Liveness(ping_interval, now=time.monotonic())
-        self.era: str | None = None  # "stateless" (2026-07-28) or "session", once known
+        # a server that speaks a session revision (negotiated, or moved there by
+        # need: agentd.mcp.subscribing) is re-initialized directly on a reconnect
+        self.reinitialize = False
         self.generation = 0  # bumps at every (re)initialize
         self._on_notified = on_notified
         self._spawn = spawn
-
-    @property
-    def stateless(self) -> bool:
-        return self.session.stateless
 
     def bind(self, transport: StreamableHTTPTransport) -> None:
         self.transport = transport
@@ -126,20 +124,20 @@ class Connection:
         t = self.transport
         assert t is not None
         self.session.take_garbled()  # only a refusal of this answer is its reason
-        modern = self.session.stateless  # the revision's answer rules (module docstring)
+        rev = self.session.revision  # how its answer is read (agentd.mcp.revision)
         try:
             async with watch if watch is not None else contextlib.nullcontext():
                 if time_limit is None:
-                    await t.post(data, answered, headers=headers, resumable=not modern,
-                                 error_bodies=modern)
+                    await t.post(data, answered, headers=headers, resumable=rev.resumable,
+                                 error_bodies=rev.error_bodies)
                     if fut.done():
                         return fut.result()
                     if not t.get_offered:  # nowhere else it could come from
                         raise no_answer(method, self.session.take_garbled())
                     return await fut
                 async with asyncio.timeout(time_limit):
-                    await t.post(data, answered, headers=headers, resumable=not modern,
-                                 error_bodies=modern)
+                    await t.post(data, answered, headers=headers, resumable=rev.resumable,
+                                 error_bodies=rev.error_bodies)
                     if not fut.done() and not t.get_offered:
                         raise no_answer(method, self.session.take_garbled())
                     return await fut
@@ -188,14 +186,14 @@ class Connection:
         of one (an HTTP 4xx, a JSON-RPC error, no answer in time, a result
         listing no 2026-07-28 version) falls back to ``initialize``; a -32022
         is retried with the best version of its ``data.supported``.  The whole
-        selection fits in ``init_timeout``.  A server known to be legacy (or
-        moved there by need) is re-initialized directly on a reconnect.
+        selection fits in ``init_timeout``.  A server known to speak a session
+        revision (or moved there by need) is re-initialized directly on a reconnect.
         """
         t = self.transport
         assert t is not None
         loop = asyncio.get_running_loop()
         started = loop.time()
-        if self.era == "session" and self.generation:
+        if self.reinitialize and self.generation:
             self.replace_session()
             await self.initialize(init_timeout, init_timeout)
             return
@@ -231,7 +229,7 @@ class Connection:
             except HTTPStatusError as exc:
                 why = f"server/discover answered HTTP {exc.status}"
             except TransportError as exc:
-                if not exc.sent:  # unreachable: no era verdict, a connect failure
+                if not exc.sent:  # unreachable: no revision verdict, a connect failure
                     s.handshake_failed()
                     raise HandshakeError(f"{self.name}: {exc}") from None
                 why = f"server/discover failed: {exc}"
@@ -239,7 +237,7 @@ class Connection:
                 self.calls.forget(rid)
             break
         if not why:
-            self.era = "stateless"
+            self.reinitialize = False
             self.generation += 1
             self.liveness.heard(time.monotonic())
             self.log.info("mcp.handshake", protocol_version=s.protocol_version,
@@ -290,7 +288,7 @@ class Connection:
             raise HandshakeError(f"{self.name}: notifications/initialized failed: {exc}"
                                  ) from None
         self.generation += 1
-        self.era = "session"
+        self.reinitialize = True
         self.liveness.heard(time.monotonic())
         caps = s.capabilities
         self.log.info("mcp.handshake", protocol_version=s.protocol_version,

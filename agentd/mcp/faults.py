@@ -6,7 +6,7 @@ an HTTP status, a top-level JSON-RPC ``error``, a server the client gave up.
 
 Every request -- a tool call, a read, a subscription, a list, a ping; the
 root's and every subagent's (the broker calls the same client) -- passes
-through ``MCPClient._retrying``, the one place this policy is applied.  There
+through :class:`agentd.mcp.request_loop.RequestLoop`, the one place this policy is applied.  There
 :func:`classify` turns each fault into a :class:`Decision`:
 
 ``resend``
@@ -46,7 +46,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal, cast
 
 from agentd.errors import MCPError, RPCError, ToolFault
 from agentd.exitcodes import ExitCode
@@ -64,6 +64,8 @@ from agentd.wire.mcp2026 import UNSUPPORTED_PROTOCOL_VERSION
 __all__ = [
     "ABORT_CAUSES",
     "IDEMPOTENT_METHODS",
+    "TABLE",
+    "Cause",
     "Decision",
     "HTTPStatusError",
     "RPCError",
@@ -187,15 +189,22 @@ def parse_retry_after(value: str | None, *, cap: float = RETRY_AFTER_CAP,
     return min(max(seconds, 0.0), cap)
 
 
-@dataclass(frozen=True, slots=True)
+Cause = Literal["", "timeout", "closed", "missing", "limit", "stale", "gone", "refused",
+                "unreachable"]
+"""What a given-up request's :class:`~agentd.errors.ToolFault` says the run does
+(its ``cause``): "" or a notice cause ("timeout", "closed", "missing", "limit")
+leaves the run going; an abort cause (:data:`ABORT_CAUSES`) ends the server."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """What the client does about one fault (docs/faults.md, the table)."""
 
-    retryable: bool
-    resend: bool
-    reconnect: bool
+    retryable: bool = False
+    resend: bool = False
+    reconnect: bool = False
     reason: str
-    cause: str = ""  # the ToolFault's cause when the client gives up on it
+    cause: Cause = ""  # the ToolFault's cause when the client gives up on it
     after: float | None = None  # the server's Retry-After, seconds (waited before a re-send)
 
     @property
@@ -208,8 +217,85 @@ def _is_tls(text: str) -> bool:
     return any(m in low for m in _TLS_MARKERS)
 
 
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of the table: a fault of type ``fault`` for which ``when(fault,
+    method)`` holds gets ``decide(fault, idempotent)``."""
+
+    fault: type[BaseException]
+    when: Callable[[Any, str], bool]
+    decide: Callable[[Any, bool], Decision]
+
+
+def _always(_f: Any, _m: str) -> bool:
+    return True
+
+
+def _rpc(c: int) -> str:
+    return f"JSON-RPC {c}"
+
+
+# docs/faults.md, row by row, in the order they are tried: the first row whose
+# type and condition match decides.
+TABLE: Final[tuple[Row, ...]] = (
+    # a ToolFault the client made while waiting on its connection
+    Row(ToolFault, lambda f, m: not f.retryable,  # gone, stale or closed: its cause says which
+        lambda f, i: Decision(reason=f.message, cause=cast(Cause, f.cause))),
+    Row(ToolFault, lambda f, m: _is_tls(f.message),
+        lambda f, i: Decision(reason=f"TLS verification failed: {f.message}", cause="refused")),
+    Row(ToolFault, _always,
+        lambda f, i: Decision(retryable=True, cause="unreachable",
+                              reason=f"server gone past the retry budget: {f.message}")),
+    Row(SessionExpired, _always,
+        lambda f, i: Decision(retryable=True, resend=True, reconnect=True,
+                              reason=f"session expired (HTTP {f.status})")),
+    Row(TransportError, lambda f, m: bool(f.limit), lambda f, i: Decision(reason=str(f))),
+    Row(TransportError, lambda f, m: _is_tls(str(f)),
+        lambda f, i: Decision(reason=f"TLS verification failed: {f}", cause="refused")),
+    Row(TransportError, lambda f, m: not f.sent,
+        lambda f, i: Decision(retryable=True, resend=True, reconnect=True,
+                              reason=f"unreachable: {f}", cause="unreachable")),
+    Row(TransportError, _always,
+        lambda f, i: Decision(retryable=True, resend=i, reconnect=True,
+                              reason=f"connection lost: {f}")),
+    Row(HTTPStatusError, lambda f, m: f.status in _NOT_PROCESSED_STATUSES,
+        lambda f, i: Decision(retryable=True, resend=True, reason=f"HTTP {f.status}",
+                              after=f.retry_after)),
+    Row(HTTPStatusError, lambda f, m: f.status >= 500,
+        lambda f, i: Decision(retryable=True, resend=i, reason=f"HTTP {f.status}",
+                              after=f.retry_after)),
+    Row(HTTPStatusError, lambda f, m: f.status in _REFUSED_STATUSES,
+        lambda f, i: Decision(reason=f"HTTP {f.status} after the handshake (credentials "
+                              "refused)", cause="refused")),
+    Row(HTTPStatusError, _always, lambda f, i: Decision(reason=f"HTTP {f.status}")),
+    # a top-level JSON-RPC error the server answered
+    Row(RPCError, lambda f, m: f.side == "remote" and f.code == UNSUPPORTED_PROTOCOL_VERSION,
+        # refused before it ran: negotiate again
+        lambda f, i: Decision(retryable=True, resend=True, reconnect=True,
+                              reason=f"{_rpc(f.code)}: {f.message}")),
+    Row(RPCError, lambda f, m: (f.side == "remote" and m == "tools/call"
+                                and f.code in (METHOD_NOT_FOUND, INVALID_PARAMS)),
+        lambda f, i: Decision(reason=f"{_rpc(f.code)} for a tool the server listed: "
+                              f"{f.message}", cause="refused")),
+    Row(RPCError, lambda f, m: (f.side == "remote" and m == "resources/read"
+                                and resource_missing(f)),
+        lambda f, i: Decision(reason=f"{_rpc(f.code)}: {f.message}", cause="missing")),
+    Row(RPCError, lambda f, m: f.side == "remote" and f.code in _FATAL_RPC,
+        lambda f, i: Decision(reason=f"{_rpc(f.code)}: {f.message}")),
+    Row(RPCError, lambda f, m: (f.side == "remote"
+                                and (f.code == INTERNAL_ERROR or -32099 <= f.code <= -32000)),
+        lambda f, i: Decision(retryable=True, resend=i, reason=f"{_rpc(f.code)}: {f.message}")),
+    Row(RPCError, lambda f, m: f.side == "remote",
+        lambda f, i: Decision(reason=f"{_rpc(f.code)}: {f.message}")),
+    # cancelled on the server, never re-sent
+    Row(TimeoutError, _always,
+        lambda f, i: Decision(retryable=True, reason="timed out", cause="timeout")),
+)
+
+
 def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Decision:
-    """THE disposition of a fault (docs/faults.md, the table).
+    """THE disposition of a fault: the first row of :data:`TABLE` that matches it
+    (docs/faults.md); a fault no row names is not retried.
 
     ``idempotent``: the request may run twice without harm.  ``method`` names
     it: a -32601/-32602 answering ``tools/call`` contradicts the server's own
@@ -219,52 +305,10 @@ def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Dec
     waiting on its connection (the server gone or closed, or no reconnect
     within ``reconnect_wait``).
     """
-    if isinstance(fault, ToolFault):
-        if not fault.retryable:  # gone, stale or closed: its cause says which
-            return Decision(False, False, False, fault.message, fault.cause)
-        if _is_tls(fault.message):
-            return Decision(False, False, False, f"TLS verification failed: {fault.message}",
-                            "refused")
-        return Decision(True, False, False,
-                        f"server gone past the retry budget: {fault.message}", "unreachable")
-    if isinstance(fault, SessionExpired):
-        return Decision(True, True, True, f"session expired (HTTP {fault.status})")
-    if isinstance(fault, TransportError):
-        if fault.limit:
-            return Decision(False, False, False, str(fault))
-        if _is_tls(str(fault)):
-            return Decision(False, False, False, f"TLS verification failed: {fault}", "refused")
-        if not fault.sent:
-            return Decision(True, True, True, f"unreachable: {fault}", "unreachable")
-        return Decision(True, idempotent, True, f"connection lost: {fault}")
-    if isinstance(fault, HTTPStatusError):
-        s = fault.status
-        if s in _NOT_PROCESSED_STATUSES:
-            return Decision(True, True, False, f"HTTP {s}", after=fault.retry_after)
-        if s >= 500:
-            return Decision(True, idempotent, False, f"HTTP {s}", after=fault.retry_after)
-        if s in _REFUSED_STATUSES:
-            return Decision(False, False, False,
-                            f"HTTP {s} after the handshake (credentials refused)", "refused")
-        return Decision(False, False, False, f"HTTP {s}")
-    if isinstance(fault, RPCError) and fault.side == "remote":
-        c = fault.code
-        text = f"JSON-RPC {c}: {fault.message}"
-        if c == UNSUPPORTED_PROTOCOL_VERSION:  # refused before it ran: negotiate again
-            return Decision(True, True, True, text)
-        if c in (METHOD_NOT_FOUND, INVALID_PARAMS) and method == "tools/call":
-            return Decision(False, False, False, f"JSON-RPC {c} for a tool the server "
-                                                 f"listed: {fault.message}", "refused")
-        if method == "resources/read" and resource_missing(fault):
-            return Decision(False, False, False, text, "missing")
-        if c in _FATAL_RPC:
-            return Decision(False, False, False, text)
-        if c == INTERNAL_ERROR or -32099 <= c <= -32000:
-            return Decision(True, idempotent, False, text)
-        return Decision(False, False, False, text)
-    if isinstance(fault, TimeoutError):  # cancelled on the server, never re-sent
-        return Decision(True, False, False, "timed out", "timeout")
-    return Decision(False, False, False, f"{type(fault).__name__}: {fault}")
+    for row in TABLE:
+        if isinstance(fault, row.fault) and row.when(fault, method):
+            return row.decide(fault, idempotent)
+    return Decision(reason=f"{type(fault).__name__}: {fault}")
 
 
 Kind = Literal["abort", "retry", "observe"]

@@ -1,21 +1,21 @@
 """Liveness and reconnection of one MCP client (the IO over :class:`Liveness`).
 
-A mixin of :class:`~agentd.mcp.client.MCPClient` (as :mod:`agentd.mcp.channel`
-is), so the client module holds the API and this one the recovery ladder:
+:class:`Recovery` is one part of :class:`~agentd.mcp.client.MCPClient`, with
+its own state (whether the connection is up, closing, gone or stale, the
+recovery in flight), handed what it needs: the connection, the policy, the
+task spawner, and two hooks of the client -- ``on_connected`` (what every
+(re)connect does next: the update stream, the subscriptions, the catalogue)
+and ``stop_stream`` (the update stream's task, cancelled when the connection
+is given up or recovered).  It holds:
 
-* what every (re)connect does next (:meth:`_after_connect`): the GET stream
-  or the listen stream, the subscriptions re-issued and one ``updated``
-  synthesized per watched URI (edge -> level), the catalogue re-listed --
-  at 2026-07-28 only where :class:`~agentd.mcp.catalogue.Freshness` says its
-  ttl ran out;
 * the idle pinger: :class:`~agentd.mcp.liveness.Liveness` says when a ping is
-  due and when missed pings make the server stale; a stale server is
-  reconnected on new connections, or -- in task mode (``reconnect_stale``
-  False) -- given up for good (:meth:`_give_up`, the fault policy decides);
-* the 2025-11-25 standalone GET stream, whose loss starts a recovery;
-* :meth:`_trigger_recover`: one recovery at a time, under the backoff policy,
+  due and when missed pings make the server stale (the revision says whether
+  it pings at all); a stale server is reconnected on new connections, or --
+  in task mode (``reconnect_stale`` False) -- given up for good
+  (:meth:`give_up`, the fault policy decides);
+* :meth:`trigger`: one recovery at a time, under the backoff policy,
   probing a session that may have survived a network blip before
-  re-initializing; requests wait for it (:meth:`_wait_connected`).
+  re-initializing; requests wait for it (:meth:`wait_connected`).
 """
 
 from __future__ import annotations
@@ -24,101 +24,103 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Final
+from typing import Any
 
 from agentd.errors import HandshakeError, ToolFault
 from agentd.log import Logger
-from agentd.mcp.catalogue import Freshness
-from agentd.mcp.client_session import ClientSession
 from agentd.mcp.connection import Connection
 from agentd.mcp.faults import HTTPStatusError, RetryPolicy, RPCError, SessionExpired, TransportError
-from agentd.mcp.http_transport import DELETE_LIMIT, StreamableHTTPTransport
-from agentd.mcp.listen import Listener
+from agentd.mcp.http_transport import DELETE_LIMIT
 from agentd.mcp.liveness import STALE_AFTER_MISSES, Reconnect
-from agentd.wire import mcp2026 as m26
-from agentd.wire import mcp_types as mt
+from agentd.mcp.request_loop import EXPIRED
 
-__all__ = ["EXPIRED", "Reconnecting"]
+__all__ = ["Recovery"]
 
-EXPIRED: Final = "mcp.session.expired"  # the server no longer knows our session
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any] | None"]
 
 
-class Reconnecting:
+class Recovery:
     """The client's liveness and recovery; see the module docstring."""
 
-    name: str
-    log: Logger
-    policy: RetryPolicy
-    gone: str | None
-    stale: bool
-    last_error: str
-    reconnect_stale: bool
-    ping_interval: float | None
-    ping_timeout: float
-    init_timeout: float
-    on_gone: Callable[[Any, str], None] | None
-    _conn: Connection
-    _session: ClientSession
-    _connected: asyncio.Event
-    _closing: bool
-    _kick: asyncio.Event
-    _recovering: asyncio.Task | None
-    _listener: asyncio.Task | None
-    _spawn: Callable[[Coroutine, str], asyncio.Task | None]
-    subscriptions: set[str]
-    updates: asyncio.Queue
-    _listen: Listener
-    _fresh: Freshness
-    _request: Callable[..., Coroutine[Any, Any, Any]]
-    _schedule_relist: Callable[[str, Callable[[], Coroutine]], None]
-    list_tools: Callable[[], Coroutine[Any, Any, Any]]
-    _refresh_resources: Callable[[], Coroutine[Any, Any, None]]
+    def __init__(self, name: str, log: Logger, conn: Connection, policy: RetryPolicy, *,
+                 spawn: Spawn, init_timeout: float, ping_interval: float | None,
+                 ping_timeout: float, reconnect_stale: bool,
+                 on_connected: Callable[[bool], Coroutine[Any, Any, None]],
+                 stop_stream: Callable[[], None],
+                 on_gone: Callable[[str], None]) -> None:
+        self.name = name
+        self.log = log
+        self._conn = conn
+        self._policy = policy
+        self._spawn = spawn
+        self._init_timeout = init_timeout
+        self._ping_interval = ping_interval
+        self.ping_timeout = ping_timeout
+        self._reconnect_stale = reconnect_stale  # False: a stale server is left gone
+        self._on_connected = on_connected
+        self._stop_stream = stop_stream
+        self._on_gone = on_gone
+        self.up = asyncio.Event()  # set while requests may be sent
+        self.closing = False
+        self.gone: str | None = None  # why the connection was given up for good
+        self.stale = False
+        self.last_error = ""  # the last reconnect failure (named in faults)
+        self._kick = asyncio.Event()  # set by a call waiting on a reconnect
+        self._recovering: asyncio.Task[Any] | None = None
 
     @property
-    def _transport(self) -> StreamableHTTPTransport | None:
-        return self._conn.transport
+    def connected(self) -> bool:
+        return self.up.is_set()
 
-    async def _wait_connected(self) -> None:
-        if self._connected.is_set():
-            return
+    def close(self) -> None:
+        """The client is closing: nothing waits for or starts a reconnect any more."""
+        self.closing = True
+        self.up.clear()
+
+    def _unusable(self) -> ToolFault | None:
         if self.gone is not None:
-            raise ToolFault(self.name, f"server gone: {self.gone}", retryable=False,
-                            cause="stale" if self.stale else "gone")
-        if self._closing:
+            return ToolFault(self.name, f"server gone: {self.gone}", retryable=False,
+                             cause="stale" if self.stale else "gone")
+        return None
+
+    async def wait_connected(self) -> None:
+        if self.up.is_set():
+            return
+        if (gone := self._unusable()) is not None:
+            raise gone
+        if self.closing:
             raise ToolFault(self.name, "client closed", retryable=False, cause="closed")
         self._kick.set()  # a reconnect sleeping in its backoff tries again now
         try:
-            async with asyncio.timeout(self.policy.reconnect_wait):
-                await self._connected.wait()
+            async with asyncio.timeout(self._policy.reconnect_wait):
+                await self.up.wait()
         except TimeoutError:
             last = f": {self.last_error}" if self.last_error else ""
             raise ToolFault(self.name, "server unavailable (reconnecting)" + last,
                             retryable=True) from None
-        if self.gone is not None:
-            raise ToolFault(self.name, f"server gone: {self.gone}", retryable=False,
-                            cause="stale" if self.stale else "gone")
-        if self._closing:
+        if (gone := self._unusable()) is not None:
+            raise gone
+        if self.closing:
             raise ToolFault(self.name, "client closed", retryable=False)
 
-    async def ping(self, time_limit: float | None = None) -> None:
-        """``ping`` (2025-11-25); at 2026-07-28, which has none, ``server/discover``
-        is the probe."""
-        if self._session.stateless:
-            await self._request(m26.SERVER_DISCOVER, time_limit=time_limit or self.ping_timeout)
-            return
-        await self._request(mt.PING, time_limit=time_limit or self.ping_timeout)
+    async def after_connect(self, *, first: bool) -> None:
+        """The connection is up: requests flow again, then the client's next steps."""
+        self.up.set()
+        self.stale = False
+        await self._on_connected(first)
 
     # ------------------------------------------------------------ liveness
 
-    async def _pinger(self) -> None:
-        interval = self.ping_interval
+    async def pinger(self) -> None:
+        """The idle pinger (see the module docstring)."""
+        interval = self._ping_interval
         assert interval
         live = self._conn.liveness
-        while not self._closing:
+        while not self.closing:
             await asyncio.sleep(interval)
             # 2026-07-28 has no ping: failed requests and listen streams tell
-            if not live.due(time.monotonic(), connected=self._connected.is_set(),
-                            pings=not self._session.stateless):
+            if not live.due(time.monotonic(), connected=self.up.is_set(),
+                            pings=self._conn.session.revision.pings):
                 continue  # not idle: traffic proves liveness
             try:
                 await self._conn.ping(self.ping_timeout)
@@ -126,160 +128,76 @@ class Reconnecting:
             except RPCError:
                 live.answered()  # it answered, if with an error
             except SessionExpired as exc:
-                self._trigger_recover(expired=True, reason=f"ping: {exc}", event=EXPIRED)
+                self.trigger(expired=True, reason=f"ping: {exc}", event=EXPIRED)
             except TransportError as exc:  # the connection is gone: reconnect now
                 live.answered()
-                self._trigger_recover(expired=False, reason=f"ping: {exc}")
+                self.trigger(expired=False, reason=f"ping: {exc}")
             except Exception as exc:  # no answer: a miss
                 self.log.warning("mcp.ping.missed", misses=live.misses + 1,
                                  error=str(exc)[:200])
                 if live.missed():
                     self.stale = True
                     self.log.warning("mcp.stale", misses=STALE_AFTER_MISSES,
-                                     reconnect=self.reconnect_stale)
-                    if not self.reconnect_stale:  # the fault policy decides (faults.py)
-                        await self._give_up(f"stale: {STALE_AFTER_MISSES} missed pings")
+                                     reconnect=self._reconnect_stale)
+                    if not self._reconnect_stale:  # the fault policy decides (faults.py)
+                        await self.give_up(f"stale: {STALE_AFTER_MISSES} missed pings")
                         return
-                    self._trigger_recover(expired=True, reason="stale", drop=True)
+                    self.trigger(expired=True, reason="stale", drop=True)
 
-    async def _give_up(self, reason: str) -> None:
+    async def give_up(self, reason: str) -> None:
         """The shutdown ladder for this connection: stop its streams, fail what
         waits on it, close its connections; it stays gone (no reconnect)."""
         self.gone = reason
-        self._connected.clear()
-        listener = self._listener
-        if listener is not None and listener is not asyncio.current_task():
-            listener.cancel()
+        self.up.clear()
+        self._stop_stream()
         self._conn.fail_all(lambda: ToolFault(self.name, f"server gone: {reason}",
                                               retryable=False, cause="stale"))
-        if self._transport is not None:
+        if self._conn.transport is not None:
             # a server that missed its pings gets no longer than one ping to
             # answer the DELETE: waiting the usual bound would hold the give-up
             with contextlib.suppress(Exception):
-                await self._transport.close(delete_within=min(DELETE_LIMIT, self.ping_timeout))
+                await self._conn.transport.close(
+                    delete_within=min(DELETE_LIMIT, self.ping_timeout))
         self.log.warning("mcp.gone", reason=reason)
-        if self.on_gone is not None:
-            self.on_gone(self, reason)
-
-    async def _get_stream(self, generation: int) -> None:
-        """The 2025-11-25 standalone GET stream; its loss starts a recovery."""
-        t = self._transport
-        assert t is not None
-        try:
-            await t.listen()
-        except SessionExpired:
-            if generation != self._conn.generation:
-                return
-            # A 404 on GET may only mean "no GET route": ask the session itself.
-            try:
-                await self._conn.ping(self.ping_timeout)
-            except SessionExpired as exc:
-                self._trigger_recover(expired=True, reason=f"GET stream: {exc}", event=EXPIRED)
-            except (TransportError, HTTPStatusError, RPCError, TimeoutError):
-                pass  # the pinger / the next request will find out
-            else:
-                t.get_offered = False
-                self.log.info("mcp.stream.not_offered", status=404)
-        except (TransportError, HTTPStatusError) as exc:
-            if generation == self._conn.generation:
-                self._trigger_recover(expired=False, reason=f"stream lost: {exc}")
-        else:
-            if generation == self._conn.generation:
-                self.log.info("mcp.stream.not_offered", status=t.not_offered)
+        self._on_gone(reason)
 
     # ------------------------------------------------------------ (re)connect
 
-    def _task_failed(self, exc: BaseException) -> None:
+    def task_failed(self, exc: BaseException) -> None:
         """A background task's bug ended the group: nothing may wait on this
         connection any more (the bug is raised again when the client closes)."""
         reason = f"internal error: {type(exc).__name__}: {exc}"[:300]
         self.gone = reason
-        self._connected.clear()
+        self.up.clear()
         self._conn.fail_all(lambda: ToolFault(self.name, f"server gone: {reason}",
                                               retryable=False, cause="gone"))
-        if self.on_gone is not None:
-            self.on_gone(self, reason)
-
-    async def _after_connect(self, *, first: bool) -> None:
-        """(Re)start the GET stream and list the catalogue; on a reconnect, first
-        re-issue every subscription and synthesize one ``updated`` per watched URI."""
-        self._connected.set()
-        self.stale = False
-        if self._session.stateless:
-            await self._after_discover(first=first)
-            return
-        self._listener = self._spawn(self._get_stream(self._conn.generation), "listen")
-        if not first:
-            watched = sorted(self.subscriptions)
-            for uri in watched:
-                try:
-                    await self._request(mt.RESOURCES_SUBSCRIBE, mt.SubscribeParams(uri=uri))
-                except (ToolFault, HandshakeError) as exc:
-                    self.log.warning("mcp.subscribe.restore_failed", uri=uri, error=str(exc))
-            # edge -> level: a change missed while disconnected is not lost
-            for uri in watched:
-                self.updates.put_nowait((self.name, uri))
-            self.log.info("mcp.reconnected", generation=self._conn.generation,
-                          resubscribed=len(watched))
-        if self._session.capabilities.tools:
-            await self.list_tools()
-        if self._session.capabilities.resources:
-            await self._refresh_resources()
-
-    async def _after_discover(self, *, first: bool) -> None:
-        """A 2026-07-28 server (re)adopted: the listen stream, then the catalogue.
-
-        On a reconnect the listen manager re-opens the stream and, once it is
-        acknowledged, synthesizes one ``updated`` per watched URI (the §1.6 rule);
-        the catalogue is re-listed only where its ttl ran out."""
-        self._listener = self._listen.start(self._conn.generation, resync=not first)
-        now = time.monotonic()
-        if self._session.capabilities.tools and (first or self._fresh.stale("tools", now)):
-            await self.list_tools()
-        if self._session.capabilities.resources and (first or self._fresh.stale("resources", now)):
-            await self._refresh_resources()
-        if not first:
-            self.log.info("mcp.reconnected", generation=self._conn.generation,
-                          resubscribed=len(self.subscriptions))
-
-    def _listen_resync(self, watched: list[str], honoured: m26.SubscriptionFilter) -> None:
-        """A listen stream re-opened after a loss: edge -> level."""
-        for uri in watched:
-            self.updates.put_nowait((self.name, uri))
-        # a list change missed meanwhile: re-read where the ttl allows it
-        now = time.monotonic()
-        if honoured.toolsListChanged and self._fresh.stale("tools", now):
-            self._schedule_relist("tools", self.list_tools)
-        if honoured.resourcesListChanged and self._fresh.stale("resources", now):
-            self._schedule_relist("resources", self._refresh_resources)
+        self._on_gone(reason)
 
     # ------------------------------------------------------------ recovery
 
-    def _trigger_recover(self, *, expired: bool, reason: str, drop: bool = False,
-                         event: str = "mcp.disconnected") -> None:
+    def trigger(self, *, expired: bool, reason: str, drop: bool = False,
+                event: str = "mcp.disconnected") -> None:
         """Start one recovery (``event`` names why: ``mcp.session.expired`` when the
         server no longer knows our session, else ``mcp.disconnected``)."""
-        if self._closing or self.gone is not None:
+        if self.closing or self.gone is not None:
             return
         if self._recovering is not None and not self._recovering.done():
             return
-        self._connected.clear()
+        self.up.clear()
         self.log.warning(event, reason=reason[:300])
         self._recovering = self._spawn(self._recover(expired, drop), "recover")
 
     async def _recover(self, expired: bool, drop: bool) -> None:
         """Reconnect under the backoff policy until it works or the client closes."""
-        t = self._transport
+        t = self._conn.transport
         assert t is not None
-        listener = self._listener
-        if listener is not None and listener is not asyncio.current_task():
-            listener.cancel()
+        self._stop_stream()
         plan = Reconnect(expired=expired, drop=drop)
-        while not self._closing:
+        while not self.closing:
             if plan.reopen():
                 await t.reopen()  # a stale server: new connections, new session
             if pause := plan.next_try():
-                await self.policy.reconnect_pause(pause, self._kick)
+                await self._policy.reconnect_pause(pause, self._kick)
             try:
                 if plan.probes(bool(t.session_id)):
                     # the session may have survived a network blip: probe it
@@ -297,7 +215,7 @@ class Reconnecting:
                         self._spawn(self._finish_recover(), "restore")
                         return
                 if plan.handshakes(bool(t.session_id)):
-                    await self._conn.handshake(self.init_timeout)
+                    await self._conn.handshake(self._init_timeout)
                     self._spawn(self._finish_recover(), "restore")
                     return
             except (HandshakeError, TransportError, HTTPStatusError, TimeoutError) as exc:
@@ -308,6 +226,6 @@ class Reconnecting:
 
     async def _finish_recover(self) -> None:
         try:
-            await self._after_connect(first=False)
+            await self.after_connect(first=False)
         except (ToolFault, HandshakeError) as exc:
             self.log.warning("mcp.restore.failed", error=str(exc)[:300])

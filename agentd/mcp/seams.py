@@ -99,5 +99,5 @@ class ResourceServer(Protocol):
     async def update_channel(self) -> str | None:
         """What carries `updated` for a subscribed URI (`subscribe`: the
         session's stream; `listen`: 2026-07-28's listen stream), or None when
-        nothing can (agentd.mcp.channel): the reactive daemon then polls."""
+        nothing can (agentd.mcp.subscribing): the reactive daemon then polls."""
         ...

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from agentd.agent.selftools import SelfTools
-from agentd.agent.subagents import Refusal, SpawnRequest, SubagentBackend
+from agentd.agent.subagents import TOOL_SCOPE_SCHEMA, Refusal, SpawnRequest, SubagentBackend
 
 __all__ = ["MAX_NODES", "install", "order", "run_graph"]
 
@@ -40,7 +40,7 @@ SCHEMA: dict[str, Any] = {
                     "id": {"type": "string"},
                     "instruction": {"type": "string"},
                     "output_contract": {"type": "string"},
-                    "tool_scope": {"type": "array", "items": {"type": "string"}},
+                    "tool_scope": TOOL_SCOPE_SCHEMA,
                     "after": {"type": "array", "items": {"type": "string"}},
                 },
                 "required": ["id", "instruction"],
