@@ -33,7 +33,7 @@ def _flags(ctx: click.Context, local: dict[str, Any]) -> dict[str, Any]:
 def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]:
     from agentd import log as _log
     from agentd.flags import config_from_flags
-    from agentd.mcp import oauth
+    from agentd.mcp.client import oauth
 
     flags = _flags(ctx, local)
     config = config_from_flags(flags, needs_instruction=False)
@@ -95,8 +95,8 @@ async def _login(config: cfg.Config, spec: cfg.ServerSpec, *, open_browser: bool
                  limit: float) -> int:
     from agentd.config import resolve_headers
     from agentd.errors import HandshakeError
-    from agentd.mcp.client import MCPClient
-    from agentd.mcp.oauth import auth_for, configure
+    from agentd.mcp.client.facade import MCPClient
+    from agentd.mcp.client.oauth import auth_for, configure
 
     configure(open_browser=open_browser, login_timeout=limit)
     try:
@@ -142,8 +142,8 @@ def status(ctx: click.Context, as_json: bool, **local: Any) -> None:
     """List the stored logins (never a token)."""
     import orjson
 
-    from agentd.mcp.oauth.discovery import canonical_resource
-    from agentd.mcp.oauth.store import TokenStore
+    from agentd.mcp.client.oauth.discovery import canonical_resource
+    from agentd.mcp.client.oauth.store import TokenStore
 
     config, _ = _setup(ctx, local)
     names = {canonical_resource(s.url): s.name for s in config.mcp}
@@ -169,8 +169,8 @@ def status(ctx: click.Context, as_json: bool, **local: Any) -> None:
 @click.pass_context
 def logout(ctx: click.Context, name: str, **local: Any) -> None:
     """Delete the stored login(s) of the MCP server NAME."""
-    from agentd.mcp.oauth.discovery import canonical_resource
-    from agentd.mcp.oauth.store import TokenStore
+    from agentd.mcp.client.oauth.discovery import canonical_resource
+    from agentd.mcp.client.oauth.store import TokenStore
 
     config, _ = _setup(ctx, local)
     spec = _spec(config, name)

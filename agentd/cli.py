@@ -218,7 +218,7 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     from agentd.log_bridge import route_stdlib
 
     route_stdlib()  # aiohttp's and asyncio's records as agentd lines too
-    from agentd.mcp import oauth
+    from agentd.mcp.client import oauth
 
     oauth.configure(state_dir=config.state_dir, interactive=config.auth_interactive)
     ctx.exit(runtime.run(run(config)))

@@ -64,7 +64,7 @@ DEFAULT_MAX_STEPS = 50
 DEFAULT_INIT_TIMEOUT = 10.0
 DEFAULT_PING_INTERVAL = 30.0
 # a tools/call with no progress notification for this long, or running this long in
-# all, is ended by agentd (agentd.mcp.call_limits; why these values: docs/cli.md)
+# all, is ended by agentd (agentd.mcp.client.rules.call_limits; why these values: docs/cli.md)
 DEFAULT_TOOL_IDLE_TIMEOUT = 0.0  # off: docs/cli.md says why
 DEFAULT_TOOL_TIMEOUT = 3600.0
 DEFAULT_DRAIN_TIMEOUT = 25.0
@@ -125,8 +125,8 @@ class ServerSpec(msgspec.Struct, frozen=True):
     ca_file: str | None = None  # custom CA bundle for a private https endpoint
     client_cert: str | None = None  # PEM certificate presented to an mTLS server
     client_key: str | None = None  # its private key (PEM)
-    auth: OAuthAuth | ClientCredentialsAuth | None = None  # OAuth (agentd.mcp.oauth)
-    # the deepest tool schema offered (agentd.mcp.catalogue); a deeper one is excluded
+    auth: OAuthAuth | ClientCredentialsAuth | None = None  # OAuth (agentd.mcp.client.oauth)
+    # the deepest tool schema offered (agentd.mcp.client.rules.catalogue); a deeper one is excluded
     max_schema_depth: int = DEFAULT_MAX_SCHEMA_DEPTH
     # this server's tool-call limits over --tool-idle-timeout / --tool-timeout
     # (None: the run's; 0: no limit), for a server whose long tools report no progress
@@ -264,7 +264,7 @@ class Config(RunLimits, frozen=True):
     # logs at info, the interactive commands at warning); subagents get it as a value
     log_level: str | None = None
     secrets_dir: str = DEFAULT_SECRETS_DIR
-    state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.oauth)
+    state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.client.oauth)
     auth_interactive: bool = False  # --auth-interactive: a login may happen during a run
     metrics_listen: str | None = None  # --metrics-listen HOST:PORT (/metrics, probes)
     # bearer for /metrics on that listener: a token, or "{{secret:NAME}}" (resolved at
@@ -511,7 +511,7 @@ def parse_serve(url: str, cert: str | None, key: str | None, client_ca: str | No
     return spec
 
 
-# private_key_jwt signing algorithms (PyJWT names; agentd.mcp.oauth.jwt_assertion)
+# private_key_jwt signing algorithms (PyJWT names; agentd.mcp.client.oauth.jwt_assertion)
 JWT_ALGORITHMS = ("ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "PS384",
                   "PS512", "EdDSA")
 

@@ -24,8 +24,8 @@ a return value, not an exception.
     │   ├── ToolFault                    a protocol/transport fault of a call
     │   ├── HandshakeError               the server could not be initialized, or a request
     │   │                                its negotiated capabilities refuse (exit 6 if required)
-    │   ├── OAuthError                   kind failed | refused | required (agentd.mcp.oauth)
-    │   └── RequiredServerLost           exit 1, or 6 at the handshake (agentd.mcp.faults)
+    │   ├── OAuthError                   kind failed | refused | required (agentd.mcp.client.oauth)
+    │   └── RequiredServerLost           exit 1, or 6 at the handshake (agentd.mcp.client.rules.faults)
     ├── IntelligenceError                kind unavailable | ceiling | retry | playback
     │   └── IntelligenceUnavailable      exit 5 (agentd.intelligence.base)
     ├── TreeError                        subagents, the control wire, spawners, cassettes
@@ -125,7 +125,7 @@ class MCPError(AgentdError):
 class ToolFault(MCPError):
     """A protocol or transport fault: never shown to the model as tool output.
 
-    ``retryable`` follows the documented policy (:mod:`agentd.mcp.faults`);
+    ``retryable`` follows the documented policy (:mod:`agentd.mcp.client.rules.faults`);
     ``code`` is the JSON-RPC error code or HTTP status when there was one.
     """
 
@@ -137,7 +137,7 @@ class ToolFault(MCPError):
         self.retryable = retryable
         self.code = code
         self.method = method
-        # the policy's cause (agentd.mcp.faults): "timeout", "closed", "missing"
+        # the policy's cause (agentd.mcp.client.rules.faults): "timeout", "closed", "missing"
         # (resources/read: no such resource), "" or an abort cause ("stale",
         # "gone", "refused", "unreachable": the server cannot be used any more)
         self.cause = cause

@@ -127,7 +127,7 @@ async def run_top(url: str, *, bearer: str | None = None, ca_file: str | None = 
     """Show the view until Ctrl-C (or one frame with `once`); returns the exit code."""
     import sys
 
-    from agentd.mcp.client import MCPClient
+    from agentd.mcp.client.facade import MCPClient
 
     out = out or sys.stdout
     live_ok = True

@@ -35,7 +35,7 @@ async def client(url: str, on: bool):
     from agentd.config import ServerSpec
     from agentd.log import configure
     from agentd.mcp import MCPClient
-    from agentd.mcp.call_limits import ToolLimits
+    from agentd.mcp.client.rules.call_limits import ToolLimits
 
     configure(level="warning")
     limits = ToolLimits() if on else ToolLimits(None, None)
@@ -52,8 +52,8 @@ async def watch_cost(n: int) -> float:
     import time
 
     from agentd.log import log
-    from agentd.mcp.call_limits import ToolLimits
-    from agentd.mcp.call_watch import CallWatches
+    from agentd.mcp.client.call_watch import CallWatches
+    from agentd.mcp.client.rules.call_limits import ToolLimits
 
     watches = CallWatches(ToolLimits(), log)
     meta = b'{"io.modelcontextprotocol/run-id":"bench"}'

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_catalogue.py [--tools 2000] [--rounds 5]
 
-1. ``admit``: ``agentd.mcp.catalogue.admit`` over ``--tools`` decoded tools
+1. ``admit``: ``agentd.mcp.client.rules.catalogue.admit`` over ``--tools`` decoded tools
    with realistic schemas (nested objects, ``$defs`` + local ``$ref``, an
    ``x-mcp-header`` parameter, an ``anyOf``), at 2026-07-28 (headers checked)
    and 2025-11-25; anchor: ``tool_header_declarations`` alone, the only check
@@ -24,8 +24,8 @@ import time
 
 import msgspec
 
-from agentd.mcp.catalogue import admit, prune_deep
-from agentd.mcp.param_headers import tool_header_declarations
+from agentd.mcp.client.rules.catalogue import admit, prune_deep
+from agentd.mcp.client.rules.param_headers import tool_header_declarations
 from agentd.wire import mcp_types as mt
 
 

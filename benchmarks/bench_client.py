@@ -311,8 +311,8 @@ async def first_results(n: int) -> dict:
     from agentd.config import ServerSpec
     from agentd.log import configure
     from agentd.mcp import MCPClient
-    from agentd.mcp.client_session import ClientSession, Resolved
-    from agentd.mcp.http_transport import StreamableHTTPTransport
+    from agentd.mcp.client.rules.session import ClientSession, Resolved
+    from agentd.mcp.client.transport import StreamableHTTPTransport
 
     configure(level="warning")
     out: dict = {}

@@ -155,7 +155,7 @@ def uss_rss(pid: int) -> tuple[float, float]:
 async def self_mcp(sup: Supervisor):
     """Serve the self-MCP on loopback over `sup`; yield agentd's own MCP client to it."""
     from agentd.config import ServerSpec, ServeSpec
-    from agentd.mcp.client import MCPClient
+    from agentd.mcp.client.facade import MCPClient
     from agentd.tree.selfmcp import serve_self_mcp
 
     with socket.socket() as s:

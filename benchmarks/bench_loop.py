@@ -44,8 +44,8 @@ from agentd.agent.loop import Actions, Budgets, Loop, LoopState  # noqa: E402
 from agentd.agent.selftools import SelfTools  # noqa: E402
 from agentd.config import ServerSpec  # noqa: E402
 from agentd.intelligence.playback import Playback  # noqa: E402
+from agentd.mcp.client.toolbox import Toolbox  # noqa: E402
 from agentd.mcp.selftool import SelfTool, ok  # noqa: E402
-from agentd.mcp.toolbox import Toolbox  # noqa: E402
 
 
 def script(path: Path, tool: str) -> Playback:

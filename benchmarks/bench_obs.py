@@ -75,8 +75,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 MODES = ("baseline", "off", "record", "export")
 BENCHES = ("mcp", "inproc", "selfmcp", "spans")
 # the modules whose tracing call sites the measured paths run through
-_SITES = ("agentd.agent.loop", "agentd.obs.calls", "agentd.mcp.client",
-          "agentd.mcp.http_transport")
+_SITES = ("agentd.agent.loop", "agentd.obs.calls", "agentd.mcp.client.facade",
+          "agentd.mcp.client.transport")
 
 
 # ------------------------------------------------------------------ the baseline
@@ -362,8 +362,8 @@ async def _run(echo_url: str, steps: int, calls: int, spans: int, rounds: int,
     from agentd.agent.loop import Actions
     from agentd.agent.selftools import SelfTools
     from agentd.config import ServerSpec
+    from agentd.mcp.client.toolbox import Toolbox
     from agentd.mcp.selftool import SelfTool, ok
-    from agentd.mcp.toolbox import Toolbox
     from agentd.obs import trace
 
     devnull = open(os.devnull, "w")  # noqa: ASYNC230 - set-up, outside the timing

@@ -51,7 +51,7 @@ def _set(port: int, value: int) -> None:
 async def bench(rounds: int, interval: float, debounce: float, seed: int) -> dict:
     import peers
 
-    from agentd.mcp.toolbox import Toolbox
+    from agentd.mcp.client.toolbox import Toolbox
     from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun
     from agentd.reactive.router import Wake
 

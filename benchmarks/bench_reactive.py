@@ -469,7 +469,7 @@ async def bench_bare(base: str, n: int, gap_ms: float, modern: bool = False) -> 
 async def bench_reactive_wake(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
     """publish -> the loop run entered with the fresh state (Router + daemon, debounce 0)."""
     from agentd.config import ServerSpec
-    from agentd.mcp.toolbox import Toolbox
+    from agentd.mcp.client.toolbox import Toolbox
     from agentd.reactive.daemon import ReactiveDaemon, WakeRun
 
     holder: dict = {}

@@ -5,7 +5,7 @@
 Each server runs in its own process (so its CPU time can be read from
 /proc/<pid>/stat) with one equivalent tool, ``echo{text}`` -> one text block:
 
-* agentd: ``agentd.mcp.http_server.serve`` of a ``Handler`` (uvloop, logs at warning);
+* agentd: ``agentd.mcp.server.http.server.serve`` of a ``Handler`` (uvloop, logs at warning);
 * sdk:    ``mcp.server.mcpserver.MCPServer`` (the SDK 2.x "FastMCP") under uvicorn,
           in its default configuration (SSE answers) and with ``json_response=True``.
 
@@ -48,8 +48,8 @@ def serve_agentd(port: int) -> None:
     import uvloop
 
     from agentd.log import configure
-    from agentd.mcp.handler import Handler
-    from agentd.mcp.http_server import Limits, serve
+    from agentd.mcp.server.handler import Handler
+    from agentd.mcp.server.http.server import Limits, serve
 
     configure(level="warning")
 

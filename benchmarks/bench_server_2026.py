@@ -245,8 +245,8 @@ async def notify(n: int) -> dict:
     import aiohttp
     import orjson
 
-    from agentd.mcp.handler import Handler
-    from agentd.mcp.http_server import serve
+    from agentd.mcp.server.handler import Handler
+    from agentd.mcp.server.http.server import serve
 
     h = Handler("bench", "1", subscribe=True)
     uri = "mem://watched"

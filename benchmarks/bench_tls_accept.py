@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tls_accept.py [--connections 2000] [--concurrency 32]
 
-The served engine (``agentd.mcp.http_server.serve``) on loopback with a
+The served engine (``agentd.mcp.server.http.server.serve``) on loopback with a
 ``trustme`` certificate, on uvloop as agentd runs; each client connection
 makes the TLS handshake, sends one request (``GET /none``, a 404: the
 request path without a handler) and closes.  Then the same number of
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import trustme
 
-from agentd.mcp.auth import server_ssl_context
-from agentd.mcp.handler import Handler
-from agentd.mcp.http_server import serve
+from agentd.mcp.server.auth import server_ssl_context
+from agentd.mcp.server.handler import Handler
+from agentd.mcp.server.http.server import serve
 
 
 async def _one(port: int, ctx: ssl.SSLContext, refused: bool) -> float:

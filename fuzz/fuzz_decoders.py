@@ -29,15 +29,15 @@ from agentd.a2a.client import A2AClient
 from agentd.config import ServerSpec, check_endpoint
 from agentd.errors import AgentdError, RPCError
 from agentd.intelligence.openai import OpenAICompatible
-from agentd.mcp import stateless_session as stateless
-from agentd.mcp.call_limits import parse_progress
-from agentd.mcp.client_2026 import ttl_ms
-from agentd.mcp.client_session import ClientSession
-from agentd.mcp.faults import parse_retry_after
-from agentd.mcp.oauth import discovery
-from agentd.mcp.oauth.challenge import parse_challenge
-from agentd.mcp.oauth.http import check_url, origin
-from agentd.mcp.schema import Validator, schemas
+from agentd.mcp.client.oauth import discovery
+from agentd.mcp.client.oauth.challenge import parse_challenge
+from agentd.mcp.client.oauth.http import check_url, origin
+from agentd.mcp.client.rules.call_limits import parse_progress
+from agentd.mcp.client.rules.call_meta import ttl_ms
+from agentd.mcp.client.rules.faults import parse_retry_after
+from agentd.mcp.client.rules.schema import Validator, schemas
+from agentd.mcp.client.rules.session import ClientSession
+from agentd.mcp.server.rules import stateless
 from agentd.pool import relay
 from agentd.tree.control import ControlSession
 from agentd.wire import a2a as w

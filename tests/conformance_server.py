@@ -22,8 +22,8 @@ async def main(port: int, engine: bool) -> None:
     from agentd import __version__
     from agentd.config import parse_serve
     from agentd.log import configure
-    from agentd.mcp.handler import Handler
-    from agentd.mcp.http_server import serve
+    from agentd.mcp.server.handler import Handler
+    from agentd.mcp.server.http.server import serve
     from agentd.tree.selfmcp import serve_self_mcp
 
     configure(level="warning")

@@ -15,8 +15,8 @@ import orjson
 from msgspec import UNSET, Raw
 
 from agentd.errors import RPCError
-from agentd.mcp.handler import Handler, ServerSession
-from agentd.mcp.server_session import ORIGIN_STDIO
+from agentd.mcp.server.handler import Handler, ServerSession
+from agentd.mcp.server.rules.sessions import ORIGIN_STDIO
 from agentd.wire import codec
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import ErrorResponse, Notification, Request, Response

@@ -144,7 +144,7 @@ async def test_auth_required_and_failed(peer) -> None:
 async def test_async_delegate_wakes_once_then_reads(peer) -> None:
     """The reactive machinery's own await_resource: subscribe the a2a:// URI on its
     owner (the peer's resource source), one wake when the task settles, then a read."""
-    from agentd.mcp.toolbox import Toolbox
+    from agentd.mcp.client.toolbox import Toolbox
     from agentd.reactive.awaiting import await_resource_tool, watch_updates
 
     async with Toolbox((), run_id="t", init_timeout=5, ping_interval=30,

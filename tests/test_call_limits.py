@@ -1,4 +1,4 @@
-"""The rules of a tools/call's limits (agentd.mcp.call_limits), on an injected clock.
+"""The rules of a tools/call's limits (agentd.mcp.client.rules.call_limits), on an injected clock.
 
 No sockets: :class:`CallDeadline` is fed ``(event, now)`` by hand; the token
 bookkeeping of :class:`CallWatches` is fed raw notification bytes on a bare
@@ -21,7 +21,8 @@ from logcapture import events
 from agentd import log
 from agentd.config import Config, ConfigError, RunLimits, ServerSpec
 from agentd.flags import config_from_flags
-from agentd.mcp.call_limits import (
+from agentd.mcp.client.call_watch import CallWatches
+from agentd.mcp.client.rules.call_limits import (
     CallDeadline,
     LimitReached,
     ToolLimits,
@@ -30,8 +31,7 @@ from agentd.mcp.call_limits import (
     server_limits,
     tool_limits,
 )
-from agentd.mcp.call_watch import CallWatches
-from agentd.mcp.client_session import Capabilities, ClientSession
+from agentd.mcp.client.rules.session import Capabilities, ClientSession
 from agentd.wire import mcp_types as mt
 
 

@@ -25,7 +25,7 @@ from waiting import until
 from agentd import __version__
 from agentd.config import ServerSpec
 from agentd.mcp import HandshakeError, MCPClient, RequiredServerLost, Toolbox, ToolFault
-from agentd.mcp.faults import RetryPolicy
+from agentd.mcp.client.rules.faults import RetryPolicy
 
 Handler = Callable[[dict, web.Request], Awaitable[Any]]
 FAST = RetryPolicy(base=0.01, cap=0.05, reconnect_base=0.02, reconnect_cap=0.2,
@@ -557,7 +557,7 @@ async def test_hostile_progress_is_dropped_and_the_call_completes(fault, debug_l
     that are not numbers, go backwards, are not finite, or carry no params -- before
     the answer: nothing raises, nothing of it refreshes the call, the answer
     arrives."""
-    from agentd.mcp.call_limits import ToolLimits
+    from agentd.mcp.client.rules.call_limits import ToolLimits
 
     s = await fault()
 
@@ -601,7 +601,7 @@ async def test_progress_nested_past_the_guard_is_dropped(fault):
     """Progress whose params nest around the decoders' nesting guard (passing the
     message decoder, perhaps not the progress one, a few frames deeper): dropped
     as malformed, never a RecursionError out of the reader; the answer arrives."""
-    from agentd.mcp.call_limits import ToolLimits
+    from agentd.mcp.client.rules.call_limits import ToolLimits
 
     s = await fault()
 

@@ -1,4 +1,4 @@
-"""OAuth for remote MCP servers (agentd.mcp.oauth), against real peers, through the
+"""OAuth for remote MCP servers (agentd.mcp.client.oauth), against real peers, through the
 real console script:
 
 * the official conformance suite's client ``auth/*`` scenarios
@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 from peers import ROOT, PythonPeer, ensure_npm_peers, npm_env, require_modules
 
-from agentd.mcp.oauth.challenge import parse_challenge
-from agentd.mcp.oauth.discovery import canonical_resource, resource_matches
-from agentd.mcp.oauth.store import TokenRecord, TokenStore
+from agentd.mcp.client.oauth.challenge import parse_challenge
+from agentd.mcp.client.oauth.discovery import canonical_resource, resource_matches
+from agentd.mcp.client.oauth.store import TokenRecord, TokenStore
 
 BROWSER = str(ROOT / "tests" / "oauth_browser.py")
 AGENTD = [sys.executable, "-m", "agentd"]

@@ -37,7 +37,7 @@ from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
 from agentd.config import ServerSpec
 from agentd.mcp import MCPClient, Toolbox
-from agentd.mcp.call_limits import ToolLimits
+from agentd.mcp.client.rules.call_limits import ToolLimits
 from agentd.obs import metrics
 
 IDLE = 0.5

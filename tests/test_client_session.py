@@ -7,15 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.mcp.client_session import (
-    ClientSession,
-    Failed,
-    HandshakeError,
-    Notified,
-    Reply,
-    Resolved,
-)
-from agentd.mcp.faults import (
+from agentd.mcp.client.rules.faults import (
     HTTPStatusError,
     RetryPolicy,
     RPCError,
@@ -23,7 +15,15 @@ from agentd.mcp.faults import (
     TransportError,
     classify,
 )
-from agentd.mcp.toolbox import MAX_TOOL_NAME, qualify
+from agentd.mcp.client.rules.session import (
+    ClientSession,
+    Failed,
+    HandshakeError,
+    Notified,
+    Reply,
+    Resolved,
+)
+from agentd.mcp.client.toolbox import MAX_TOOL_NAME, qualify
 
 
 def init_result(version="2025-11-25", caps=None, instructions=None) -> bytes:

@@ -13,15 +13,15 @@ import msgspec
 import orjson
 import pytest
 
-from agentd.mcp.client_session import (
-    ClientSession,
-    HandshakeError,
-    Resolved,
-)
-from agentd.mcp.param_headers import (
+from agentd.mcp.client.rules.param_headers import (
     encode_value,
     param_headers,
     tool_header_declarations,
+)
+from agentd.mcp.client.rules.session import (
+    ClientSession,
+    HandshakeError,
+    Resolved,
 )
 from agentd.wire import mcp2026 as m26
 

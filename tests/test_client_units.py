@@ -1,11 +1,11 @@
 """The MCP client's sans-IO units, fed ``(event, now)`` by hand: no sockets.
 
-* :class:`agentd.mcp.liveness.Liveness` -- when a ping is due, when a server
-  is stale; :class:`~agentd.mcp.liveness.Reconnect` -- one recovery's plan;
-* :class:`agentd.mcp.listening.ListenPlan` -- the 2026-07-28 listen state
+* :class:`agentd.mcp.client.rules.liveness.Liveness` -- when a ping is due, when a server
+  is stale; :class:`~agentd.mcp.client.rules.liveness.Reconnect` -- one recovery's plan;
+* :class:`agentd.mcp.client.rules.listen_plan.ListenPlan` -- the 2026-07-28 listen state
   machine (filter epochs, what is honoured, what ended);
-* :class:`agentd.mcp.catalogue.Freshness` -- the catalogue's ttl;
-* :class:`agentd.mcp.tasks.Tasks` -- the TaskGroup one runner task opens and
+* :class:`agentd.mcp.client.rules.catalogue.Freshness` -- the catalogue's ttl;
+* :class:`agentd.mcp.client.tasks.Tasks` -- the TaskGroup one runner task opens and
   closes, whose children's bugs propagate.
 
 The IO over them runs against real servers in tests/test_client_*.py.
@@ -23,10 +23,10 @@ from logcapture import events
 
 from agentd import log
 from agentd.errors import ToolFault
-from agentd.mcp.catalogue import Freshness
-from agentd.mcp.listening import ListenPlan
-from agentd.mcp.liveness import STALE_AFTER_MISSES, Liveness, Reconnect
-from agentd.mcp.tasks import Tasks
+from agentd.mcp.client.rules.catalogue import Freshness
+from agentd.mcp.client.rules.listen_plan import ListenPlan
+from agentd.mcp.client.rules.liveness import STALE_AFTER_MISSES, Liveness, Reconnect
+from agentd.mcp.client.tasks import Tasks
 from agentd.wire import mcp2026 as m26
 
 # ------------------------------------------------------------------ liveness

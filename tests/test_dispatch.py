@@ -2,7 +2,7 @@
 
 Answers, abandonment and fail-all are fed by hand on a bare event loop (and
 the seam to the HTTP transport: ``on_settled`` setting an
-:class:`~agentd.mcp.answered.Answered`); the
+:class:`~agentd.mcp.client.answered.Answered`); the
 MCP client and the control wire over it are tested against real peers in
 tests/test_client_*.py and tests/test_tree*.py.
 """
@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from agentd.mcp.answered import Answered
+from agentd.mcp.client.answered import Answered
 from agentd.wire.dispatch import Dispatcher
 
 

@@ -14,7 +14,7 @@ from agentd.config import ConfigError
 from agentd.errors import AgentdError, RPCError, classify
 from agentd.exitcodes import ExitCode
 from agentd.intelligence.base import IntelligenceUnavailable
-from agentd.mcp.faults import RequiredServerLost
+from agentd.mcp.client.rules.faults import RequiredServerLost
 from agentd.wire import codec
 from agentd.wire.jsonrpc import ErrorResponse, error_response
 

@@ -1,4 +1,4 @@
-"""The one fault policy (agentd/mcp/faults.py, docs/faults.md), applied once.
+"""The one fault policy (agentd/mcp/client/rules/faults.py, docs/faults.md), applied once.
 
 Against ``FaultServer`` (tests/test_client_faults.py: a small aiohttp MCP
 endpoint on loopback) whose ``tools/call`` handlers here misbehave on purpose
@@ -30,7 +30,7 @@ from tree_helpers import precompile
 from agentd.config import ServerSpec
 from agentd.errors import RPCError, ToolFault
 from agentd.mcp import RetryPolicy, Toolbox
-from agentd.mcp.faults import (
+from agentd.mcp.client.rules.faults import (
     ABORT_CAUSES,
     HTTPStatusError,
     RequiredServerLost,

@@ -141,7 +141,7 @@ def test_retry_after_is_one_overflow_safe_parser() -> None:
     """Both clients' `Retry-After` (delta-seconds or an HTTP-date), clamped to the
     caller's cap; the clock is injected."""
     from agentd.intelligence import openai
-    from agentd.mcp import faults
+    from agentd.mcp.client.rules import faults
 
     assert openai.parse_retry_after is faults.parse_retry_after  # one function, two callers
     p = faults.parse_retry_after

@@ -1,7 +1,7 @@
 """Fuzzing (hypothesis) of the two byte-level readers a peer controls:
 
 * the served HTTP endpoint's request path (aiohttp's parser behind
-  ``agentd.mcp.http_limits.Gate``, then our header checks and the JSON-RPC
+  ``agentd.mcp.server.http.limits.Gate``, then our header checks and the JSON-RPC
   codec), over a real loopback socket to a real listener;
 * the control-wire frame reader (``ControlSession.feed``: frames, JSON,
   typed params), fed arbitrary bytes in arbitrary chunks.
@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from agentd import log as agentd_log
 from agentd.errors import TreeError
-from agentd.mcp.handler import Handler
-from agentd.mcp.http_server import Limits, serve
+from agentd.mcp.server.handler import Handler
+from agentd.mcp.server.http.server import Limits, serve
 from agentd.tree.control import ControlSession
 from agentd_native import encode_frame
 

@@ -32,9 +32,9 @@ from gateway import Gateway, Reply
 from hostile_sse_server import SESSION, HostileGateway, HostileMCP
 
 from agentd import config as cfg
-from agentd.mcp.answered import Answered
-from agentd.mcp.faults import HTTPStatusError, TransportError, classify
-from agentd.mcp.http_transport import StreamableHTTPTransport
+from agentd.mcp.client.answered import Answered
+from agentd.mcp.client.rules.faults import HTTPStatusError, TransportError, classify
+from agentd.mcp.client.transport import StreamableHTTPTransport
 
 LIMIT = 8 * 1024 * 1024  # a small event bound keeps the test cheap
 SLACK_KIB = 32 * 1024

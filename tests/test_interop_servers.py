@@ -40,9 +40,9 @@ from peers import (
 from agentd.config import ConfigError, ServerSpec, load_config_file
 from agentd.errors import RPCError
 from agentd.mcp import MCPClient, Toolbox
-from agentd.mcp.catalogue import Excluded, admit, prune_deep
-from agentd.mcp.client_session import ClientSession, Resolved
-from agentd.mcp.faults import resource_missing
+from agentd.mcp.client.rules.catalogue import Excluded, admit, prune_deep
+from agentd.mcp.client.rules.faults import resource_missing
+from agentd.mcp.client.rules.session import ClientSession, Resolved
 from agentd.wire import mcp_types as mt
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"

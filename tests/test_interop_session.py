@@ -29,9 +29,9 @@ from logcapture import events
 
 from agentd.config import ServerSpec
 from agentd.mcp import Toolbox
-from agentd.mcp.answered import Answered
-from agentd.mcp.faults import SessionExpired
-from agentd.mcp.http_transport import StreamableHTTPTransport
+from agentd.mcp.client.answered import Answered
+from agentd.mcp.client.rules.faults import SessionExpired
+from agentd.mcp.client.transport import StreamableHTTPTransport
 
 A = "watch://counter/a"
 DOC = "demo://resource/static/document/architecture.md"

@@ -47,17 +47,8 @@ LAYERS: dict[str, int] = {
     # 2: sessions (sans-IO) and the data shared by every layer above
     "agentd.config": 2,
     "agentd.mcp": 2,  # the package __init__ (lazy names only)
-    "agentd.mcp.client_session": 2,
-    "agentd.mcp.server_session": 2,
-    "agentd.mcp.schema": 2,
-    "agentd.mcp.param_headers": 2,
-    "agentd.mcp.catalogue": 2,
-    "agentd.mcp.stateless_session": 2,  # the 2026-07-28 server rules
-    "agentd.mcp.call_limits": 2,  # a tools/call's idle deadline and cap (sans-IO)
-    "agentd.mcp.negotiate": 2,  # revision choice and lost-session answers (sans-IO)
-    "agentd.mcp.content": 2,  # content blocks -> the model's text
-    "agentd.mcp.client_2026": 2,  # ttlMs, the run's traceparent (sans-IO)
-    "agentd.mcp.revision": 2,  # the client's protocol revision, chosen once per peer (sans-IO)
+    "agentd.mcp.client.rules": 2,  # the client's sans-IO rules: session, revision, faults, ...
+    "agentd.mcp.server.rules": 2,  # the server's sans-IO rules per revision
     "agentd.obs": 2,
     "agentd.pool": 2,  # the pool's sans-IO rules: handles, relay MAC, membership
     "agentd.pool.relay": 3,  # the worker-to-worker link (aiohttp)
@@ -65,32 +56,8 @@ LAYERS: dict[str, int] = {
     "agentd.pool.dns": 3,  # --pool-dns: resolves the name, probes new addresses
     "agentd.pool.session_relay": 3,  # 2025-11-25 sessions proxied to their owner
     # 3: transport, clients, servers, observability exporters
-    "agentd.mcp.auth": 3,
-    "agentd.mcp.oauth": 3,
-    "agentd.mcp.faults": 3,
-    "agentd.mcp.http_checks": 3,
-    "agentd.mcp.http_limits": 3,
-    "agentd.mcp.http_transport": 3,
-    "agentd.mcp.http_server": 3,
-    "agentd.mcp.http_guard": 3,  # the served endpoint split by concern (http_server's parts)
-    "agentd.mcp.http_sessions": 3,
-    "agentd.mcp.http_listens": 3,
-    "agentd.mcp.http_responses": 3,
-    "agentd.mcp.handler": 3,  # the handler framework: drives the server rules
-    "agentd.mcp.stateless": 3,  # drives the 2026-07-28 rules on the handler
-    "agentd.mcp.answered": 3,  # the flag a request's owner sets for the transport
-    "agentd.mcp.call_watch": 3,  # the wait the progress notifications re-arm
-    "agentd.mcp.client": 3,
-    "agentd.mcp.connection": 3,  # the client's thin connection: transport, session, dispatcher
-    "agentd.mcp.listen": 3,  # the 2026-07-28 listen stream (IO over mcp.listening)
-    "agentd.mcp.request_loop": 3,  # the client's requests under the fault policy
-    "agentd.mcp.listings": 3,  # the client's catalogue: tools, resources, re-listing
-    "agentd.mcp.recovery": 3,  # the client's pinger and reconnection (IO over mcp.liveness)
-    "agentd.mcp.subscribing": 3,  # the update routes, subscribe/unsubscribe, negotiation by need
-    "agentd.mcp.tool_calls": 3,  # the tools/call send path, MRTR
-    "agentd.mcp.toolbox": 3,
-    "agentd.mcp.updates": 3,  # the toolbox's update queue, routed by the broker
-    "agentd.mcp.seams": 3,  # the Protocols the loop and the daemon name a toolbox by
+    "agentd.mcp.client": 3,  # the client half's IO: facade, connection, transport, toolbox, OAuth
+    "agentd.mcp.server": 3,  # the server half: the handler and the HTTP serving
     "agentd.mcp.selftool": 3,  # tools agentd serves itself, beside the toolbox's
     "agentd.a2a": 3,
     # 4: intelligence
@@ -274,7 +241,7 @@ def folder_violations(graph: Mapping[str, Iterable[str]], layers: Mapping[str, i
 
 def room(module: str, packages: Iterable[str]) -> str:
     """The node of `module` in the directory graph: the directory that holds it,
-    nested folders apart (`agentd.mcp.oauth` is not `agentd.mcp`); a module
+    nested folders apart (`agentd.mcp.client.oauth` is not `agentd.mcp`); a module
     directly in `agentd/` is a room of its own, like a folder."""
     if module in packages:
         return module

@@ -1,4 +1,4 @@
-"""The sans-IO negotiation rules (agentd/mcp/negotiate.py): no sockets, no clock."""
+"""The sans-IO negotiation rules (agentd/mcp/client/rules/negotiate.py): no sockets, no clock."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentd.errors import HandshakeError
-from agentd.mcp.client_session import ClientSession
-from agentd.mcp.negotiate import (
+from agentd.mcp.client.rules.negotiate import (
     VersionChoice,
     choose_supported,
     listen_delivers,
     renegotiate_for_updates,
     unknown_session,
 )
+from agentd.mcp.client.rules.session import ClientSession
 from agentd.wire import mcp_types as mt
 
 
@@ -126,7 +126,7 @@ def test_unknown_session(status, body, had, expect):
 
 def test_a_mid_run_32022_is_resent_after_negotiating_again():
     from agentd.errors import RPCError
-    from agentd.mcp.faults import classify
+    from agentd.mcp.client.rules.faults import classify
 
     d = classify(RPCError(-32022, "Unsupported protocol version",
                           {"supported": ["2025-11-25"]}, side="remote"), idempotent=False)

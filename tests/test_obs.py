@@ -147,7 +147,7 @@ async def test_tracing_off_loads_nothing_and_exports_nothing(agentd_bin, tmp_pat
     thread), no OpenTelemetry import, and a run sends nothing to a listening receiver."""
     code = ("import sys, threading\n"
             "from agentd.obs import trace\n"
-            "import agentd.app.run, agentd.tree.supervisor, agentd.mcp.client\n"
+            "import agentd.app.run, agentd.tree.supervisor, agentd.mcp.client.facade\n"
             "print(trace.setup('agentd'), trace.current_traceparent(),"
             " any(m.startswith('opentelemetry') for m in sys.modules)"
             " or 'agentd.obs.otlp' in sys.modules,"

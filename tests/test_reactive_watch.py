@@ -26,7 +26,7 @@ from waiting import until
 
 from agentd.agent.selftools import SelfTools
 from agentd.config import ServerSpec
-from agentd.mcp.toolbox import Toolbox, Unowned, owner_of
+from agentd.mcp.client.toolbox import Toolbox, Unowned, owner_of
 from agentd.reactive.awaiting import await_resource_tool, watch_updates
 from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun
 from agentd.reactive.router import Wake
@@ -414,7 +414,7 @@ async def test_overflowing_pending_set_resyncs_every_watched_uri(logs) -> None:
     assert seen == {A: 3, B: 4}  # both watched URIs read fresh
 
 
-# -- one ownership rule (agentd.mcp.toolbox.owner_of) ------------------------------
+# -- one ownership rule (agentd.mcp.client.toolbox.owner_of) ------------------------------
 # Two official-SDK servers both serve the counters without listing them; one
 # advertises `resources.subscribe`, the other does not. For an unlisted URI
 # nobody can tell the owner, so a read, a subscription and an await all answer

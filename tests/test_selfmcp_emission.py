@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover
 from local_connection import LocalConnection
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
-from agentd.mcp.http_server import serve
+from agentd.mcp.server.http.server import serve
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
 from agentd.tree.selfmcp import SelfMCP
 

@@ -27,8 +27,8 @@ from agentd.agent.loop import Budgets, LoopState, run_task
 from agentd.agent.selftools import SelfTools
 from agentd.agent.subagents import Unavailable
 from agentd.intelligence.playback import Playback
-from agentd.mcp.http_server import serve
-from agentd.mcp.toolbox import Toolbox
+from agentd.mcp.client.toolbox import Toolbox
+from agentd.mcp.server.http.server import serve
 from agentd.tree.selfmcp import TOOL_SCHEMAS, SelfMCP
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")

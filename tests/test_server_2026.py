@@ -21,8 +21,8 @@ from test_selfmcp_emission import ScriptedBackend
 from waiting import until
 
 from agentd.errors import RPCError
-from agentd.mcp.handler import Handler
-from agentd.mcp.http_server import Limits, serve
+from agentd.mcp.server.handler import Handler
+from agentd.mcp.server.http.server import Limits, serve
 from agentd.tree.selfmcp import SelfMCP
 
 V = "2026-07-28"
@@ -497,7 +497,7 @@ async def test_handler_bug_and_sse_answers(http):
 
 def test_ladder_without_headers_is_sans_io():
     """The rules run without a transport (headers=None skips the header rung)."""
-    from agentd.mcp import stateless_session as stateless
+    from agentd.mcp.server.rules import stateless
     from agentd.wire import codec
 
     def req(meta):

@@ -1,6 +1,6 @@
 """The server's one connection type without a transport: its factories and its driver.
 
-``agentd.mcp.handler.ServerSession`` is built by one factory per revision
+``agentd.mcp.server.handler.ServerSession`` is built by one factory per revision
 (``opening``: a 2025-11-25 session that ``initialize`` negotiates;
 ``per_request``: one 2026-07-28 exchange negotiated by its envelope) and driven
 by one driver (``serve``: the response bytes and HTTP status).  The handler is
@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 from test_stateless_rules import META, V, headers, request
 
-from agentd.mcp import stateless_session as rules
-from agentd.mcp.handler import CallContext, Handler, ServerSession, tool_error
+from agentd.mcp.server.handler import CallContext, Handler, ServerSession, tool_error
+from agentd.mcp.server.rules import stateless as rules
 from agentd.wire import codec
 
 

@@ -10,8 +10,8 @@ import aiohttp
 import orjson
 import pytest
 
-from agentd.mcp.handler import Handler
-from agentd.mcp.http_server import Limits, serve
+from agentd.mcp.server.handler import Handler
+from agentd.mcp.server.http.server import Limits, serve
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},

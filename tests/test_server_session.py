@@ -10,8 +10,8 @@ import pytest
 from local_connection import LocalConnection
 
 from agentd.errors import RPCError
-from agentd.mcp.handler import Handler, tool_error
-from agentd.mcp.server_session import ORIGIN_STDIO, negotiate_version
+from agentd.mcp.server.handler import Handler, tool_error
+from agentd.mcp.server.rules.sessions import ORIGIN_STDIO, negotiate_version
 from agentd.wire import mcp_types as t
 from agentd.wire.jsonrpc import Notification, Request, resource_not_found
 

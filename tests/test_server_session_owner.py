@@ -16,8 +16,8 @@ import orjson
 import pytest
 import trustme
 
-from agentd.mcp.auth import server_ssl_context
-from agentd.mcp.http_server import serve
+from agentd.mcp.server.auth import server_ssl_context
+from agentd.mcp.server.http.server import serve
 from agentd.tree.selfmcp import SelfMCP
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -26,7 +26,7 @@ from agentd.agent.loop import Actions, toolbox_resources
 from agentd.agent.selftools import SelfTools
 from agentd.config import ServerSpec
 from agentd.intelligence.base import FunctionDef, ToolDef
-from agentd.mcp.toolbox import Toolbox
+from agentd.mcp.client.toolbox import Toolbox
 from agentd.tree.broker import Broker
 from agentd.tree.brokered import BrokeredToolbox
 from agentd.tree.control import ChildConfig, ControlSession, Incoming, IoCall, Reply
@@ -153,7 +153,7 @@ class Listing(msgspec.Struct):
 
 
 def test_the_ownership_rule_returns_its_refusal_instead_of_raising() -> None:
-    from agentd.mcp.toolbox import Unowned, owner_of
+    from agentd.mcp.client.toolbox import Unowned, owner_of
 
     a = Listing("a", resources=[ResourceInfo(server="a", uri="mem://x")])
     b = Listing("b", resources=[ResourceInfo(server="b", uri="mem://x")])

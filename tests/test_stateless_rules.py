@@ -1,6 +1,6 @@
 """The MCP 2026-07-28 server rules without a transport: no socket, no event loop.
 
-``agentd.mcp.stateless_session`` is fed a decoded request and a headers mapping
+``agentd.mcp.server.rules.stateless`` is fed a decoded request and a headers mapping
 and answers a result, a ``Dispatch`` for the handler, or the response bytes and
 HTTP status; its ``ListenState`` is fed what the handler subscribed and the
 hub's updates and answers frames.  The handler here is the real ``Handler``
@@ -19,9 +19,9 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from agentd.errors import RPCError
-from agentd.mcp import stateless_session as rules
-from agentd.mcp.handler import Handler, ServerSession
-from agentd.mcp.server_session import Dispatch, SessionState
+from agentd.mcp.server.handler import Handler, ServerSession
+from agentd.mcp.server.rules import stateless as rules
+from agentd.mcp.server.rules.sessions import Dispatch, SessionState
 from agentd.wire import codec
 from agentd.wire.jsonrpc import resource_not_found
 

@@ -395,7 +395,7 @@ async def test_a_childs_brokered_call_faults_as_the_roots_would(tmp_path, logs):
 async def test_the_update_queue_asks_its_route_first():
     """The toolbox's UpdateQueue (what every MCP client puts updates on): the route
     (the broker) sees each update first; the root gets only those it wants too."""
-    from agentd.mcp.updates import UpdateQueue
+    from agentd.mcp.client.updates import UpdateQueue
 
     q = UpdateQueue()
     q.put_nowait(("a", "mem://1"))  # no route yet: the root's

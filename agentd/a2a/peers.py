@@ -45,8 +45,8 @@ from agentd.a2a.client import A2AClient
 from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.errors import A2AFault
 from agentd.log import log
-from agentd.mcp.faults import RequiredServerLost
-from agentd.mcp.seams import AgentToolbox, ResourceServer
+from agentd.mcp.client.rules.faults import RequiredServerLost
+from agentd.mcp.client.seams import AgentToolbox, ResourceServer
 from agentd.wire import a2a as w
 from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 

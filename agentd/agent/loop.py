@@ -11,7 +11,7 @@ given keeps the steps, usage and last words for the partial result.
 Observations: a tool's result — `isError` content, -32002, argument-validation
 failures — goes back to the model fenced as untrusted data, cut to
 `observation_bytes` with a clear marker. A protocol/transport fault (`ToolFault`,
-the client's decision under the one fault policy, agentd.mcp.faults: any
+the client's decision under the one fault policy, agentd.mcp.client.rules.faults: any
 re-send is already made) is never shown as tool output: the model gets an
 `[agentd]` notice that the call failed, outside any fence.
 
@@ -52,7 +52,7 @@ from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.shapes import ResourceInfo, ToolEntry
 
 if TYPE_CHECKING:  # types only: a brokered child runs this loop without the HTTP stack
-    from agentd.mcp.seams import AgentToolbox, Observed
+    from agentd.mcp.client.seams import AgentToolbox, Observed
 
 # The loop's budgets are the run's limits (max_steps, token_ceiling, observation_bytes).
 Budgets = RunLimits

@@ -24,9 +24,9 @@ from agentd.intelligence import make_intelligence
 from agentd.intelligence.base import Intelligence
 from agentd.intelligence.flow import FlowGate
 from agentd.intelligence.ledger import Ledger, Metered
-from agentd.mcp.call_limits import tool_limits
-from agentd.mcp.seams import AgentToolbox
-from agentd.mcp.toolbox import Toolbox
+from agentd.mcp.client.rules.call_limits import tool_limits
+from agentd.mcp.client.seams import AgentToolbox
+from agentd.mcp.client.toolbox import Toolbox
 from agentd.tree.broker import Broker
 from agentd.tree.supervisor import Supervisor
 
@@ -36,7 +36,7 @@ __all__ = ["metered_provider", "open_supervisor", "open_toolbox", "start_supervi
 def open_toolbox(config: Config, run_id: str) -> Toolbox:
     """The run's Toolbox over every declared MCP server (enter it to connect)."""
     # a stale server: the reactive daemon reconnects with backoff; a task run
-    # hands it to the fault policy (agentd.mcp.faults)
+    # hands it to the fault policy (agentd.mcp.client.rules.faults)
     return Toolbox(config.mcp, run_id=run_id, init_timeout=config.init_timeout,
                    ping_interval=config.ping_interval, secrets_dir=config.secrets_dir,
                    reconnect_stale=config.mode == "reactive", tool_limits=tool_limits(config),

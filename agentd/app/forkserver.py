@@ -32,7 +32,7 @@ FORK_BATCH = 16  # queued fork requests served back to back
 # What the template imports besides the child runtime (a missing optional one is
 # skipped); never the HTTP stack: a child's I/O is brokered (agentd.tree.broker).
 PRELOAD = ("agentd.app.run", "agentd.agent.loop", "agentd.intelligence",
-           "agentd.intelligence.playback", "agentd.mcp.toolbox", "agentd.tree.brokered",
+           "agentd.intelligence.playback", "agentd.mcp.client.toolbox", "agentd.tree.brokered",
            "orjson", "agentd_native")
 
 

@@ -42,15 +42,15 @@ from agentd.exitcodes import ExitCode
 from agentd.intelligence import make_intelligence
 from agentd.intelligence.base import Intelligence, Message, user
 from agentd.log import configure, log
-from agentd.mcp.faults import RequiredServerLost
-from agentd.mcp.seams import AgentToolbox
+from agentd.mcp.client.rules.faults import RequiredServerLost
+from agentd.mcp.client.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
 from agentd.tree.control import ChildConfig
 
 if TYPE_CHECKING:  # imported where they are used: a child loads neither
     from agentd.a2a.peers import A2APeers
-    from agentd.mcp.toolbox import Toolbox
+    from agentd.mcp.client.toolbox import Toolbox
 
 # The share of --drain-timeout a reactive wake in flight at a signal may use to
 # finish; the rest is for the kill ladder and closing connections.
@@ -231,7 +231,7 @@ async def _run_mode(ctx: RunContext) -> Outcome | RunResult:
 
 async def _unless_lost(toolbox: AgentToolbox | None, work: Awaitable[Outcome]) -> Outcome:
     """Run the loop; a required server lost meanwhile (a stale server, found by
-    the pinger, not by a call) ends it with that fault (agentd.mcp.faults)."""
+    the pinger, not by a call) ends it with that fault (agentd.mcp.client.rules.faults)."""
     lost = toolbox.lost if toolbox is not None else None
     task = asyncio.ensure_future(work)
     if lost is None:

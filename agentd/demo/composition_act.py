@@ -60,7 +60,7 @@ async def _until(predicate: Any, limit: float = 20.0) -> None:
 
 async def composition(ctx: DemoContext) -> None:
     from agentd.app.run import RunContext, execute, new_run_id
-    from agentd.mcp.toolbox import Toolbox
+    from agentd.mcp.client.toolbox import Toolbox
 
     notes = ctx.servers["notes"].handler
     worker_cfg = ctx.config(WORKER_INSTRUCTION, "notes", mode="reactive",

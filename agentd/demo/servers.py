@@ -2,7 +2,7 @@
 
 agentd ships no task tools; these exist only so the demo (and the loop
 benchmark) has something to act on. They are handlers on agentd's own MCP
-server engine (`agentd.mcp.http_server`), served over Streamable HTTP on
+server engine (`agentd.mcp.server.http.server`), served over Streamable HTTP on
 loopback:
 
 * `notes` — a tiny in-memory note store: `list_notes`, `read_note{title}`,
@@ -21,8 +21,8 @@ import asyncio
 import sys
 from typing import Any
 
-from agentd.mcp.handler import CallContext, Handler, tool_error
-from agentd.mcp.http_server import Runner, serve
+from agentd.mcp.server.handler import CallContext, Handler, tool_error
+from agentd.mcp.server.http.server import Runner, serve
 from agentd.wire.jsonrpc import resource_not_found
 
 NUMBER = {"type": "number"}

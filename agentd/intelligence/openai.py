@@ -44,7 +44,7 @@ from agentd.intelligence.base import (
 )
 from agentd.intelligence.flow import FlowGate
 from agentd.log import log
-from agentd.mcp.faults import parse_retry_after
+from agentd.mcp.client.rules.faults import parse_retry_after
 from agentd.obs import trace
 from agentd.wire.guard import FAULT_TEXT_MAX, PEER_FAULTS, fault_text
 from agentd_native import SSEEventTooLarge

@@ -10,18 +10,18 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "MCPClient": "agentd.mcp.client",
+    "MCPClient": "agentd.mcp.client.facade",
     "Observation": "agentd.wire.shapes",
-    "ToolFault": "agentd.mcp.client",
+    "ToolFault": "agentd.mcp.client.facade",
     "ToolInfo": "agentd.wire.shapes",
     "ResourceInfo": "agentd.wire.shapes",
     "HandshakeError": "agentd.errors",
-    "Capabilities": "agentd.mcp.client_session",
-    "Toolbox": "agentd.mcp.toolbox",
+    "Capabilities": "agentd.mcp.client.rules.session",
+    "Toolbox": "agentd.mcp.client.toolbox",
     "ToolEntry": "agentd.wire.shapes",
-    "RequiredServerLost": "agentd.mcp.faults",
-    "qualify": "agentd.mcp.toolbox",
-    "RetryPolicy": "agentd.mcp.faults",
+    "RequiredServerLost": "agentd.mcp.client.rules.faults",
+    "qualify": "agentd.mcp.client.toolbox",
+    "RetryPolicy": "agentd.mcp.client.rules.faults",
 }
 
 __all__ = sorted(_EXPORTS)

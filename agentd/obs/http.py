@@ -87,7 +87,7 @@ async def _trace_posts(app: web.Application) -> None:
     """Run the handler of every POST route that does not make its own server span
     inside `_continue_trace` (at start-up: the routes mounted after this
     module's are included). The MCP server engine's routes make theirs from the
-    message they decode (`agentd.mcp.http_server`, `agentd.obs.served`); the
+    message they decode (`agentd.mcp.server.http.server`, `agentd.obs.served`); the
     others (the A2A endpoint) are wrapped here.
 
     Why the routes and not an aiohttp middleware: with any middleware aiohttp

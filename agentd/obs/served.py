@@ -3,7 +3,7 @@
 An inbound request continues its caller's trace: the parent is the request's
 `_meta.traceparent` (SEP-414) or, failing that, its W3C `traceparent` header;
 without either it starts a new trace. The MCP server engine
-(`agentd.mcp.http_server`) makes the span from the message it decoded itself:
+(`agentd.mcp.server.http.server`) makes the span from the message it decoded itself:
 its `params` are still undecoded JSON (`msgspec.Raw`), of which only `_meta`
 and `name` are read here; the body is never read or parsed again.
 

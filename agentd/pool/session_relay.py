@@ -25,7 +25,7 @@ request to that one owner.  The owner checks it
 before reading the body (:class:`~agentd.pool.handles.RelayVerifier`: the
 MAC, the timestamp window, the nonce memory shared with ``/pool/relay``, the
 sender a member), then the body against its digest, and serves the request
-as that principal (:meth:`agentd.mcp.http_guard.Guard.vouch`): the forwarding
+as that principal (:meth:`agentd.mcp.server.http.guard.Guard.vouch`): the forwarding
 worker's TLS certificate never names the caller, so two clients proxied
 through one worker stay two principals, and the session answers only the
 principal that opened it.  A claim that fails is ``401`` and closes the
@@ -64,7 +64,7 @@ _log = log.bind(component="pool")
 
 
 class Guarded(Protocol):
-    """The listener's guard as the proxy uses it (``agentd.mcp.http_guard.Guard``):
+    """The listener's guard as the proxy uses it (``agentd.mcp.server.http.guard.Guard``):
     passed in by the composition root, so the pool does not import the server."""
 
     def check(self, request: web.Request) -> web.StreamResponse | None: ...

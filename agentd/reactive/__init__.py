@@ -2,7 +2,7 @@
 
 * `router` — `Coalescer` (sans-IO) and `Router` (asyncio driver), `Wake`;
 * `daemon` — `ReactiveDaemon`, `run_reactive`, `loop_runner` (which server owns
-  a URI is the toolbox's one rule, `agentd.mcp.toolbox.owner_of`);
+  a URI is the toolbox's one rule, `agentd.mcp.client.toolbox.owner_of`);
 * `waiters` — `Waiters`, the rendezvous of updates and runs that wait;
 * `awaiting` — `await_resource` (the `agentd__await_resource` self-tool),
   `await_resource_tool`.

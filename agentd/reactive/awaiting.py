@@ -2,7 +2,7 @@
 
 The rendezvous itself, `Waiters`, lives in `reactive/waiters.py` (the daemon
 holds one too). Which server owns a URI is the toolbox's one rule
-(`agentd.mcp.toolbox.owner_of`), as for reads and the daemon's subscriptions:
+(`agentd.mcp.client.toolbox.owner_of`), as for reads and the daemon's subscriptions:
 an ambiguous owner is the caller's error at once, not a wait.
 
 `await_resource(toolbox, waiters, uri, limit)` is the whole self-tool body:
@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from agentd.log import log
-from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
-from agentd.mcp.toolbox import Unowned, owner_of, resource_servers
+from agentd.mcp.client.seams import AgentToolbox, Observed, ResourceServer
+from agentd.mcp.client.toolbox import Unowned, owner_of, resource_servers
 from agentd.reactive.waiters import Waiters
 from agentd.wire.guard import PEER_FAULTS
 

@@ -2,7 +2,7 @@
 watched changes, then run the loop once on its current state.
 
 * Ownership. Each URI is watched on the declared server that owns it by the
-  toolbox's one rule (`agentd.mcp.toolbox.owner_of`, the same for reads and
+  toolbox's one rule (`agentd.mcp.client.toolbox.owner_of`, the same for reads and
   `await_resource`): the server named for it, else the one whose catalogue
   lists it, else the only server serving resources (which must then advertise
   `resources.subscribe`). A `--subscribe server=URI` entry names the owner (no
@@ -51,9 +51,9 @@ from agentd.config import (
 from agentd.errors import ReactiveError
 from agentd.exitcodes import ExitCode
 from agentd.log import log
-from agentd.mcp.faults import kind as fault_kind
-from agentd.mcp.seams import AgentToolbox, Observed, ResourceServer
-from agentd.mcp.toolbox import Unowned, owner_of, resource_servers
+from agentd.mcp.client.rules.faults import kind as fault_kind
+from agentd.mcp.client.seams import AgentToolbox, Observed, ResourceServer
+from agentd.mcp.client.toolbox import Unowned, owner_of, resource_servers
 from agentd.obs import health, trace
 from agentd.output import RunResult, Usage
 from agentd.reactive.polling import Poller
@@ -280,7 +280,7 @@ class ReactiveDaemon:
             except Exception as exc:
                 # Not handed to the model as state: the client re-subscribes and
                 # synthesizes an update on reconnect, so this URI wakes again.
-                # The client's decision (agentd.mcp.faults) names the kind; the
+                # The client's decision (agentd.mcp.client.rules.faults) names the kind; the
                 # daemon never ends on it: it reconnects with backoff instead.
                 _log.warning("reactive.read.failed", uri=uri, server=server,
                              kind=fault_kind(exc), error=f"{type(exc).__name__}: {exc}"[:300])

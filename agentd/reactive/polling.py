@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 
 from agentd.log import log
-from agentd.mcp.faults import kind as fault_kind
-from agentd.mcp.seams import Observed
+from agentd.mcp.client.rules.faults import kind as fault_kind
+from agentd.mcp.client.seams import Observed
 
 __all__ = ["Change", "PollPlan", "Poller"]
 

@@ -45,7 +45,7 @@ from agentd import __version__
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, SubagentBackend, Unknown
 from agentd.errors import RPCError
 from agentd.log import log
-from agentd.mcp.handler import current_principal
+from agentd.mcp.server.handler import current_principal
 from agentd.tree.ownership import Owners
 from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text

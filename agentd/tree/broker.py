@@ -16,7 +16,7 @@ as `io/request` (a tagged union, `agentd.tree.control.IoRequest`). The
   an update for a subscribed resource goes to the children that subscribed
   to it (`io/updated`), and to the root's own update queue only when the root
   had subscribed to it itself (the Broker is the route of the Toolbox's
-  `UpdateQueue`, agentd.mcp.updates, which every MCP client puts updates on).
+  `UpdateQueue`, agentd.mcp.client.updates, which every MCP client puts updates on).
 
 A refusal is answered as the error object of the wire (codes IO_* of
 agentd.tree.control); a fault of the root's call as its `ToolFault`, carried
@@ -38,10 +38,10 @@ from agentd.a2a.peers import A2APeers, WithPeers
 from agentd.errors import IntelligenceError, ToolFault
 from agentd.intelligence.ledger import Metered
 from agentd.log import log
-from agentd.mcp.client import MCPClient
-from agentd.mcp.seams import AgentToolbox
-from agentd.mcp.toolbox import Toolbox, Unowned, owner_of
-from agentd.mcp.updates import UpdateQueue
+from agentd.mcp.client.facade import MCPClient
+from agentd.mcp.client.seams import AgentToolbox
+from agentd.mcp.client.toolbox import Toolbox, Unowned, owner_of
+from agentd.mcp.client.updates import UpdateQueue
 from agentd.tree.control import (
     IO_CEILING,
     IO_FAULT,

@@ -5,7 +5,7 @@ A brokered subagent has no HTTP stack, no server spec and no secret. The loop
 cannot tell these from the real ones: `BrokeredIntelligence.complete` and
 `BrokeredToolbox.call / read_resource / subscribe / unsubscribe /
 next_update`, `.tools / .resources / .instructions / .updates` have the
-shapes of `agentd.intelligence.base.Intelligence` and `agentd.mcp.toolbox.Toolbox`.
+shapes of `agentd.intelligence.base.Intelligence` and `agentd.mcp.client.toolbox.Toolbox`.
 Each call is one `io/request` to the parent (agentd.tree.broker), which decides
 on it with this child's handle and scope. The catalogue came down in
 `child/configure` and is never re-listed here. A fault of the parent's call

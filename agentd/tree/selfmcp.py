@@ -78,10 +78,10 @@ from agentd.agent.subagents import (
 from agentd.config import Config, ServeSpec, resolve_bearers
 from agentd.errors import PoolError, RPCError
 from agentd.log import log
-from agentd.mcp.auth import server_ssl_context
-from agentd.mcp.handler import CallContext, Handler
-from agentd.mcp.http_server import Limits, Runner
-from agentd.mcp.http_server import serve as _serve_http
+from agentd.mcp.server.auth import server_ssl_context
+from agentd.mcp.server.handler import CallContext, Handler
+from agentd.mcp.server.http.server import Limits, Runner
+from agentd.mcp.server.http.server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
 from agentd.pool.session_relay import session_middleware

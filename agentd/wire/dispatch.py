@@ -1,7 +1,7 @@
 """The one request/response dispatcher: JSON-RPC ids <-> the futures awaiting them.
 
 Both wires that send requests and match answers by id use it: the MCP client
-(:mod:`agentd.mcp.client`, over Streamable HTTP) and the control wire's
+(:mod:`agentd.mcp.client.facade`, over Streamable HTTP) and the control wire's
 :class:`agentd.tree.procs.Channel` (parent <-> subagent).  The protocol rules
 (which method an id was, whether an answer is well formed) stay in each
 wire's sans-IO session; this table is only the IO half of correlation:

@@ -7,7 +7,7 @@ them to a brokered child as they are. Nothing converts between look-alikes at
 each hop, so a field cannot be dropped or renamed on the way.
 
 * :class:`ToolInfo` -- a tool as its server listed it (after admission,
-  `agentd.mcp.catalogue`), with what the client needs to call it.
+  `agentd.mcp.client.rules.catalogue`), with what the client needs to call it.
 * :class:`ToolEntry` -- a tool as offered to the model under its qualified
   name: the toolbox's catalogue line, the self-tools' entry, the prompt's
   input, and the control wire's `Catalogue.tools` element (its fields are
@@ -41,7 +41,7 @@ __all__ = [
 
 class ParamHeader(tuple):
     """``(header_name, path)``: ``Mcp-Param-{name}`` and the ``properties`` chain
-    of one ``x-mcp-header`` declaration (2026-07-28, `agentd.mcp.param_headers`)."""
+    of one ``x-mcp-header`` declaration (2026-07-28, `agentd.mcp.client.rules.param_headers`)."""
 
     __slots__ = ()
 
@@ -62,7 +62,7 @@ class ToolInfo(msgspec.Struct, kw_only=True):
 
     ``name_json``/``name_header``/``param_headers`` are the call's wire forms,
     computed once at listing; ``input_check``/``output_check`` hold the compiled
-    schema validators, filled on first use by `agentd.mcp.schema` (False: not
+    schema validators, filled on first use by `agentd.mcp.client.rules.schema` (False: not
     compiled yet; None: no usable schema)."""
 
     name: str
