@@ -339,3 +339,16 @@ if __name__ == "__main__":  # the figures docs/architecture.md quotes
           f"{len(fc)} folder circles {fc}, {len(fu) + len(fb)} folder rank breaks")
     for line in u + fu + fb:
         print("  ", line)
+
+
+def test_the_mcp_client_and_server_halves_never_import_each_other() -> None:
+    """What both halves use sits below them (`agentd.wire`, the base): a client
+    module that reached into the server (or back) would tie a toolbox to the
+    serving stack."""
+    graph = build_graph()
+    halves = ("agentd.mcp.client", "agentd.mcp.server")
+    crossing = sorted(
+        f"{m} -> {dep}" for m, deps in graph.items() for dep in deps
+        for mine, other in (halves, halves[::-1])
+        if (m == mine or m.startswith(mine + ".")) and (dep == other or dep.startswith(other + ".")))
+    assert crossing == []
