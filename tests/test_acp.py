@@ -25,6 +25,7 @@ acp = import_peer("acp", "the official ACP Python SDK (pip install agent-client-
 from acp import schema as A  # noqa: E402
 
 HEADER_VALUE = "Bearer acp-test-token-7f3a9c"
+KEY = "sk-harness-key-5e1d0b"
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +77,10 @@ def _log_file(tmp_path: Path) -> Any:
     return (tmp_path / "stderr.log").open("wb")  # agentd's log; closed by the test's end
 
 
-async def start(agentd_bin: str, tmp_path: Path, *args: str) -> Any:
+async def start(agentd_bin: str, tmp_path: Path, *args: str, **env: str) -> Any:
     stderr = _log_file(tmp_path)
     client = Recorder()
-    cm = acp.spawn_agent_process(client, agentd_bin, "acp", *args, env=agentd_env(),
+    cm = acp.spawn_agent_process(client, agentd_bin, "acp", *args, env=agentd_env(**env),
                                  transport_kwargs={"stderr": stderr.fileno()})
     conn, proc = await cm.__aenter__()
     return client, conn, proc, cm, stderr
@@ -178,9 +179,10 @@ async def test_cancel_mid_run_ends_the_tree(agentd_bin, tmp_path) -> None:
         Reply.tools(("agentd__subagent_spawn", {"instruction": "[child] wait"})),
         Reply(content="never", gate=gate),
     ]) as gw:
+        # the harnesses' env names the gateway and its key (no --intelligence)
         client, conn, proc, cm, stderr = await start(
-            agentd_bin, tmp_path, "--intelligence", gw.url, "--model", "test-model",
-            "--spawn", "exec")
+            agentd_bin, tmp_path, "--model", "test-model", "--spawn", "exec",
+            OPENAI_BASE_URL=gw.url, OPENAI_API_KEY=KEY)
         try:
             await conn.initialize(protocol_version=1)
             new = await conn.new_session(cwd="/", mcp_servers=[])
@@ -190,6 +192,7 @@ async def test_cancel_mid_run_ends_the_tree(agentd_bin, tmp_path) -> None:
                 session_id=sid, prompt=[A.TextContentBlock(type="text", text="spawn")]))
             # the child is up and its model call is held at the gate
             await until(lambda: len(gw.bodies) >= 2)
+            assert gw.headers[0]["Authorization"] == f"Bearer {KEY}"
             kids = children_of(proc.pid)
             assert kids
             await conn.cancel(session_id=sid)
