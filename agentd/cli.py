@@ -14,6 +14,7 @@ import click
 
 from agentd import __version__
 from agentd import config as cfg
+from agentd.acp_cli import acp as acp_command
 from agentd.auth_cli import auth as auth_commands
 from agentd.batch_cli import batch as batch_command
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
@@ -290,6 +291,7 @@ def demo_cmd(ctx: click.Context) -> None:
 
 cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/auth_cli.py)
 cli.add_command(batch_command)  # agentd batch (agentd/batch_cli.py)
+cli.add_command(acp_command)  # agentd acp (agentd/acp_cli.py)
 
 
 def main(argv: list[str] | None = None) -> None:

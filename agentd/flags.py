@@ -8,10 +8,13 @@ is opened or process started.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from agentd import config as cfg
 from agentd import secrets
+
+OPENAI_BASE_URL = "OPENAI_BASE_URL"  # --intelligence's fallback (docs/cli.md)
 
 
 def parse_log_level(level: Any) -> str | None:
@@ -107,6 +110,9 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
         raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
     values.update({k: v for k, v in flags.items() if v is not None})
+    if not values.get("intelligence") and os.environ.get(OPENAI_BASE_URL):
+        # the harnesses' convention (inspect's bridge, Harbor): the operator's env only
+        values["intelligence"] = os.environ[OPENAI_BASE_URL]
     values["log_level"] = parse_log_level(values.get("log_level"))
     values["mcp"] = servers
     secrets_dir = values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR

@@ -41,7 +41,7 @@ def _parse_logs(text: str) -> list[dict[str, Any]]:
 
 def agentd_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AGENTD_INTELLIGENCE", "AGENTD_MODEL"))}
+           if not k.startswith(("AGENTD_INTELLIGENCE", "AGENTD_MODEL", "OPENAI_"))}
     env.update(extra)
     return env
 

@@ -72,10 +72,12 @@ LAYERS: dict[str, int] = {
     "agentd.app": 8,
     "agentd.demo": 8,
     "agentd.top": 8,
+    "agentd.acp": 8,  # `agentd acp`: composes a run per prompt, as app.run does
     # 9: cli
     "agentd.cli": 9,
     "agentd.auth_cli": 9,
     "agentd.batch_cli": 9,
+    "agentd.acp_cli": 9,
     "agentd.flags": 9,
     "agentd.__main__": 9,
 }

@@ -13,7 +13,8 @@ with bounded exponential backoff (jittered), honouring `Retry-After` (with a
 tree's `FlowGate` set, a 429 or `Retry-After` pauses every call of the tree); any other
 4xx, or a gateway that keeps failing once the attempts are spent, raises
 `IntelligenceUnavailable` (exit 5). The bearer comes from env
-`AGENTD_INTELLIGENCE_KEY`; it is registered for redaction and never logged.
+`AGENTD_INTELLIGENCE_KEY`, else `OPENAI_API_KEY` (the name harnesses pass); it is
+registered for redaction and never logged.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from agentd.wire.guard import FAULT_TEXT_MAX, PEER_FAULTS, fault_text
 from agentd_native import SSEEventTooLarge
 
 KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
+FALLBACK_KEY_ENV = "OPENAI_API_KEY"  # the harnesses' name, read when KEY_ENV is unset
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_ATTEMPTS = 5
 DEFAULT_BACKOFF = 0.5
@@ -211,7 +213,8 @@ class OpenAICompatible:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.ca_file = ca_file
-        key = key if key is not None else os.environ.get(KEY_ENV)
+        key = key if key is not None else (os.environ.get(KEY_ENV)
+                                           or os.environ.get(FALLBACK_KEY_ENV))
         self._headers = {"Content-Type": "application/json",
                          "User-Agent": f"agentd/{__version__}"}
         if key:
