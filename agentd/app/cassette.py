@@ -49,8 +49,7 @@ import orjson
 from agentd.config import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
 from agentd.log import redact
-from agentd.output import Usage
-from agentd.tree.control import Catalogue, IoCompletion, IoRequest, IoResult
+from agentd.tree.control import Catalogue, IoRequest, IoResult
 from agentd.wire.guard import PEER_FAULTS
 
 CASSETTE_VERSION = 2
@@ -259,10 +258,9 @@ class Replay:
         self._used.add((handle, step))
         if entry.error is not None:
             return entry.error
-        result = _result.decode(orjson.dumps(entry.response))
-        if isinstance(result, IoCompletion):  # nothing is spent in a replay
-            result.completion.usage = Usage()
-        return result
+        # a completion keeps its recorded usage: the sample's loop counts it as it did
+        # (its budgets, its trajectory); the batch counts none of it (agentd.app.batch_broker)
+        return _result.decode(orjson.dumps(entry.response))
 
     def unplayed(self) -> Divergence | None:
         """After the sample ended: the first recorded request it never made (first
