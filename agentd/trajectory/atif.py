@@ -44,7 +44,7 @@ class FinalMetrics(_Atif):
 class ToolCall(_Atif):
     tool_call_id: str
     function_name: str
-    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    arguments: dict[str, Any]  # required, even empty (a default would be omitted)
     extra: dict[str, Any] | None = None
 
 
@@ -62,7 +62,7 @@ class ObservationResult(_Atif):
 
 
 class Observation(_Atif):
-    results: list[ObservationResult] = msgspec.field(default_factory=list)
+    results: list[ObservationResult]  # required, even empty
 
 
 class Step(_Atif):

@@ -146,7 +146,7 @@ class TrajectoryRecorder(Tracer):
         if entry is None:
             return
         if entry.observation is None:
-            entry.observation = Observation()
+            entry.observation = Observation(results=[])
         known = {c.tool_call_id for c in entry.tool_calls or ()}
         extra: dict[str, Any] = {"is_error": is_error}
         if note is not None:
