@@ -42,6 +42,9 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
               help="write one cassette per sample: its model and MCP traffic, in order")
 @click.option("--replay", metavar="DIR",
               help="answer every sample from its cassette in DIR: no network at all")
+@click.option("--trajectories", metavar="DIR",
+              help="write one ATIF v1.8 trajectory per sample, DIR/<id>.json (live runs "
+                   "and replays alike)")
 @click.option("--cassette-bytes", type=int,
               help="largest cassette --replay reads  [default: 268435456]")
 @click.option("--progress-interval", type=float,
@@ -106,7 +109,14 @@ def batch(ctx: click.Context, **local: Any) -> None:
                 os.makedirs(record, exist_ok=True)
             except OSError as exc:
                 raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
-        opts = BatchOptions(out=out, record=record, replay=replay)
+        trajectories = local["trajectories"]
+        if trajectories:
+            try:
+                os.makedirs(trajectories, exist_ok=True)
+            except OSError as exc:
+                raise cfg.ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc}"
+                                      ) from None
+        opts = BatchOptions(out=out, record=record, replay=replay, trajectories=trajectories)
         from agentd.log_bridge import route_stdlib
 
         route_stdlib()

@@ -192,6 +192,9 @@ def _secs(text: str) -> str:
      help=_secs("re-read a watched URI its server cannot push updates for this often; "
                 "0: refuse it instead (exit 6)  [default: 5]"))
 @opt("--max-subscriptions", section="REACTIVE", type=int, help="self-subscriptions per run  [default: 64]")
+@opt("--trajectory", section="OUTPUT", metavar="FILE",
+     help="write the run's ATIF v1.8 trajectory (subagents nested) to FILE at its end, "
+          "partial or failed runs too  [config key: trajectory]")
 @opt("--log-format", section="OUTPUT", type=str, help="json or text  [default: json]")
 @opt("--log-level", section="OUTPUT", envvar="AGENTD_LOG_LEVEL", type=str,
      help="debug, info, warning or error (children inherit it)  [default: info; env: AGENTD_LOG_LEVEL]")

@@ -242,6 +242,7 @@ class Config(RunLimits, frozen=True):
     intelligence_attempts: int | None = None  # None: env, else the provider's default
     intelligence_max_bytes: int = DEFAULT_INTELLIGENCE_MAX_BYTES
     output_contract: str | None = None
+    trajectory: str | None = None  # --trajectory FILE: the run's ATIF trajectory (agentd.trajectory)
     mcp: tuple[ServerSpec, ...] = ()
     serve: ServeSpec | None = None
     features: tuple[str, ...] = ()  # opt-in features (--features): "a2a"
@@ -644,6 +645,11 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
             raise ConfigError(f"--subscribe {uri!r}: a concrete URI is needed, not a template")
     if values.get("spawn", "exec") not in SPAWN_MODES:
         raise ConfigError(f"--spawn: expected one of {', '.join(SPAWN_MODES)}")
+    trajectory = values.get("trajectory")
+    if trajectory is not None and not (isinstance(trajectory, str) and trajectory
+                                       and os.path.isdir(os.path.dirname(trajectory) or ".")):
+        raise ConfigError(f"--trajectory {trajectory!r}: the file's directory must exist "
+                          "(config key `trajectory`)")
     if needs_instruction and not values.get("instruction"):
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",

@@ -64,6 +64,7 @@ LAYERS: dict[str, int] = {
     "agentd.intelligence": 4,
     # 5: agent (with the tree's contract: agent.subagents, agent.spawn_tools)
     "agentd.agent": 5,
+    "agentd.trajectory": 5,  # ATIF: fed by the loop's hooks, carried by the control wire
     # 6: tree
     "agentd.tree": 6,
     # 7: reactive

@@ -18,7 +18,6 @@ by name and arguments, and keeps it in a context variable, which `result`
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -41,7 +40,6 @@ from .schema import (
 )
 
 TITLE_MAX: Final = 120
-_current: contextvars.ContextVar[str] = contextvars.ContextVar("acp_tool_call", default="")
 
 # a tool's kind, by the first word of its own name (`server__word_...`)
 _KINDS: Final[dict[str, ToolKind]] = {
@@ -90,7 +88,6 @@ class Updates(Tracer):
         self.emit = emit
         self.observation_bytes = observation_bytes
         self.finish_reason: str | None = None  # the last answer's (refusal detection)
-        self._waiting: dict[tuple[str, str], list[str]] = {}  # (name, arguments) -> ids
         self._plans: dict[str, list[PlanEntry]] = {}
 
     def turn(self, step: int, completion: Completion) -> None:
@@ -99,15 +96,11 @@ class Updates(Tracer):
             self.emit(AgentMessageChunk(text(completion.content)))
         for call in completion.tool_calls:
             name, raw = call.function.name, call.function.arguments
-            self._waiting.setdefault((name, raw), []).append(call.id)
             arguments = _arguments(raw)
             self.emit(ToolCall(call.id, title_of(name, arguments), kind_of(name), "pending",
                                arguments))
 
-    def call(self, step: int, name: str, arguments: str) -> None:
-        ids = self._waiting.get((name, arguments))
-        call_id = ids.pop(0) if ids else ""
-        _current.set(call_id)
+    def call(self, step: int, name: str, arguments: str, *, call_id: str = "") -> None:
         if not call_id:
             return
         self.emit(ToolCallUpdate(call_id, "in_progress"))
@@ -118,8 +111,7 @@ class Updates(Tracer):
                 self.emit(Plan(entries))
 
     def result(self, step: int, name: str, text_: str, is_error: bool, size: int,
-               duration_ms: float, note: str | None) -> None:
-        call_id = _current.get()
+               duration_ms: float, note: str | None, *, call_id: str = "") -> None:
         if not call_id:
             return
         shown = note or text_

@@ -79,16 +79,22 @@ class Outcome(msgspec.Struct):
 
 
 class Tracer:
-    """Hooks for a readable trace (the demo); the default does nothing."""
+    """Hooks on what a run does, in order: a readable trace (the demo), a
+    trajectory (agentd.trajectory); the default does nothing. `prompt` is a
+    user message the conversation starts or continues with; `call_id` is the
+    model's id of the tool call a `call` or `result` is about."""
+
+    def prompt(self, text: str) -> None:
+        pass
 
     def turn(self, step: int, completion: Completion) -> None:
         pass
 
-    def call(self, step: int, name: str, arguments: str) -> None:
+    def call(self, step: int, name: str, arguments: str, *, call_id: str = "") -> None:
         pass
 
     def result(self, step: int, name: str, text: str, is_error: bool, size: int,
-               duration_ms: float, note: str | None) -> None:
+               duration_ms: float, note: str | None, *, call_id: str = "") -> None:
         pass
 
 
@@ -299,7 +305,7 @@ class Loop:
         else:
             log.info("tool.call", step=step, tool=name, call_id=call.id, args_bytes=len(raw))
         if self.tracer is not None:
-            self.tracer.call(step, name, raw)
+            self.tracer.call(step, name, raw, call_id=call.id)
         t0 = time.perf_counter()
         note: str | None = None
         text = ""
@@ -347,7 +353,8 @@ class Loop:
                      is_error=is_error, cut=cut, duration_ms=duration_ms,
                      fault=note is not None)
         if self.tracer is not None:
-            self.tracer.result(step, name, text, is_error, size, duration_ms, note)
+            self.tracer.result(step, name, text, is_error, size, duration_ms, note,
+                               call_id=call.id)
         return tool_result(call.id, content)
 
 
@@ -364,6 +371,8 @@ async def run_task(intelligence: Intelligence, toolbox: AgentToolbox | None,
                    on_step: Callable[[LoopState], None] | None = None,
                    spent: Callable[[], int] | None = None) -> Outcome:
     """One task: build the prompt, then loop to an outcome."""
+    if tracer is not None:
+        tracer.prompt(instruction)
     actions = Actions(toolbox, selftools)
     loop = Loop(intelligence, actions, budgets=budgets, state=state, tracer=tracer,
                 on_step=on_step, spent=spent)

@@ -36,6 +36,7 @@ from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
 from agentd.app.batch_progress import progress
+from agentd.app.batch_trajectories import SampleTrajectories
 from agentd.app.cassette import AnswerBounds
 from agentd.app.compose import metered_provider, open_toolbox
 from agentd.app.run import new_run_id
@@ -66,6 +67,7 @@ class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     out: str
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
+    trajectories: str | None = None  # a directory: one ATIF trajectory per sample
 
 
 class Stats:
@@ -119,6 +121,7 @@ class Batch:
         self._waiting: dict[str, asyncio.Future[HandleState]] = {}
         self.servers = frozenset(s.name for s in (*config.mcp, *config.a2a_peers))
         sup.on_terminal(self._terminal)
+        self.trajectories: SampleTrajectories | None = None  # --trajectories
 
     def _terminal(self, state: HandleState) -> None:
         fut = self._waiting.pop(state.handle, None)
@@ -150,6 +153,8 @@ class Batch:
             spent = ledger.ceiling is not None and ledger.spent >= ledger.ceiling
             self._write(task, "budget_exhausted" if spent else "failed", spent, None, 0,
                         Usage(), f"{self.run_id}/-", state.text, began)
+            self._trajectory(task, None, "budget_exhausted" if spent else "failed",
+                             state.text)
             return
         handle = state.handle
         self.broker.begin(handle, task.id, frozenset(scope) if scope is not None
@@ -169,6 +174,8 @@ class Batch:
         if self.interrupted and state.status == "cancelled":
             log.info("batch.sample.dropped", id=task.id, handle=handle,
                      reason="interrupted: --resume runs it again")
+            if self.trajectories is not None:
+                self.trajectories.drop(handle)
             return
         error = None
         status = state.status
@@ -179,6 +186,14 @@ class Batch:
             error = str(res["error"]) if isinstance(res, dict) and "error" in res else status
         self._write(task, status, state.partial, state.result, tally.steps,
                     tally.usage, f"{self.run_id}/{handle}", error, began)
+        self._trajectory(task, handle, status, error)
+
+    def _trajectory(self, task: TaskLine, handle: str | None, status: str,
+                    error: str | None) -> None:
+        if self.trajectories is not None:
+            self.trajectories.write(task.id, task.instruction, handle,
+                                    session_id=f"{self.run_id}/{handle or '-'}",
+                                    status=status, error=error)
 
     async def _until_ended(self, handle: str, fut: asyncio.Future[HandleState]
                            ) -> HandleState:
@@ -291,6 +306,10 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                 ledger=metered.ledger))
             batch = Batch(config, run_id=run_id, sup=sup, broker=broker,
                           results=results, stats=stats)
+            if opts.trajectories is not None:  # every sample's subtree records its runs
+                sup.trajectories = {}
+                batch.trajectories = SampleTrajectories(opts.trajectories, sup.trajectories,
+                                                        model=config.model)
             holder.append(batch)
             if signalled:  # a signal during start-up
                 batch.interrupt(now=True)

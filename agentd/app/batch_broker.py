@@ -172,7 +172,8 @@ class SampleBroker(Broker):
             if not rel:
                 tally.steps += 1
             u = result.completion.usage
-            tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
+            if self.replay_dir is None:  # a replay spends nothing (docs/batch.md)
+                tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
         return result
 
     @staticmethod

@@ -62,11 +62,9 @@ from agentd.config import (
 )
 from agentd.errors import TreeError
 from agentd.log import redact
-from agentd.output import Usage
 from agentd.tree.control import (
     ENVELOPE_HEADROOM,
     Catalogue,
-    IoCompletion,
     IoRequest,
     IoResult,
     answer_limit,
@@ -355,14 +353,11 @@ class Replay:
                                                f"{name}: not replayed")
         if entry.error is not None:
             return entry.error
-        try:
-            result = _result.decode(entry.response)
+        try:  # a completion keeps its recorded usage: the sample's loop counts it as it did
+            return _result.decode(entry.response)
         except PEER_FAULTS as exc:
             return self._refused(handle, step, f"the recorded answer is not one: "
                                                f"{fault_text(exc)}")
-        if isinstance(result, IoCompletion):  # nothing is spent in a replay
-            result.completion.usage = Usage()
-        return result
 
     def unplayed(self) -> Divergence | None:
         """After the sample ended: the first recorded request it never made (first

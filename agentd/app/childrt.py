@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+import msgspec
+
 from agentd.log import log
 from agentd.obs import trace
 from agentd.output import RunResult
@@ -85,6 +87,7 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
                                          instruction=ev.params.message,
                                          output_contract=cfg.output_contract,
                                          backend=backend, first=first, io=io,
+                                         tracer=recorder,
                                          # brokered: the parent's ledger has each call
                                          on_progress=progress if io is None else None)
             outcome = _outcome(result)
@@ -98,13 +101,27 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
     def finish(ev: Incoming, outcome: RunOutcome) -> None:
         turn.pop("run", None)
         trace.flush()  # this turn's spans reach the parent before its answer
+        limit = answer_limit(cfg.max_frame)
+        if recorder is not None:  # the trajectory so far goes up with every answer
+            recorder.end(outcome.status, reason=outcome.reason)
+            outcome.trajectory = recorder.snapshot()
+            over = channel.answer(ev.id, outcome, limit)
+            if over is None:
+                after(outcome)
+                return
+            # a trajectory never fails a run: the answer goes without it
+            logger.warning("trajectory.dropped", bytes=over.size, limit=over.limit)
+            outcome.trajectory = msgspec.UNSET
         # within the answer bound: the parent re-wraps the result for its own parent
-        over = channel.answer(ev.id, outcome, answer_limit(cfg.max_frame))
+        over = channel.answer(ev.id, outcome, limit)
         if over is not None:
             logger.error("subagent.result_oversize", bytes=over.size, limit=over.limit)
             outcome = RunOutcome(status="failed", steps=outcome.steps, tokens=outcome.tokens,
                                  reason=over.words("the result", RESULT_FIX))
             channel.respond(ev.id, outcome)
+        after(outcome)
+
+    def after(outcome: RunOutcome) -> None:
         if cfg.mode != "warm" or outcome.status != "completed":
             stop.set()
 
@@ -141,6 +158,11 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
 
     channel = Channel(ControlSession("child", max_frame=cfg.max_frame), wire_in, wire_out,
                       on_incoming)
+    recorder = None
+    if cfg.trajectory:  # every turn of this process, in one trajectory (agentd.trajectory)
+        from agentd.trajectory.recorder import TrajectoryRecorder
+
+        recorder = TrajectoryRecorder(session_id=cfg.run_id or None)
     backend = RemoteBackend(cfg.handle, channel)
     if cfg.tracing:  # the parent exports: spans go up the wire (agentd.obs.trace)
         trace.setup("agentd", mode="relay",

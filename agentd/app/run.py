@@ -46,6 +46,8 @@ from agentd.mcp.client.rules.faults import RequiredServerLost
 from agentd.mcp.client.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
+from agentd.trajectory.files import write_document
+from agentd.trajectory.recorder import TrajectoryRecorder
 from agentd.tree.control import ChildConfig
 
 if TYPE_CHECKING:  # imported where they are used: a child loads neither
@@ -121,6 +123,8 @@ class RunContext:
         """Continue a conversation with another user message (warm sessions)."""
         assert self.selftools is not None
         messages.append(user(message))
+        if self.tracer is not None:
+            self.tracer.prompt(message)
         loop = Loop(self.intelligence, Actions(self.toolbox, self.selftools),
                     budgets=self.budgets, state=self.state, tracer=self.tracer,
                     on_step=self.on_step, spent=self.spent)
@@ -140,6 +144,8 @@ async def _start_backend(stack: contextlib.AsyncExitStack, ctx: RunContext) -> S
                                  toolbox=ctx.toolbox)
     state = ctx.state
     ctx.spent = lambda: max(state.usage.total_tokens, sup.tree_tokens)
+    if isinstance(ctx.tracer, TrajectoryRecorder):  # --trajectory: children record too
+        sup.trajectories = ctx.tracer.subagents
     return sup
 
 
@@ -516,16 +522,36 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
              token_ceiling=config.token_ceiling, serve=config.serve is not None)
     health.set_draining(False)
     trace.setup("agentd")
+    recorder = None
+    if config.trajectory is not None and tracer is None:
+        recorder = tracer = TrajectoryRecorder(session_id=run_id, model=config.model)
     with trace.run_span("agentd.run", run_id, **{"agentd.mode": config.mode}) as span:
         result, code, _state = await execute(config, run_id=run_id, tracer=tracer)
         span.set(**{"agentd.status": result.status, "agentd.steps": result.steps,
                     "agentd.exit_code": int(code)})
     metrics.RUNS.inc(result.status)
     await trace.ashutdown()
+    if recorder is not None and config.trajectory is not None and code != ExitCode.USAGE:
+        _write_trajectory(config.trajectory, recorder, result)
     if code != ExitCode.USAGE:
         print_result(result, stdout)
     _end_hard_if_overran(code)
     return int(code)
+
+
+def _write_trajectory(path: str, recorder: TrajectoryRecorder, result: RunResult) -> None:
+    """`--trajectory FILE`, however the run ended; a file that cannot be written is
+    an error line, never a different exit code (the run's result is out already)."""
+    failure = result.result.get("error") if isinstance(result.result, dict) else None
+    recorder.end(result.status, reason=str(failure) if failure else None)
+    try:
+        write_document(path, recorder.dump())
+    except OSError as exc:
+        log.error("trajectory.write_failed", path=path, error=exc.strerror or str(exc),
+                  fix="--trajectory: a writable file in an existing directory")
+        return
+    log.info("trajectory.written", path=path, steps=len(recorder.steps),
+             subagents=len(recorder.subagents))
 
 
 def child_config(cfg: ChildConfig, *, instruction: str, output_contract: str | None

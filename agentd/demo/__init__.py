@@ -106,11 +106,11 @@ class Trace(Tracer):
         if completion.content:
             self.line(f"  · {_preview(completion.content, 200)}")
 
-    def call(self, step: int, name: str, arguments: str) -> None:
+    def call(self, step: int, name: str, arguments: str, *, call_id: str = "") -> None:
         self.line(f"  → {name} {_preview(arguments)}")
 
     def result(self, step: int, name: str, text: str, is_error: bool, size: int,
-               duration_ms: float, note: str | None) -> None:
+               duration_ms: float, note: str | None, *, call_id: str = "") -> None:
         if note is not None:
             self.line(f"  ← {name}  [agentd] {_preview(note)}")
             return

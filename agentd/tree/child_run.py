@@ -62,6 +62,10 @@ class RunHost(Protocol):
 
     def charge(self, run: ChildRun, tokens: int) -> None: ...
 
+    def keep_trajectory(self, run: ChildRun, outcome: RunOutcome) -> None:
+        """The trajectory an answer carries, kept when the tree records them."""
+        ...
+
 
 def _settle(fut: asyncio.Future[Any]) -> None:
     """Give up on a request's answer; if it already failed, mark its error seen."""
@@ -216,6 +220,7 @@ class ChildRun:
             host.finish(self, "failed", reason=why(proc))
             return
         host.charge(self, outcome.tokens)
+        host.keep_trajectory(self, outcome)
         if self.mode == "warm" and outcome.status == "completed":
             await self._warm(host, proc, budget, outcome)
             return

@@ -65,6 +65,7 @@ from agentd.config import DEFAULT_LOG_FORMAT, RunLimits, ServerSpec
 from agentd.errors import RPCError, ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.secrets import DEFAULT_SECRETS_DIR
+from agentd.trajectory.atif import Trajectory
 from agentd.wire import codec
 from agentd.wire.guard import decode_peer
 from agentd.wire.jsonrpc import (
@@ -197,6 +198,8 @@ class ChildConfig(RunLimits, kw_only=True, frozen=True):
     # no server spec, no gateway URL and no secret, only this catalogue.
     brokered: bool = False
     catalogue: Catalogue | None = None
+    # Record the run as an ATIF trajectory and return it in `RunOutcome.trajectory`.
+    trajectory: bool = False
 
 
 class MessageParams(Struct, frozen=True):
@@ -213,6 +216,9 @@ class RunOutcome(Struct, kw_only=True):
     steps: int = 0
     tokens: int = 0
     reason: str | None = None
+    # With `ChildConfig.trajectory`: the run's ATIF trajectory (agentd.trajectory),
+    # absent from the frame otherwise.
+    trajectory: Trajectory | UnsetType = UNSET
 
 
 class Progress(Struct, frozen=True):

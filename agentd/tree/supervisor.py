@@ -41,6 +41,7 @@ from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
 from agentd.log import log
 from agentd.obs import health, metrics, trace
+from agentd.trajectory.atif import Trajectory
 from agentd.tree.admission import Admitted, CallerView, TreeView, admit
 from agentd.tree.broker import Broker
 from agentd.tree.child_run import ChildRun
@@ -158,6 +159,9 @@ class Supervisor:
         self.broker = broker
         self.ledger: Ledger = ledger if ledger is not None else broker.intelligence.ledger
         self.fallbacks = 0  # forkserver -> exec (at most once)
+        # Set (to a dict) by whoever writes trajectories: every child then records
+        # its run and its answer carries it here (agentd.trajectory).
+        self.trajectories: dict[str, Trajectory] | None = None
         # A started child answers its first frame before its heavy imports, but under
         # a burst of exec spawns it may wait for a CPU: be patient, yet bounded.
         self.configure_within = max(config.init_timeout, CONFIGURE_TIMEOUT)
@@ -254,6 +258,7 @@ class Supervisor:
         if outcome.status != "completed":
             run.request_stop(outcome.status)
         self.charge(run, outcome.tokens)
+        self.keep_trajectory(run, outcome)
         run.state.result = outcome.result
         run.state.partial = outcome.partial
         turn = HandleState(handle=handle, status=run.state.status, partial=outcome.partial,
@@ -362,7 +367,8 @@ class Supervisor:
             brokered=True, catalogue=self.broker.catalogue(run.scope),
             max_frame=self.max_frame, log_format=cfg.log_format,
             log_level=cfg.log_level or "info",
-            run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting)
+            run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting,
+            trajectory=self.trajectories is not None)
 
     # ------------------------------------------------------------- one run
     async def start(self, run: ChildRun, env: dict[str, str] | None,
@@ -393,6 +399,13 @@ class Supervisor:
         calls were brokered; `report` never counts the same tokens twice."""
         run.tokens = max(run.tokens, tokens)
         self.ledger.report(run.handle, tokens)
+
+    def keep_trajectory(self, run: ChildRun, outcome: RunOutcome) -> None:
+        """A child's trajectory (agentd.trajectory), by handle, when `trajectories`
+        is set: whoever set it (a CLI run's recorder, a batch) nests and writes them.
+        A warm session's later turn replaces its earlier one (it holds them all)."""
+        if self.trajectories is not None and outcome.trajectory is not msgspec.UNSET:
+            self.trajectories[run.handle] = outcome.trajectory
 
     def finish(self, run: ChildRun, status: str, *, partial: bool = False,
                result: Any = None, reason: str | None = None) -> None:
