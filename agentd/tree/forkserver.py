@@ -257,7 +257,6 @@ class Forkserver:
 
         fault = (env or {}).get(FAULT_ENV)
         try:
-            self._replies.append(fut)
             while True:
                 try:
                     socket.send_fds(self._sock, [json.dumps({"fault": fault}).encode()],
@@ -265,9 +264,12 @@ class Forkserver:
                     break
                 except BlockingIOError:
                     await asyncio.sleep(0.001)
+            # Replies come in the order the requests went out: the future takes its
+            # place only now, with no await since the send, so a spawn that found
+            # the socket full and retried never takes the pid of one sent meanwhile
+            # (that child would be signalled, waited for and reported as its own).
+            self._replies.append(fut)
         except BaseException:
-            if fut in self._replies:
-                self._replies.remove(fut)
             channel.close()
             os.close(r2)
             raise
