@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 
 import pytest
 from gateway import Gateway, Reply
 from tree_helpers import make_config, precompile
 from waiting import until
 
-from agentd.agent.subagents import SpawnRequest
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.compose import open_supervisor
+from agentd.obs import metrics
 from agentd.tree import forkserver, procs
+from agentd.tree.boot import FAULT_ENV
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,8 +95,9 @@ async def test_a_spawn_overtaken_on_its_way_keeps_its_own_child(tmp_path, spawn,
     async with Gateway([Reply(content='{"b": "done"}', gate=gate)] * 2) as gw:
         cfg = make_config(tmp_path, spawn=spawn, intelligence=gw.url)
         async with open_supervisor(cfg) as sup:
-            a = await sup.spawn("served", SpawnRequest("task a", mode="async"))
-            b = await sup.spawn("served", SpawnRequest("task b", mode="async"))
+            a, b = await asyncio.gather(  # a first: its spawn is the one held
+                sup.spawn("served", SpawnRequest("task a", mode="async")),
+                sup.spawn("served", SpawnRequest("task b", mode="async")))
             await until(lambda: len(gw.bodies) == 2, what="both children waiting on the model")
             pa, pb = sup.process(a.handle), sup.process(b.handle)
             assert pa is not None and pb is not None and pa.pid != pb.pid
@@ -141,3 +145,47 @@ async def test_hundreds_alive_at_once_each_result_arrives_once(tmp_path):
     wrong = [(s.handle, s.status, s.result) for i, s in enumerate(states)
              if (s.status, s.result) != ("completed", f'{{"task": "task {i}"}}')]
     assert wrong == []
+
+
+@pytest.mark.timeout(180)
+async def test_out_of_fds_mid_fan_out_is_a_refusal_and_the_live_runs_go_on(
+        tmp_path, spawn, monkeypatch):
+    """The process's RLIMIT_NOFILE lowered to ~100 fds more than it holds (its
+    children and forkserver inherit it, as under `prlimit`): a fan-out of children
+    that wait until cancelled runs out of fds; the spawn that cannot start is
+    refused, naming the limit, and counted; the runs started are untouched and end
+    with their true outcome (cancelled), none `failed`."""
+    monkeypatch.setenv(FAULT_ENV, "hang")  # each child's run waits until cancelled
+    n = 200
+    cfg = make_config(tmp_path, spawn=spawn, max_children=n, max_subagents=n)
+    refused0 = metrics.REFUSALS.get("nofile")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ended: list[HandleState] = []
+    async with open_supervisor(cfg) as sup:
+        sup.on_terminal(ended.append)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100,
+                                                    hard))
+        try:
+            answers = [await sup.spawn("served", SpawnRequest(f"task {i}", mode="async"))
+                       for i in range(n)]
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        started = [a for a in answers if isinstance(a, HandleState)]
+        refusals = [a.text for a in answers if isinstance(a, Refusal)]
+        assert started and refusals, "the fds never ran out: lower the limit"
+        assert all("RLIMIT_NOFILE" in t and t.startswith("spawn refused: ") for t in refusals)
+        assert metrics.REFUSALS.get("nofile") - refused0 == len(refusals)
+        assert ended == []  # a refused spawn is no run: nothing reported
+        counts = sup.counts()
+        assert (counts["spawned"], counts["running"]) == (len(started), len(started))
+        for s in started:  # alive and untouched
+            proc = sup.process(s.handle)
+            assert proc is not None and proc.returncode is None
+            assert sup.status(s.handle).status == "running"
+        again = await sup.spawn("served", SpawnRequest("after", mode="async"))
+        assert isinstance(again, HandleState)  # fds back: spawns start again
+        for s in [*started, again]:
+            await sup.cancel(s.handle)
+        await until(lambda: len(ended) == len(started) + 1, what="every started run ended")
+    assert sorted(s.handle for s in ended) == sorted(s.handle for s in [*started, again])
+    assert {s.status for s in ended} == {"cancelled"}
