@@ -6,7 +6,7 @@
 N sync spawns are made at once; each child makes two Chat Completions calls to a
 loopback gateway (a process of its own) that answers each after `--latency`
 seconds, and one `tools/call` on a loopback MCP server (agentd's `echo` demo
-server), all brokered by the parent, so a child lives at least 2 × latency and
+server), all brokered by the parent, so a child lives at least 2 x latency and
 all N are alive together.  The Supervisor runs in this process with
 `--max-children N --max-inflight-intelligence N` (the default of 64 would
 serialise the slow model).  `--via selfmcp` makes the N spawns over the
@@ -15,9 +15,10 @@ per child in this process); `--via direct` calls the Supervisor.
 
 Prints one JSON line per N and round: how many completed and how many were
 lost (`exited … before its result` and any other non-completed status, by
-reason), the wall time against the ideal (2 × latency), the peak of live
+reason), the wall time against the ideal (2 x latency), the peak of live
 children (sampled from the supervisor every 100 ms), memory per child (the
-mean USS of every live child, from /proc/PID/smaps_rollup, at the peak; and the
+mean USS of the live children, from /proc/PID/smaps_rollup, read again at each
+10 % higher peak; and the
 machine's used memory at the peak less before, per child), this process's CPU
 per child (the parent: the Supervisor, the broker's HTTP calls and the
 spawning), and the machine limits met first: open files (this process's
@@ -26,7 +27,7 @@ peak), pids (the cgroup's pids.max or kernel.pid_max against the peak of
 processes).
 
 The benchmark raises its own RLIMIT_NOFILE to the hard limit; an N whose
-estimated need (fds_per_child × N + 256) exceeds it is refused with the limit
+estimated need (fds_per_child x N + 256) exceeds it is refused with the limit
 named, and so is an N whose estimated memory exceeds MemAvailable.
 """
 
@@ -125,7 +126,7 @@ async def one_round(cfg: Config, n: int, latency: float, spawn: str, via: str) -
         if spawn == "forkserver":  # it starts with the first spawn: not what is measured
             await sup.spawn("served", SpawnRequest("prime"))
         peak = {"live": 0, "fds": 0, "procs": 0, "uss_mib": 0.0, "used_mib": 0.0,
-                "avail_mib": float("inf")}
+                "avail_mib": float("inf"), "uss_at": 1}
         used0 = used_mib()
         stop = asyncio.Event()
 
@@ -145,7 +146,7 @@ async def one_round(cfg: Config, n: int, latency: float, spawn: str, via: str) -
         async def sampler() -> None:
             while not stop.is_set():
                 sample()
-                if peak["live"] == n and not peak["uss_mib"]:  # all alive: their USS once
+                if peak["live"] >= 1.1 * peak["uss_at"]:  # a new peak: their USS again
                     usses = []
                     for r in list(sup.registry.runs.values()):
                         if r.live and r.proc is not None:
@@ -154,6 +155,7 @@ async def one_round(cfg: Config, n: int, latency: float, spawn: str, via: str) -
                             except OSError:
                                 pass
                     peak["uss_mib"] = sum(usses) / max(len(usses), 1)
+                    peak["uss_at"] = max(len(usses), 1)
                 try:
                     await asyncio.wait_for(stop.wait(), SAMPLE_EVERY)
                 except TimeoutError:
@@ -202,7 +204,7 @@ async def one_round(cfg: Config, n: int, latency: float, spawn: str, via: str) -
 
 
 async def main(args: argparse.Namespace) -> None:
-    soft, hard = raise_nofile()
+    soft, _hard = raise_nofile()
     ns = [int(x) for x in args.n.split(",")]
     async with io_peers(args.latency) as (gw, mcp_url):
         for n in ns:

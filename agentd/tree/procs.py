@@ -503,7 +503,7 @@ class ExecSpawner:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)  # killed: reaped at once
+            os.waitpid(pid, 0)  # noqa: ASYNC222 (SIGKILLed: reaped at once)
             raise
         proc = ChildProcess(handle, pid, channel, r2)
         hello(proc.channel)
