@@ -319,8 +319,11 @@ async def main(args: argparse.Namespace) -> dict:
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
-def serve_gateway(port: int) -> None:
-    """A loopback Chat Completions gateway: first answer a tool call, then text."""
+def serve_gateway(port: int, latency: float = 0.0) -> None:
+    """A loopback Chat Completions gateway: first answer a tool call, then text;
+    each answer after `latency` seconds (a model that thinks)."""
+    import asyncio
+
     import orjson
     from aiohttp import web
 
@@ -335,6 +338,8 @@ def serve_gateway(port: int) -> None:
     async def complete(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if latency:
+            await asyncio.sleep(latency)
         return web.Response(body=tool if turn == 0 else text, content_type="application/json")
 
     app = web.Application()
@@ -359,12 +364,14 @@ def proc_cpu_s(pid: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def io_peers():
-    """(gateway URL, MCP URL): each in a process of its own, on loopback."""
+async def io_peers(latency: float = 0.0):
+    """(gateway URL, MCP URL): each in a process of its own, on loopback; the
+    gateway answers each completion after `latency` seconds."""
     gw_port, mcp_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [await asyncio.create_subprocess_exec(
-                 sys.executable, __file__, "--serve-gateway", str(gw_port), env=env),
+                 sys.executable, __file__, "--serve-gateway", str(gw_port), str(latency),
+                 env=env),
              await asyncio.create_subprocess_exec(
                  sys.executable, "-m", "agentd.demo.servers", "echo", str(mcp_port), env=env,
                  stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)]
@@ -548,8 +555,8 @@ async def main_io(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve-gateway":
-        serve_gateway(int(sys.argv[2]))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--serve-gateway":
+        serve_gateway(int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) == 4 else 0.0)
         sys.exit(0)
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", default="16,64,256")

@@ -332,7 +332,15 @@ def serve(argv: list[str]) -> int:
                             pending.remove(fd)
                         _send(sock, {"error": "a fork request needs three fds"})
                         continue
-                    pid = fork()
+                    try:
+                        pid = fork()
+                    except OSError as exc:  # out of processes or memory: refuse this one
+                        for fd in fds:
+                            os.close(fd)
+                            pending.remove(fd)
+                        _send(sock, {"error": f"fork failed: {exc.strerror}",
+                                     "errno": exc.errno})
+                        continue
                     if pid == 0:
                         others = [fd for fd in pending if fd not in fds]
                         _child(sock, fds, (wake_r, wake_w, *others), fault, me, mask)

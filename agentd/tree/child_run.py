@@ -36,7 +36,7 @@ from agentd.obs import trace
 from agentd.tree.boot import FAULT_ENV
 from agentd.tree.control import ChildConfig, MessageParams, RunOutcome
 from agentd.tree.ownership import depth_of
-from agentd.tree.procs import Channel, ChannelClosed, ChildProcess
+from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, exhausted
 
 __all__ = ["ChildRun", "RunHost"]
 
@@ -64,6 +64,10 @@ class RunHost(Protocol):
 
     def keep_trajectory(self, run: ChildRun, outcome: RunOutcome) -> None:
         """The trajectory an answer carries, kept when the tree records them."""
+        ...
+
+    def refuse(self, run: ChildRun, cap: str, words: str) -> None:
+        """`run` could not start (a machine limit): withdrawn, its spawn refused."""
         ...
 
 
@@ -104,6 +108,7 @@ class ChildRun:
         self.first_frame: float | None = None
         self.finished_at: float | None = None
         self.reason: str | None = None
+        self.refusal: str | None = None  # set when its start was refused (no process)
         self.fault = os.environ.get(FAULT_ENV)
         self.span: Any = trace.NOSPAN  # agentd.spawn, from spawn to the end (agentd.obs)
         self.steps = 0  # answers of the intelligence brokered for it
@@ -163,8 +168,12 @@ class ChildRun:
                 env = {**os.environ, FAULT_ENV: self.fault}
             try:
                 proc = await host.start(self, env, hello)
-            except Exception as exc:  # fds exhausted, forkserver gone, ...: this run fails
-                host.finish(self, "failed", reason=f"spawn failed: {exc}")
+            except Exception as exc:
+                limit = exhausted(exc)
+                if limit is not None:  # the machine ran out: a refusal, never a run
+                    host.refuse(self, *limit)
+                else:  # the forkserver gone, ...: this run fails
+                    host.finish(self, "failed", reason=f"spawn failed: {exc}")
                 return
             self.proc = proc
             self.started.set()
@@ -181,7 +190,7 @@ class ChildRun:
                 emit = host.log.warning if self.state.status == "failed" else host.log.info
                 emit("subagent.exit", handle=self.handle, pid=proc.pid,
                      returncode=proc.returncode, status=self.state.status, reason=self.reason)
-            elif self.live:
+            elif self.live and self.refusal is None:
                 host.finish(self, "cancelled", reason="cancelled before start")
 
     async def _run(self, host: RunHost, proc: ChildProcess, budget: float,

@@ -214,14 +214,15 @@ class Forkserver:
                     if "pid" in msg:
                         fut.set_result(msg["pid"])
                     else:
-                        fut.set_exception(OSError(msg.get("error", "fork failed")))
+                        fut.set_exception(OSError(msg.get("errno") or 0,
+                                                  msg.get("error", "fork failed")))
 
     async def spawn(self, handle: str, on_incoming, *, hello, max_frame: int,
                     env: dict[str, str] | None = None):
         import asyncio
         import contextlib
 
-        from agentd.tree.procs import ChildProcess, open_channel
+        from agentd.tree.procs import ChildProcess, child_pipes, open_channel
 
         if self._dead and not self._closed:  # it died (killed?): start a fresh one
             self.log.warning("subagent.forkserver_restart", pid=self._pid)
@@ -239,9 +240,7 @@ class Forkserver:
                 raise TreeError(f"the forkserver did not start: {exc!r}") from exc
         if self._dead or self._sock is None:
             raise OSError("the forkserver is not running")
-        r0, w0 = os.pipe()
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
+        r0, w0, r1, w1, r2, w2 = child_pipes()
         try:
             channel = await open_channel(w0, r1, on_incoming, max_frame=max_frame)
         except BaseException:
@@ -257,7 +256,6 @@ class Forkserver:
 
         fault = (env or {}).get(FAULT_ENV)
         try:
-            self._replies.append(fut)
             while True:
                 try:
                     socket.send_fds(self._sock, [json.dumps({"fault": fault}).encode()],
@@ -265,9 +263,12 @@ class Forkserver:
                     break
                 except BlockingIOError:
                     await asyncio.sleep(0.001)
+            # Replies come in the order the requests went out: the future takes its
+            # place only now, with no await since the send, so a spawn that found
+            # the socket full and retried never takes the pid of one sent meanwhile
+            # (that child would be signalled, waited for and reported as its own).
+            self._replies.append(fut)
         except BaseException:
-            if fut in self._replies:
-                self._replies.remove(fut)
             channel.close()
             os.close(r2)
             raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -36,12 +37,15 @@ from agentd.wire.dispatch import Dispatcher
 
 __all__ = [
     "CHILD_ARGV",
+    "LIMITS",
     "Channel",
     "ChannelClosed",
     "ChildProcess",
     "ExecSpawner",
     "child_argv",
     "child_env",
+    "child_pipes",
+    "exhausted",
     "import_path",
     "open_channel",
 ]
@@ -129,6 +133,39 @@ def import_path(path: tuple[str, ...], given: str = "") -> tuple[str, ...]:
     roots = [r for r in _agentd_roots() if r not in installed]
     entries = [os.path.abspath(p) for p in (*given.split(os.pathsep), *path) if p]
     return tuple(dict.fromkeys([*roots, *(p for p in entries if os.path.exists(p))]))
+
+
+# A child that cannot start because the machine ran out of something: the cap
+# counted (agentd_spawn_refusals_total) and what an operator raises (docs/operations.md).
+LIMITS = {
+    errno.EMFILE: ("nofile", "open files: this process's RLIMIT_NOFILE is reached "
+                             "(raise `ulimit -n` / LimitNOFILE=)"),
+    errno.ENFILE: ("nfile", "open files: the system's table is full (raise fs.file-max)"),
+    errno.EAGAIN: ("pids", "processes: RLIMIT_NPROC or the cgroup's pids.max is reached "
+                           "(raise `ulimit -u` / pids.max / TasksMax=)"),
+    errno.ENOMEM: ("memory", "memory: the fork found none (free memory, or lower "
+                             "--max-children)"),
+}
+
+
+def exhausted(exc: BaseException) -> tuple[str, str] | None:
+    """(cap, words) when `exc` is a start failure for a machine limit, else None."""
+    return LIMITS.get(exc.errno) if isinstance(exc, OSError) else None  # type: ignore[arg-type]
+
+
+def child_pipes() -> tuple[int, int, int, int, int, int]:
+    """A child's three pipes (stdin, stdout, stderr: read and write ends), or none:
+    out of fds half-way, those made are closed again before the error is raised."""
+    made: list[int] = []
+    try:
+        for _ in range(3):
+            made.extend(os.pipe())
+    except BaseException:
+        for fd in made:
+            os.close(fd)
+        raise
+    r0, w0, r1, w1, r2, w2 = made
+    return r0, w0, r1, w1, r2, w2
 
 
 class ChannelClosed(TreeError):
@@ -451,9 +488,7 @@ class ExecSpawner:
         `hello(channel)` sends the first frames as soon as the wire exists (a forked
         child finds them in its pipe when it starts).
         """
-        r0, w0 = os.pipe()
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
+        r0, w0, r1, w1, r2, w2 = child_pipes()
         argv = child_argv()
         try:
             # posix_spawn is vfork+exec: it returns in about a millisecond
@@ -470,16 +505,26 @@ class ExecSpawner:
             for fd in (r0, w1, w2):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        proc = ChildProcess(handle, pid, await open_channel(w0, r1, on_incoming,
-                                                           max_frame=max_frame), r2)
+        pidfd = -1
+        try:
+            pidfd = os.pidfd_open(pid)  # may find no fd left: the child must not outlive it
+            channel = await open_channel(w0, r1, on_incoming, max_frame=max_frame)
+        except BaseException:
+            for fd in (pidfd, w0, r1, r2):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)  # noqa: ASYNC222 (SIGKILLed: reaped at once)
+            raise
+        proc = ChildProcess(handle, pid, channel, r2)
         hello(proc.channel)
-        self._watch_exit(proc)
+        self._watch_exit(proc, pidfd)
         await proc.start()
         return proc
 
-    def _watch_exit(self, proc: ChildProcess) -> None:
+    def _watch_exit(self, proc: ChildProcess, pidfd: int) -> None:
         loop = asyncio.get_running_loop()
-        pidfd = os.pidfd_open(proc.pid)
         self._watch[pidfd] = (pidfd, proc)
 
         def reap() -> None:

@@ -90,6 +90,16 @@ class Registry:
         self.live += 1
         self._counts["spawned"] += 1
 
+    def withdraw(self, run: ChildRun) -> None:
+        """`run` never started (its spawn refused after all): as if never added,
+        but its handle stays minted (never given to another run)."""
+        self.runs.pop(run.handle, None)
+        parent = self.runs.get(run.parent)
+        if parent is not None:
+            parent.live_children.discard(run.handle)
+        self.live -= 1
+        self._counts["spawned"] -= 1
+
     def refused(self) -> None:
         self._counts["refused"] += 1
 

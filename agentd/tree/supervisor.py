@@ -122,6 +122,16 @@ def _io_event(req: msgspec.Struct, steps: int) -> str:
             "unsubscribe": "unsubscribing"}.get(kind, str(kind))
 
 
+async def _first(*events: asyncio.Event) -> None:
+    """Until one of `events` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 class Supervisor:
     """The subagent backend of one agentd process (see module doc).
 
@@ -223,14 +233,15 @@ class Supervisor:
                                  "agentd.mode": run.mode, "agentd.caller": caller}
         run.span = trace.start("agentd.spawn", **attrs)
         self._tg.create_task(run.drive(self), name=f"subagent {run.handle}")
-        if request.mode != "sync":
-            return run.state
         try:
-            await run.done.wait()
+            # its process started (or refused for a machine limit: refuse)
+            await _first(run.started, run.done)
+            if request.mode == "sync" and run.refusal is None:
+                await run.done.wait()
         except asyncio.CancelledError:  # the caller gave up: so does its child
             run.request_stop("cancelled")
             raise
-        return run.state
+        return Refusal(run.refusal) if run.refusal is not None else run.state
 
     async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
         run = self.registry.run(handle)
@@ -406,6 +417,19 @@ class Supervisor:
         A warm session's later turn replaces its earlier one (it holds them all)."""
         if self.trajectories is not None and outcome.trajectory is not msgspec.UNSET:
             self.trajectories[run.handle] = outcome.trajectory
+
+    def refuse(self, run: ChildRun, cap: str, words: str) -> None:
+        """`run` could not start: the machine ran out (agentd.tree.procs.LIMITS). Its
+        spawn is refused and it is withdrawn: it is reported neither completed nor
+        failed, and the runs alive go on."""
+        run.refusal = f"spawn refused: {words}; handle {run.handle} not started"
+        self.registry.withdraw(run)
+        self.registry.refused()
+        metrics.REFUSALS.inc(cap)
+        self.log.warning("subagent.refused", caller=run.parent, reason=run.refusal)
+        run.span.set(**{"agentd.status": "refused"})
+        run.span.end()
+        run.done.set()
 
     def finish(self, run: ChildRun, status: str, *, partial: bool = False,
                result: Any = None, reason: str | None = None) -> None:
