@@ -27,12 +27,18 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
            "max_tasks", "cassette_bytes")
 
 
-@click.command("batch", context_settings={"help_option_names": ["-h", "--help"],
-                                          "max_content_width": 100})
-@click.option("--tasks", required=True, metavar="FILE.jsonl",
-              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}')
-@click.option("--out", required=True, metavar="RESULTS.jsonl",
-              help="results, one line per sample, appended as each ends")
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group("batch", context_settings=_CONTEXT, invoke_without_command=True)
+@click.option("--tasks", metavar="FILE.jsonl",
+              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}'
+                   "  [required]")
+@click.option("--out", metavar="RESULTS.jsonl",
+              help="results, one line per sample, appended as each ends  [required]")
+@click.option("--log-file", metavar="FILE",
+              help="the batch's log lines (the samples' included) go here; on a terminal "
+                   "[default: RESULTS.jsonl.log], only warnings reach the terminal")
 @click.option("--parallel", type=int, help="samples in flight at once  [default: 8]")
 @click.option("--resume", is_flag=True,
               help="skip the ids --out already holds; run only the rest")
@@ -71,7 +77,13 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
 def batch(ctx: click.Context, **local: Any) -> None:
     """Run every task of --tasks as an isolated sample (a child of one batch root),
     at most --parallel at once; exit 0 if all completed, 1 if any did not, 2 for
-    bad input (before anything runs), 130 if interrupted."""
+    bad input (before anything runs), 130 if interrupted. `agentd batch report`
+    turns a results file into one HTML page."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not local["tasks"] or not local["out"]:
+        raise cfg.ConfigError("agentd batch: --tasks FILE.jsonl and --out RESULTS.jsonl "
+                              "are required (or a subcommand: agentd batch report --help)")
     from agentd import log as _log
     from agentd import runtime
     from agentd.app.batch import BatchOptions, run_batch
@@ -106,7 +118,8 @@ def batch(ctx: click.Context, **local: Any) -> None:
                 os.makedirs(record, exist_ok=True)
             except OSError as exc:
                 raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
-        opts = BatchOptions(out=out, record=record, replay=replay)
+        opts = BatchOptions(out=out, record=record, replay=replay,
+                            log_file=local["log_file"])
         from agentd.log_bridge import route_stdlib
 
         route_stdlib()
@@ -114,3 +127,21 @@ def batch(ctx: click.Context, **local: Any) -> None:
     finally:
         results.close()
     ctx.exit(code)
+
+
+@batch.command("report", context_settings=_CONTEXT)
+@click.argument("results", metavar="RESULTS.jsonl")
+@click.option("--trajectories", metavar="DIR",
+              help="one ATIF trajectory per sample (<id>.json): each shown step by step")
+@click.option("--out", required=True, metavar="REPORT.html",
+              help="the page to write (replaced if it exists)")
+def report(results: str, trajectories: str | None, out: str) -> None:
+    """Write one self-contained HTML page of a results file: the summary, a sortable
+    table of the samples, each sample's trajectory. Lines that are not result lines
+    are named on stderr and in the page; the rest is reported (exit 0)."""
+    from agentd.app.batch_report import write_report
+
+    written = write_report(results, out, trajectories)
+    for problem in written.problems:
+        click.echo(f"agentd batch report: {problem}", err=True)
+    click.echo(f"agentd batch report: {len(written.samples)} samples -> {out}", err=True)
