@@ -10,6 +10,7 @@ is checked before anything runs: exit 2 with one line on stderr.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import click
@@ -87,7 +88,7 @@ def batch(ctx: click.Context, **local: Any) -> None:
     from agentd import log as _log
     from agentd import runtime
     from agentd.app.batch import BatchOptions, run_batch
-    from agentd.app.batch_files import ResultsFile, load_tasks
+    from agentd.app.batch_files import ResultsFile, load_tasks, open_regular
     from agentd.flags import check_intelligence, config_from_flags, over_root
 
     flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
@@ -112,20 +113,33 @@ def batch(ctx: click.Context, **local: Any) -> None:
     # a regular file no other batch holds (created empty if absent), empty or
     # (--resume) a results file; locked from here until the batch ends
     results = ResultsFile(out, resume=local["resume"])
+    log_stream = None
     try:
+        # on a terminal the log goes to a file, the terminal shows the progress
+        log_file = local["log_file"] or (f"{out}.log" if sys.stderr.isatty() else None)
+        if log_file is not None:
+            try:
+                fd = open_regular(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            except OSError as exc:
+                raise cfg.ConfigError(f"--log-file {log_file}: {exc.strerror or exc}") from None
+            log_stream = os.fdopen(fd, "a", encoding="utf-8")
+            _log.configure(stream=log_stream)
         if record:
             try:
                 os.makedirs(record, exist_ok=True)
             except OSError as exc:
                 raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
         opts = BatchOptions(out=out, record=record, replay=replay,
-                            log_file=local["log_file"])
+                            log_file=log_file)
         from agentd.log_bridge import route_stdlib
 
         route_stdlib()
         code = runtime.run(run_batch(config, opts, tasks, results))
     finally:
         results.close()
+        if log_stream is not None:
+            _log.configure(stream=sys.stderr)
+            log_stream.close()
     ctx.exit(code)
 
 
