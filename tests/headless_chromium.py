@@ -111,8 +111,9 @@ class Page:
                             button="left", clickCount=1)
 
     async def screenshot(self, path: Path) -> None:
-        shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        path.write_bytes(base64.b64decode(shot["data"]))
+        shot = await self.send("Page.captureScreenshot", format="png",
+                               captureBeyondViewport=True)
+        await asyncio.to_thread(path.write_bytes, base64.b64decode(shot["data"]))
 
     def problems(self) -> list[str]:
         """Console errors, warnings, uncaught exceptions and dialogs seen so far."""

@@ -233,7 +233,9 @@
     if (s.trajectory) trajectory(s.trajectory, tr);
     else tr.appendChild(el("div", "note", s.note || "no trajectory (agentd batch report --trajectories DIR)"));
     box.appendChild(tr);
-    draw();
+    document.querySelectorAll("#samples tbody tr").forEach(function (row) {
+      row.classList.toggle("open", row.dataset.id === s.id);
+    });
     try { history.replaceState(null, "", "#" + encodeURIComponent(s.id)); } catch (e) { /* a file: URL may refuse it */ }
     box.scrollIntoView();
   }

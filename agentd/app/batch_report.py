@@ -130,6 +130,14 @@ def _num(value: Any) -> float | int | None:
     return value if math.isfinite(value) else None
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -142,7 +150,7 @@ def _clip(value: str | None, chars: int) -> str | None:
 
 def _sample(obj: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """A result line's members the page shows, each checked for its type."""
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    usage = _obj(obj.get("usage"))
     raw_score = obj.get("score")
     score = {str(k): v for k, v in raw_score.items() if _num(v) is not None} \
         if isinstance(raw_score, dict) else None
@@ -256,14 +264,14 @@ def read_trajectory(directory: str, sample_id: str, limits: Limits) -> dict[str,
 
 def _trajectory(obj: dict[str, Any], budget: _Budget, depth: int) -> dict[str, Any]:
     """An ATIF trajectory's steps and subagents, every member read for its type."""
-    agent = obj.get("agent") if isinstance(obj.get("agent"), dict) else {}
+    agent = _obj(obj.get("agent"))
     label = " ".join(s for s in (_str(agent.get("name")), _str(agent.get("version")))
                      if s)
     out: dict[str, Any] = {
         "agent": label or None, "model": _str(agent.get("model_name")),
         "session": _str(obj.get("session_id")), "schema": _str(obj.get("schema_version")),
         "steps": [], "subagents": [], "notes": []}
-    steps = obj.get("steps") if isinstance(obj.get("steps"), list) else []
+    steps = _list(obj.get("steps"))
     for i, step in enumerate(steps):
         if budget.left <= 0:
             out["notes"].append(f"{len(steps) - i} more steps not embedded (past "
@@ -271,8 +279,7 @@ def _trajectory(obj: dict[str, Any], budget: _Budget, depth: int) -> dict[str, A
             break
         if isinstance(step, dict):
             out["steps"].append(_step(step, budget))
-    subs = obj.get("subagent_trajectories")
-    for sub in subs if isinstance(subs, list) else []:
+    for sub in _list(obj.get("subagent_trajectories")):
         if not isinstance(sub, dict):
             continue
         if depth + 1 >= SUBAGENT_DEPTH:
@@ -285,17 +292,17 @@ def _trajectory(obj: dict[str, Any], budget: _Budget, depth: int) -> dict[str, A
 
 
 def _step(step: dict[str, Any], budget: _Budget) -> dict[str, Any]:
-    metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else {}
+    metrics = _obj(step.get("metrics"))
     calls = []
-    for call in step.get("tool_calls") if isinstance(step.get("tool_calls"), list) else []:
+    for call in _list(step.get("tool_calls")):
         if isinstance(call, dict):
             args = call.get("arguments")
             calls.append({"id": _str(call.get("tool_call_id")),
                           "name": _str(call.get("function_name")) or "—",
                           "arguments": budget.text(_text_of(args) or "")})
     results = []
-    obs = step.get("observation") if isinstance(step.get("observation"), dict) else {}
-    for res in obs.get("results") if isinstance(obs.get("results"), list) else []:
+    obs = _obj(step.get("observation"))
+    for res in _list(obs.get("results")):
         if isinstance(res, dict):
             results.append({"call": _str(res.get("source_call_id")),
                             "content": budget.text(_text_of(res.get("content")) or "")})
