@@ -10,6 +10,7 @@ is checked before anything runs: exit 2 with one line on stderr.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import click
@@ -27,12 +28,18 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
            "max_tasks", "cassette_bytes")
 
 
-@click.command("batch", context_settings={"help_option_names": ["-h", "--help"],
-                                          "max_content_width": 100})
-@click.option("--tasks", required=True, metavar="FILE.jsonl",
-              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}')
-@click.option("--out", required=True, metavar="RESULTS.jsonl",
-              help="results, one line per sample, appended as each ends")
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group("batch", context_settings=_CONTEXT, invoke_without_command=True)
+@click.option("--tasks", metavar="FILE.jsonl",
+              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}'
+                   "  [required]")
+@click.option("--out", metavar="RESULTS.jsonl",
+              help="results, one line per sample, appended as each ends  [required]")
+@click.option("--log-file", metavar="FILE",
+              help="the batch's log lines (the samples' included) go here; on a terminal "
+                   "[default: RESULTS.jsonl.log], only warnings reach the terminal")
 @click.option("--parallel", type=int, help="samples in flight at once  [default: 8]")
 @click.option("--resume", is_flag=True,
               help="skip the ids --out already holds; run only the rest")
@@ -74,11 +81,17 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
 def batch(ctx: click.Context, **local: Any) -> None:
     """Run every task of --tasks as an isolated sample (a child of one batch root),
     at most --parallel at once; exit 0 if all completed, 1 if any did not, 2 for
-    bad input (before anything runs), 130 if interrupted."""
+    bad input (before anything runs), 130 if interrupted. `agentd batch report`
+    turns a results file into one HTML page."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not local["tasks"] or not local["out"]:
+        raise cfg.ConfigError("agentd batch: --tasks FILE.jsonl and --out RESULTS.jsonl "
+                              "are required (or a subcommand: agentd batch report --help)")
     from agentd import log as _log
     from agentd import runtime
     from agentd.app.batch import BatchOptions, run_batch
-    from agentd.app.batch_files import ResultsFile, load_tasks
+    from agentd.app.batch_files import ResultsFile, load_tasks, open_regular
     from agentd.flags import check_intelligence, config_from_flags, over_root
 
     flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
@@ -103,7 +116,17 @@ def batch(ctx: click.Context, **local: Any) -> None:
     # a regular file no other batch holds (created empty if absent), empty or
     # (--resume) a results file; locked from here until the batch ends
     results = ResultsFile(out, resume=local["resume"])
+    log_stream = None
     try:
+        # on a terminal the log goes to a file, the terminal shows the progress
+        log_file = local["log_file"] or (f"{out}.log" if sys.stderr.isatty() else None)
+        if log_file is not None:
+            try:
+                fd = open_regular(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            except OSError as exc:
+                raise cfg.ConfigError(f"--log-file {log_file}: {exc.strerror or exc}") from None
+            log_stream = os.fdopen(fd, "a", encoding="utf-8")
+            _log.configure(stream=log_stream)
         if record:
             try:
                 os.makedirs(record, exist_ok=True)
@@ -116,11 +139,33 @@ def batch(ctx: click.Context, **local: Any) -> None:
             except OSError as exc:
                 raise cfg.ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc}"
                                       ) from None
-        opts = BatchOptions(out=out, record=record, replay=replay, trajectories=trajectories)
+        opts = BatchOptions(out=out, record=record, replay=replay, trajectories=trajectories,
+                            log_file=log_file)
         from agentd.log_bridge import route_stdlib
 
         route_stdlib()
         code = runtime.run(run_batch(config, opts, tasks, results))
     finally:
         results.close()
+        if log_stream is not None:
+            _log.configure(stream=sys.stderr)
+            log_stream.close()
     ctx.exit(code)
+
+
+@batch.command("report", context_settings=_CONTEXT)
+@click.argument("results", metavar="RESULTS.jsonl")
+@click.option("--trajectories", metavar="DIR",
+              help="one ATIF trajectory per sample (<id>.json): each shown step by step")
+@click.option("--out", required=True, metavar="REPORT.html",
+              help="the page to write (replaced if it exists)")
+def report(results: str, trajectories: str | None, out: str) -> None:
+    """Write one self-contained HTML page of a results file: the summary, a sortable
+    table of the samples, each sample's trajectory. Lines that are not result lines
+    are named on stderr and in the page; the rest is reported (exit 0)."""
+    from agentd.app.batch_report import write_report
+
+    written = write_report(results, out, trajectories)
+    for problem in written.problems:
+        click.echo(f"agentd batch report: {problem}", err=True)
+    click.echo(f"agentd batch report: {len(written.samples)} samples -> {out}", err=True)

@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import orjson
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 REDACTED = "***"
 _MIN_SECRET = 4  # shorter values would redact ordinary text
+
+
+class Writer(Protocol):
+    """Where an echo of the log goes (a terminal's live display)."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 class _Sink:
@@ -31,6 +39,10 @@ class _Sink:
         self.level = LEVELS["info"]
         self.run_id = ""
         self.secrets: set[str] = set()
+        # a person's terminal beside a log file: the lines at `echo_level` and up,
+        # as text (a batch's live display, agentd.app.batch_progress)
+        self.echo: Writer | None = None
+        self.echo_level = LEVELS["warning"]
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -46,18 +58,26 @@ class _Sink:
             "run_id": self.run_id,
         }
         record.update(fields)
-        if self.fmt == "json":
-            line = orjson.dumps(record, default=str).decode()
-        else:
-            extra = " ".join(f"{k}={_text(v)}" for k, v in fields.items())
-            stamp = time.strftime("%H:%M:%S", time.localtime(record["ts"]))
-            line = f"{stamp} {level.upper():7} {event} {extra}".rstrip()
-        line = self.redact(line)
-        try:
-            self.stream.write(line + "\n")
-            self.stream.flush()
-        except (BrokenPipeError, ValueError):  # stderr closed: never die of logging
-            pass
+        line = self.redact(orjson.dumps(record, default=str).decode() if self.fmt == "json"
+                           else _text_line(record, fields))
+        _put(self.stream, line)
+        if self.echo is not None and LEVELS[level] >= self.echo_level:
+            _put(self.echo, line if self.fmt == "text"
+                 else self.redact(_text_line(record, fields)))
+
+
+def _put(stream: Writer, line: str) -> None:
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (BrokenPipeError, ValueError):  # stderr closed: never die of logging
+        pass
+
+
+def _text_line(record: dict[str, Any], fields: dict[str, Any]) -> str:
+    extra = " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+    stamp = time.strftime("%H:%M:%S", time.localtime(record["ts"]))
+    return f"{stamp} {record['level'].upper():7} {record['event']} {extra}".rstrip()
 
 
 def _text(value: Any) -> str:
@@ -121,6 +141,13 @@ def configure(
         _sink.level = LEVELS[level]
     if stream is not None:
         _sink.stream = stream
+
+
+def echo_to(stream: Writer | None, level: str = "warning") -> None:
+    """Also write every line at `level` and up to `stream`, as text (None: stop):
+    the log itself goes on to its own stream at its own level."""
+    _sink.echo = stream
+    _sink.echo_level = LEVELS[level]
 
 
 def register_secret(value: str | None) -> None:

@@ -68,6 +68,7 @@ class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
     trajectories: str | None = None  # a directory: one ATIF trajectory per sample
+    log_file: str | None = None  # where the CLI sent the log (None: stderr)
 
 
 class Stats:
@@ -81,11 +82,17 @@ class Stats:
         self.max_running = 0
         self.tokens = 0
         self.durations: list[float] = []
+        self.scores: list[float] = []  # the samples' scores so far, for the live mean
+        self.interrupted: int | None = None  # set at a signal: the samples not run
         self.started = time.monotonic()
 
     @property
     def done(self) -> int:
         return sum(self.by_status.values())
+
+    @property
+    def mean_score(self) -> float | None:
+        return sum(self.scores) / len(self.scores) if self.scores else None
 
     def ended(self, status: str, seconds: float, tokens: int) -> None:
         self.by_status[status] = self.by_status.get(status, 0) + 1
@@ -98,7 +105,10 @@ class Stats:
         def pct(p: float) -> float | None:
             return round(d[min(int(p * len(d)), len(d) - 1)], 3) if d else None
 
-        return {"tasks": self.total, "skipped": self.skipped, "by_status": self.by_status,
+        by_status = dict(self.by_status)
+        if self.interrupted is not None:
+            by_status["interrupted"] = self.interrupted
+        return {"tasks": self.total, "skipped": self.skipped, "by_status": by_status,
                 "tokens": self.tokens, "wall_s": round(time.monotonic() - self.started, 3),
                 "sample_p50_s": pct(0.50), "sample_p95_s": pct(0.95),
                 "max_in_flight": self.max_running}
@@ -313,8 +323,11 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             holder.append(batch)
             if signalled:  # a signal during start-up
                 batch.interrupt(now=True)
-            async with progress(stats, config.progress_interval, log_level=config.log_level):
+            async with progress(stats, config.progress_interval, out=opts.out,
+                                log_file=opts.log_file):
                 await batch.run(todo)
+                if signalled:
+                    stats.interrupted = len(todo) - stats.done
     except Exception as exc:  # nothing ran, or the batch root itself failed
         code, event, message = classify(exc)
         log.error(event, error=message)
@@ -326,7 +339,6 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             t.cancel()
     summary = stats.summary()
     if signalled:
-        summary["by_status"]["interrupted"] = len(todo) - stats.done
         log.info("batch.end", exit_code=int(ExitCode.INTERRUPTED), **summary)
         return int(ExitCode.INTERRUPTED)
     ok = stats.by_status.get("completed", 0) == len(todo)
