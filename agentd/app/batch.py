@@ -157,8 +157,17 @@ class Batch:
         # off the loop: a slow disk never holds the batch's signals or other samples
         loaded = None if self.broker.replay_dir is None else \
             await asyncio.to_thread(self.broker.load, task.id)
-        state = await self.sup.spawn(ROOT, req)
+        servers = frozenset(scope) if scope is not None else self.servers
+        begun: list[str] = []
+
+        def admitted(handle: str) -> None:  # the tally is there for the child's first request
+            begun.append(handle)
+            self.broker.begin(handle, task.id, servers, loaded)
+
+        state = await self.sup.spawn(ROOT, req, admitted=admitted)
         if isinstance(state, Refusal):  # past the batch's ceiling: budget_exhausted, not failed
+            for handle in begun:  # admitted, then refused at start (a machine limit)
+                self.broker.end(handle)
             ledger = self.sup.ledger
             spent = ledger.ceiling is not None and ledger.spent >= ledger.ceiling
             self._write(task, "budget_exhausted" if spent else "failed", spent, None, 0,
@@ -167,8 +176,6 @@ class Batch:
                              state.text)
             return
         handle = state.handle
-        self.broker.begin(handle, task.id, frozenset(scope) if scope is not None
-                          else self.servers, loaded)
         stats = self.stats
         stats.running += 1
         stats.max_running = max(stats.max_running, stats.running)

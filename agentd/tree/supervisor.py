@@ -223,10 +223,16 @@ class Supervisor:
                     await asyncio.gather(*(r.done.wait() for r in live))
 
     # ------------------------------------------------------------- backend
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
+    async def spawn(self, caller: str, request: SpawnRequest, *,
+                    admitted: Callable[[str], None] | None = None) -> HandleState | Refusal:
+        """``admitted`` is told the handle before the child exists: an owner that keeps
+        per-run state for the child's I/O (the batch's broker) has it in place before
+        the child's first request, which can come before this returns."""
         run = self._admit(caller, request)
         if isinstance(run, Refusal):
             return run
+        if admitted is not None:
+            admitted(run.handle)
         assert self._tg is not None, "use the Supervisor as an async context manager"
         # the spawn's span lives until the subagent ends; its child runs under it
         attrs: dict[str, Any] = {"agentd.handle": run.handle, "agentd.depth": run.depth,
