@@ -144,7 +144,7 @@ def _client_results(data: bytes) -> None:
 @target("stateless_session.classify")
 def _stateless_classify(data: bytes) -> None:
     req = Request(1, "tools/call", msgspec.Raw(data))
-    stateless.is_modern_request(req)
+    stateless.carries_envelope(req)
     try:
         stateless.meta_free_params(req)
     except RPCError:

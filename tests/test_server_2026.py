@@ -440,7 +440,7 @@ async def test_thousand_concurrent_listens_are_bounded(selfmcp, http):
             r.close()
     canary.release()
     # the slots come back once the streams are gone
-    await until(lambda: not selfmcp.server.listeners, what="the listen slots freed")
+    await until(lambda: not selfmcp.server.listens.open, what="the listen slots freed")
     again = await open_listen(http, url, "again", resourceSubscriptions=["agent://status"])
     assert again.status == 200
     again.release()

@@ -251,7 +251,7 @@ async def test_thousand_concurrent_sessions(server, http):
                                      for i, sid in enumerate(sids)))
     assert all(body["result"]["content"][0]["text"] == str(i)
                for i, (_, _, body) in enumerate(results))
-    assert len(server.server.channels) == 1000
+    assert len(server.server.sessions.live) == 1000
 
 
 async def test_sessions_per_client_limit():

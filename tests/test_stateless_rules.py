@@ -2,7 +2,7 @@
 
 ``agentd.mcp.server.rules.stateless`` is fed a decoded request and a headers mapping
 and answers a result, a ``Dispatch`` for the handler, or the response bytes and
-HTTP status; its ``ListenState`` is fed what the handler subscribed and the
+HTTP status; its ``Listen`` is fed what the handler subscribed and the
 hub's updates and answers frames.  The handler here is the real ``Handler``
 (its catalogue is all the rules read); nothing is awaited.  The envelope ladder
 without headers is covered by tests/test_server_2026.py; these are the rungs
@@ -107,8 +107,8 @@ def test_header_rung_checks_method_and_version_and_decodes_base64_names():
                                         ("Mcp-Method", "resources/read"), ("Mcp-Name", "r://a")]))
     with pytest.raises(RPCError, match="MCP-Protocol-Version"):
         rules.classify(req, bad)
-    assert rules.is_modern_request(req)
-    assert not rules.is_modern_request(request(2, "tools/list", meta=None))
+    assert rules.carries_envelope(req)
+    assert not rules.carries_envelope(request(2, "tools/list", meta=None))
 
 
 # --------------------------------------------------------------------------
@@ -230,18 +230,18 @@ def test_resource_not_found_is_32602_with_the_uri_and_a_bug_is_32603():
 
 
 def listen(h: Handler, uris: list[str] | None, *, rid: Any = "L1", max_frames: int = 256
-           ) -> tuple[ServerSession, rules.ListenState, list[str]]:
+           ) -> tuple[ServerSession, rules.Listen, list[str]]:
     """A listen stream as the transport builds it: the one connection type in its
     listening state, holding the stream's rules."""
     notifications = {"resourceSubscriptions": uris} if uris is not None else {}
     req = request(rid, "subscriptions/listen", {"notifications": notifications})
-    ls = rules.ListenState(h, req.id, max_frames=max_frames)
+    ls = rules.Listen(h, req.id, max_frames=max_frames)
     s = ServerSession.listening(h, rules.classify(req), ls, listen_id="listen:1", auth="none",
                                 client="c")
     return s, ls, ls.requested(rules.listen_params(req))
 
 
-def frames(ls: rules.ListenState) -> list[Any]:
+def frames(ls: rules.Listen) -> list[Any]:
     return [orjson.loads(f) for f in ls.frames]
 
 

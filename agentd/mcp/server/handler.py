@@ -10,8 +10,8 @@ every session subscribed to ``uri``.
 :class:`ServerSession` is the server's one connection type, built by one
 factory per revision (``opening``: a 2025-11-25 session; ``per_request``: one
 2026-07-28 exchange, negotiated by its envelope) and driven by one driver
-(``serve``): it feeds the revision's sans-IO rules (``agentd.mcp.server.rules.sessions``,
-``agentd.mcp.server.rules.stateless``) a message, runs the
+(``serve``): it feeds its revision (``agentd.mcp.server.rules.revision``, which
+holds each revision's sans-IO rules) a message, runs the
 :class:`~agentd.mcp.server.rules.sessions.Dispatch` they hand back on the handler
 (awaiting its functions, with a :class:`CallContext`, through
 :func:`run_dispatch`), stamps the session's clock and logs what was served
@@ -37,7 +37,8 @@ from msgspec import UNSET, Raw
 
 from agentd.errors import RPCError
 from agentd.log import log
-from agentd.mcp.server.rules import stateless as modern
+from agentd.mcp.server.rules import stateless
+from agentd.mcp.server.rules.revision import SESSION, STATELESS, Revision
 from agentd.mcp.server.rules.sessions import (
     ORIGIN_MANAGEMENT,
     ORIGIN_STDIO,
@@ -46,7 +47,6 @@ from agentd.mcp.server.rules.sessions import (
     SessionHub,
     SessionState,
 )
-from agentd.mcp.server.rules.sessions import ROUTES as RULES
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
@@ -61,9 +61,9 @@ from agentd.wire.jsonrpc import (
 )
 
 __all__ = [
-    "ROUTES",
     "CallContext",
     "Handler",
+    "ListenSession",
     "ServerSession",
     "current_principal",
     "resource_result",
@@ -127,33 +127,35 @@ class ServerSession(SessionState):
     One factory per revision -- :meth:`opening` (2025-11-25: a session an
     ``initialize`` negotiates, its unsolicited messages to ``outbox``) and
     :meth:`per_request` (2026-07-28: one request, negotiated by its envelope)
-    -- and one driver, :meth:`serve`: a request in, the revision's rules
-    route it, a dispatch runs on the handler (:func:`run_dispatch`), the
-    response bytes and HTTP status out.  A handler bug is logged and answered
-    -32603, never raised.
+    -- and one driver, :meth:`serve`: a request in, the session's
+    :attr:`revision` (chosen once, by the factory) routes it, a dispatch runs
+    on the handler (:func:`run_dispatch`), the response bytes and HTTP status
+    out.  A handler bug is logged and answered -32603, never raised.
 
-    A 2026-07-28 ``subscriptions/listen`` stream is the same type in a third
-    state, built by :meth:`listening`: it holds a
-    :class:`~agentd.mcp.server.rules.stateless.ListenState` (``listen``), its
-    updates are tagged and queued there, and :meth:`open_listen` drives its
-    opening (the handler's awaited ``admit``, then its ``subscribe`` per URI)."""
+    A 2026-07-28 ``subscriptions/listen`` stream is this type holding its
+    :class:`~agentd.mcp.server.rules.stateless.Listen` (built by
+    :meth:`listening`: see :class:`ListenSession`)."""
 
-    __slots__ = ("envelope", "listen")
+    __slots__ = ("envelope", "revision")
     handler: Handler  # the rules read its Catalogue; the driver calls its functions
 
     def __init__(self, handler: Handler, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
-                 outbox: Callable[[bytes], None] | None = None,
-                 envelope: modern.Envelope | None = None,
-                 listen: modern.ListenState | None = None) -> None:
+                 outbox: Callable[[bytes], None] | None = None) -> None:
         super().__init__(handler, hub, session_id, origin=origin, auth=auth, client=client,
-                         outbox=outbox, now=time.monotonic(),
-                         protocol_version=envelope.version if envelope is not None else None,
-                         client_info=envelope.client_info if envelope is not None else None,
-                         client_capabilities=envelope.capabilities
-                         if envelope is not None else None)
-        self.envelope = envelope  # None: a 2025-11-25 session
-        self.listen = listen  # set: a 2026-07-28 listen stream
+                         outbox=outbox, now=time.monotonic())
+        self.envelope: stateless.Envelope | None = None  # a 2025-11-25 session has none
+        self.revision: Revision = SESSION
+
+    def adopt(self, envelope: stateless.Envelope) -> None:
+        """Born negotiated at 2026-07-28 by a request's ``envelope``: its version,
+        client info and capabilities, and the stateless revision from here on."""
+        self.envelope = envelope
+        self.revision = STATELESS
+        self.protocol_version = envelope.version
+        self.client_info = envelope.client_info
+        self.client_capabilities = envelope.capabilities
+        self.initialized = True
 
     @classmethod
     def opening(cls, handler: Handler, session_id: str, *, origin: str = ORIGIN_MANAGEMENT,
@@ -164,48 +166,102 @@ class ServerSession(SessionState):
                    outbox=outbox)
 
     @classmethod
-    def per_request(cls, handler: Handler, envelope: modern.Envelope, *, auth: str,
+    def per_request(cls, handler: Handler, envelope: stateless.Envelope, *, auth: str,
                     client: str) -> ServerSession:
         """One 2026-07-28 exchange, negotiated by its request's ``envelope`` (no
         session id is minted or read; its updates have no stream to go to)."""
-        return cls(handler, handler.hub, "stateless", origin=ORIGIN_MANAGEMENT, auth=auth,
-                   client=client, envelope=envelope)
+        s = cls(handler, handler.hub, "stateless", origin=ORIGIN_MANAGEMENT, auth=auth,
+                client=client)
+        s.adopt(envelope)
+        return s
 
-    @classmethod
-    def listening(cls, handler: Handler, envelope: modern.Envelope, stream: modern.ListenState,
+    @staticmethod
+    def listening(handler: Handler, envelope: stateless.Envelope, stream: stateless.Listen,
                   *, listen_id: str, auth: str, client: str,
-                  outbox: Callable[[bytes], None] | None = None) -> ServerSession:
+                  outbox: Callable[[bytes], None] | None = None) -> ListenSession:
         """One 2026-07-28 ``subscriptions/listen`` stream (``stream``: its rules and
         frames); ``listen_id`` never collides with a session id (those are url-safe
         tokens); ``outbox`` is the transport's wake-up on every frame."""
-        return cls(handler, handler.hub, listen_id, origin=ORIGIN_MANAGEMENT, auth=auth,
-                   client=client, outbox=outbox, envelope=envelope, listen=stream)
+        s = ListenSession(handler, handler.hub, listen_id, stream, auth=auth, client=client,
+                          outbox=outbox)
+        s.adopt(envelope)
+        return s
 
-    # -- a listen stream's outbound: tagged, queued, bounded ---------------
+    async def serve(self, req: Request, emit: Emit | None = None,
+                    headers: Any = None) -> tuple[bytes, int]:
+        """The driver: answer ``req`` by this session's revision; the encoded
+        JSON-RPC response and its HTTP status (``headers``: the 2026-07-28
+        request's, which its rules check against the body)."""
+        rev = self.revision
+        self.last_active = time.monotonic()
+        try:
+            out = rev.route(self, req, self.envelope, headers)
+            if type(out) is Dispatch:
+                out = await run_dispatch(self, req, out, emit)
+            elif req.method == t.INITIALIZE:
+                _log.info("mcp.serve.session", session=self.id[:8], origin=self.origin,
+                          auth=self.auth,
+                          client=self.client_info.name if self.client_info else "",
+                          version=self.protocol_version, requested=self.requested_version)
+            return rev.answer(self, req, self.envelope, out)
+        except RPCError as exc:
+            if exc.side == "remote":  # a peer's answer to the handler's own request: a bug here
+                self._internal(req, exc)
+                return rev.internal_error(req.id)
+            if _log.enabled("debug"):
+                _log.debug("mcp.serve.error", method=req.method, code=exc.code,
+                           origin=self.origin)
+            return rev.refuse(req.id, exc)
+        except Exception as exc:  # a handler bug never kills the server
+            self._internal(req, exc)
+            return rev.internal_error(req.id)
+
+    async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:
+        """Handle one decoded message; the encoded response, or None (notification/response)."""
+        self.last_active = time.monotonic()
+        if type(msg) is Request:
+            return (await self.serve(msg, emit))[0]
+        if type(msg) is Notification and not self.notification(msg) and _log.enabled("debug"):
+            _log.debug("mcp.serve.notification.ignored", method=msg.method, origin=self.origin)
+        return None  # a response / error response: we send no requests, ignore
+
+    def _internal(self, req: Request, exc: Exception) -> None:
+        """Log a handler bug (the client sees -32603 "Internal error", no detail)."""
+        _log.error("mcp.serve.internal_error", method=req.method, origin=self.origin,
+                   error=type(exc).__name__, detail=str(exc)[:500])
+
+
+class ListenSession(ServerSession):
+    """A 2026-07-28 ``subscriptions/listen`` stream: the one connection type (what
+    the handler and the hub see) holding its
+    :class:`~agentd.mcp.server.rules.stateless.Listen` (``listen``, what makes it a
+    stream): its updates are tagged and queued there, and :meth:`open_listen`
+    drives its opening (the handler's awaited ``admit``, then its ``subscribe``
+    per URI)."""
+
+    __slots__ = ("listen",)
+
+    def __init__(self, handler: Handler, hub: SessionHub, listen_id: str,
+                 listen: stateless.Listen, *, auth: str, client: str,
+                 outbox: Callable[[bytes], None] | None) -> None:
+        super().__init__(handler, hub, listen_id, origin=ORIGIN_MANAGEMENT, auth=auth,
+                         client=client, outbox=outbox)
+        self.listen = listen
+
+    # -- outbound: tagged, queued, bounded ---------------------------------
     def push(self, data: bytes) -> None:
-        stream = self.listen
-        if stream is None:
-            super().push(data)
-        elif not self.closed:
-            stream.queue(data)
+        if not self.closed:
+            self.listen.queue(data)
             if self.outbox is not None:
                 self.outbox(data)  # the transport's wake-up
 
     def notify_updated(self, uri: str) -> None:
-        stream = self.listen
-        if stream is None:
-            super().notify_updated(uri)
-        else:
-            self.push(stream.updated(uri))
+        self.push(self.listen.updated(uri))
 
     def updated(self, uri: str, data: bytes) -> None:
-        stream = self.listen
-        if stream is None:
-            super().updated(uri, data)
-        else:
-            self.push(stream.updated(uri))  # re-encoded with the stream's tag
+        self.push(self.listen.updated(uri))  # re-encoded with the stream's tag
 
-    async def open_listen(self, stream: modern.ListenState, params: m.ListenParams) -> bytes:
+    async def open_listen(self, params: m.ListenParams) -> bytes:
         """Subscribe what the listen asked and is served; the acknowledgement.
 
         The handler's ``admit`` is awaited first, for every URI at once (the
@@ -215,7 +271,8 @@ class ServerSession(SessionState):
         (:func:`~agentd.wire.jsonrpc.subscribe_refused`) is left out of the
         acknowledgement.  Updates that fire during the subscribes (a run that is
         already terminal) are queued *behind* the acknowledgement, which is
-        always first.  ``stream`` is this session's ``listen``."""
+        always first."""
+        stream = self.listen
         uris = stream.requested(params)
         ctx = CallContext(self, stream.request_id)
         h = self.handler
@@ -231,61 +288,6 @@ class ServerSession(SessionState):
                     _log.debug("mcp.serve.listen.refused", uri=uri[:200])
             stream.subscribed(uri, uri in self.subscriptions)
         return stream.acknowledge()
-
-    async def serve(self, req: Request, emit: Emit | None = None,
-                    headers: Any = None) -> tuple[bytes, int]:
-        """The driver: answer ``req`` by this connection's revision; the encoded
-        JSON-RPC response and its HTTP status (``headers``: the 2026-07-28
-        request's, which its rules check against the body)."""
-        env = self.envelope
-        if env is None:
-            self.last_active = time.monotonic()
-            return await self.request(req, emit), 200
-        try:
-            out = modern.route(self, req, env, headers)
-            if type(out) is Dispatch:
-                out = await run_dispatch(self, req, out, emit)
-            return modern.answer(self.handler, req, env, out)
-        except RPCError as exc:
-            if exc.side == "local":  # a peer's answer to the handler's own request is a bug
-                return modern.refuse(req.id, exc)
-            self._internal(req, exc)
-            return modern.internal_error(req.id)
-        except Exception as exc:  # a handler bug never kills the server
-            self._internal(req, exc)
-            return modern.internal_error(req.id)
-
-    async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:
-        """Handle one decoded message; the encoded response, or None (notification/response)."""
-        self.last_active = time.monotonic()
-        if type(msg) is Request:
-            return await self.request(msg, emit)
-        if type(msg) is Notification and not self.notification(msg) and _log.enabled("debug"):
-            _log.debug("mcp.serve.notification.ignored", method=msg.method, origin=self.origin)
-        return None  # a response / error response: we send no requests, ignore
-
-    async def request(self, req: Request, emit: Emit | None = None) -> bytes:
-        method = req.method
-        try:
-            route = ROUTES.get(method)
-            if route is None:
-                raise RPCError(METHOD_NOT_FOUND, f"Method not found: {method}", side="local")
-            return self.answer(req.id, await route(self, req, emit))
-        except RPCError as exc:
-            if exc.side == "remote":  # a peer's answer to the handler's own request: a bug here
-                self._internal(req, exc)
-                return self.internal_error(req.id)
-            if _log.enabled("debug"):
-                _log.debug("mcp.serve.error", method=method, code=exc.code, origin=self.origin)
-            return self.refuse(req.id, exc)
-        except Exception as exc:  # a handler bug never kills the server
-            self._internal(req, exc)
-            return self.internal_error(req.id)
-
-    def _internal(self, req: Request, exc: Exception) -> None:
-        """Log a handler bug (the client sees -32603 "Internal error", no detail)."""
-        _log.error("mcp.serve.internal_error", method=req.method, origin=self.origin,
-                   error=type(exc).__name__, detail=str(exc)[:500])
 
 
 async def run_dispatch(s: ServerSession, req: Request, d: Dispatch, emit: Emit | None) -> Any:
@@ -308,26 +310,6 @@ async def run_dispatch(s: ServerSession, req: Request, d: Dispatch, emit: Emit |
     _log.info("mcp.serve.unsubscribe", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
     h.unsubscribe(p.uri, CallContext(s, req.id, emit))
     return _RESULT_EMPTY
-
-
-AsyncRoute = Callable[[ServerSession, Request, "Emit | None"], Awaitable[Any]]
-
-
-def _driven(rule: Callable[[SessionState, Request], Any]) -> AsyncRoute:
-    async def route(s: ServerSession, req: Request, emit: Emit | None) -> Any:
-        out = rule(s, req)
-        if type(out) is Dispatch:
-            return await run_dispatch(s, req, out, emit)
-        if req.method == t.INITIALIZE:
-            _log.info("mcp.serve.session", session=s.id[:8], origin=s.origin, auth=s.auth,
-                      client=s.client_info.name if s.client_info else "",
-                      version=s.protocol_version, requested=s.requested_version)
-        return out
-    return route
-
-
-# Every served 2025-11-25 method as an async route.
-ROUTES: Final[dict[str, AsyncRoute]] = {method: _driven(rule) for method, rule in RULES.items()}
 
 
 # --------------------------------------------------------------------------

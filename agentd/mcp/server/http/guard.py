@@ -52,15 +52,13 @@ from agentd.mcp.server.handler import current_principal
 from agentd.mcp.server.http import checks as http_checks
 from agentd.mcp.server.http.limits import Gate
 from agentd.mcp.server.http.responses import plain
+from agentd.mcp.server.rules import revision
 from agentd.netaddr import is_loopback_host
-from agentd.wire import mcp2026 as m
-from agentd.wire import mcp_types as t
 
 __all__ = ["Guard", "hostname"]
 
 _log = log.bind(component="mcp.http_server")
 
-SUPPORTED: Final = frozenset(t.SUPPORTED_PROTOCOL_VERSIONS)
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _HOST_CACHE: Final = 256  # Host values remembered with their verdict (then forgotten at once)
 # the caller's principal a pool peer proved for this request (set by the pool's middleware)
@@ -146,11 +144,13 @@ class Guard:
         # the principal served runs belong to; this request's task only
         current_principal.set(vouched)
         version = headers.get("MCP-Protocol-Version")
-        if version in m.MODERN_PROTOCOL_VERSIONS and request.method != "POST":
-            return plain(405, "Method Not Allowed: 2026-07-28 has no GET stream or session",
-                         {"Allow": "POST"})
-        if version is not None and version not in SUPPORTED and request.method != "POST":
-            return plain(400, "Bad Request: unsupported MCP-Protocol-Version")
+        if version is not None and request.method != "POST":  # a GET or DELETE
+            rev = revision.by_version(version)
+            if rev is None:
+                return plain(400, "Bad Request: unsupported MCP-Protocol-Version")
+            if not rev.sessions:
+                return plain(405, "Method Not Allowed: 2026-07-28 has no GET stream or session",
+                             {"Allow": "POST"})
         return None
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 A listen's response is an SSE stream that stays open: the acknowledgement
 first (written only once the handler's awaited ``admit`` and its subscribes
-have run: ``agentd.mcp.server.handler.ServerSession.open_listen``), then each update the
+have run: ``agentd.mcp.server.handler.ListenSession.open_listen``), then each update the
 stream holds, ``: keepalive`` comments while idle, and the listen's result
 when nothing on it can fire any more or the server stops.  Streams are
 bounded per principal (``429``) and in total (``503``); a stream whose client
@@ -20,7 +20,7 @@ from aiohttp import web
 from agentd.errors import RPCError
 from agentd.log import log
 from agentd.log_bridge import throttled
-from agentd.mcp.server.handler import Handler, ServerSession, current_principal
+from agentd.mcp.server.handler import Handler, ListenSession, ServerSession, current_principal
 from agentd.mcp.server.http.limits import Limits
 from agentd.mcp.server.http.responses import SSE_HEADERS, plain, rpc_error, sse_event
 from agentd.mcp.server.rules import stateless
@@ -32,17 +32,17 @@ _log = log.bind(component="mcp.http_server")
 
 
 class Listens:
-    """Every open listen stream of one listener."""
+    """Every open listen of one listener (``open``: their sessions)."""
 
     def __init__(self, handler: Handler, limits: Limits, auth: str) -> None:
         self.handler = handler
         self.limits = limits
         self.auth = auth
-        self.listeners: set[ServerSession] = set()  # built by ServerSession.listening
+        self.open: set[ListenSession] = set()  # built by ServerSession.listening
         self._per_client: dict[str, int] = {}
         self._seq = 0
         self._stopping = False
-        self._wake: dict[ServerSession, asyncio.Event] = {}
+        self._wake: dict[ListenSession, asyncio.Event] = {}
 
     def close_all(self) -> None:
         """Shutdown: every open stream ends with its result."""
@@ -68,7 +68,7 @@ class Listens:
             return rpc_error(429, RPCError(
                 stateless.LIMIT_EXCEEDED, "Too many open subscriptions/listen streams for this "
                 f"principal (limit {lim.listen_per_client})", id=msg.id, side="local"))
-        if len(self.listeners) >= lim.max_listens or self._stopping:
+        if len(self.open) >= lim.max_listens or self._stopping:
             throttled(_log, "warning", "mcp.serve.limit", key="max_listens",
                       reason="max_listens")
             return rpc_error(503, RPCError(
@@ -76,17 +76,17 @@ class Listens:
                 side="local"))
         self._seq += 1
         wake = asyncio.Event()  # set on every frame; the writer drains after the ack
-        stream = stateless.ListenState(self.handler, msg.id, max_frames=lim.listen_buffer)
+        stream = stateless.Listen(self.handler, msg.id, max_frames=lim.listen_buffer)
         listener = ServerSession.listening(self.handler, env, stream,
                                            listen_id=f"listen:{self._seq}", auth=self.auth,
                                            client=client, outbox=lambda _data: wake.set())
-        self.listeners.add(listener)
+        self.open.add(listener)
         self._per_client[client] = self._per_client.get(client, 0) + 1
         self._wake[listener] = wake
         resp = web.StreamResponse(headers=SSE_HEADERS)  # prepared once the listen is open
         try:
             try:
-                ack = await listener.open_listen(stream, params)
+                ack = await listener.open_listen(params)
             except Exception as exc:  # a handler bug never kills the server
                 _log.error("mcp.serve.internal_error", method=msg.method,
                            error=type(exc).__name__, detail=str(exc)[:500])
@@ -100,7 +100,7 @@ class Listens:
             pass  # the client went away or stalled: nothing to resume at 2026-07-28
         finally:
             listener.close()
-            self.listeners.discard(listener)
+            self.open.discard(listener)
             self._wake.pop(listener, None)
             n = self._per_client.get(client, 0) - 1
             if n > 0:
@@ -110,7 +110,7 @@ class Listens:
         return resp
 
     async def _run(self, request: web.Request, resp: web.StreamResponse,
-                   listener: ServerSession, stream: stateless.ListenState, ack: bytes,
+                   listener: ListenSession, stream: stateless.Listen, ack: bytes,
                    wake: asyncio.Event) -> None:
         """Write the stream: the acknowledgement, then frames and keepalives until it
         overflows (abrupt end), the client goes, or it ends with its result."""

@@ -21,11 +21,12 @@ One endpoint path (``/mcp``) serves a :class:`~agentd.mcp.server.handler.Handler
   (``agentd.mcp.server.http.sessions``).
 * ``MCP-Protocol-Version`` (when sent) must be one we speak: else ``400``.
 * MCP 2026-07-28 on the same path: a POST whose ``MCP-Protocol-Version`` is
-  not an initialize-era version, or a sessionless one whose ``params._meta``
+  not a session revision's, or a sessionless one whose ``params._meta``
   carries ``io.modelcontextprotocol/protocolVersion``, is one stateless
-  exchange (``agentd.mcp.server.rules.stateless`` holds the rules: envelope, headers,
-  versions, ``server/discover``, result fields, error statuses); no session is
-  minted or read.  ``subscriptions/listen`` answers with an SSE stream that
+  exchange (``agentd.mcp.server.rules.revision`` chooses the revision once per
+  request; ``agentd.mcp.server.rules.stateless`` holds its rules: envelope,
+  headers, versions, ``server/discover``, result fields, error statuses); no
+  session is minted or read.  ``subscriptions/listen`` answers with an SSE stream that
   stays open (acknowledgement first), bounded per principal -> ``429``, in
   total -> ``503``; a GET or
   DELETE at 2026-07-28 is ``405``.
@@ -70,7 +71,7 @@ from agentd.log import log, register_secret
 from agentd.log_bridge import route_stdlib, throttled
 from agentd.mcp.server.handler import Handler, ServerSession
 from agentd.mcp.server.http import checks as http_checks
-from agentd.mcp.server.http.guard import SUPPORTED, Guard
+from agentd.mcp.server.http.guard import Guard
 from agentd.mcp.server.http.limits import (
     Gate,
     GatedSite,
@@ -79,8 +80,8 @@ from agentd.mcp.server.http.limits import (
 )
 from agentd.mcp.server.http.listens import Listens
 from agentd.mcp.server.http.responses import JSON, PostStream, closing, plain, rpc_error
-from agentd.mcp.server.http.sessions import Channel, Sessions
-from agentd.mcp.server.rules import stateless
+from agentd.mcp.server.http.sessions import Sessions
+from agentd.mcp.server.rules import revision, stateless
 from agentd.mcp.server.rules.sessions import SERVED_METHODS
 from agentd.netaddr import is_loopback_host
 from agentd.obs import served, trace
@@ -123,16 +124,6 @@ class HttpServer(served.SpansOwnRequests):
             self.app.router.add_route("GET", route, self._get)
             self.app.router.add_route("DELETE", route, self._delete)
         self.app.cleanup_ctx.append(self._reaper_ctx)
-
-    @property
-    def channels(self) -> dict[str, Channel]:
-        """The live 2025-11-25 sessions, by id."""
-        return self.sessions.channels
-
-    @property
-    def listeners(self) -> set[ServerSession]:
-        """The open 2026-07-28 listen streams."""
-        return self.listens.listeners
 
     @property
     def gate(self) -> Gate | None:
@@ -192,13 +183,12 @@ class HttpServer(served.SpansOwnRequests):
     async def _route(self, request: web.Request, msg: Any, accept_json: bool,
                      accept_sse: bool) -> web.StreamResponse:
         """One decoded message: a 2026-07-28 exchange, an ``initialize``, or a
-        message of a session."""
+        message of a session (the revision it arrives at, chosen once)."""
         sid = request.headers.get("Mcp-Session-Id")
         req = msg if type(msg) is Request else None
-        version = request.headers.get("MCP-Protocol-Version")
-        if (version is not None and version not in SUPPORTED) or \
-                (sid is None and req is not None and stateless.is_modern_request(req)):
-            return await self._modern(request, msg, accept_json, accept_sse)
+        if not revision.arriving(request.headers.get("MCP-Protocol-Version"), sid,
+                                 req).sessions:
+            return await self._exchange(request, msg, accept_json, accept_sse)
         if sid is None:
             if req is not None and req.method == t.INITIALIZE:
                 return await self.sessions.initialize(request, req)
@@ -207,10 +197,10 @@ class HttpServer(served.SpansOwnRequests):
                                                f"Method not found: {req.method}", id=req.id,
                                                side="local"))
             return plain(400, "Bad Request: Mcp-Session-Id header is required")
-        ch = self.sessions.owned(sid)
-        if ch is None:  # unknown, ended, or another principal's
+        live = self.sessions.owned(sid)
+        if live is None:  # unknown, ended, or another principal's
             return plain(404, "Not Found: unknown or ended session")
-        session = ch.session
+        session = live.session
         assert session is not None
         if req is None:
             await session.receive(msg)
@@ -222,17 +212,16 @@ class HttpServer(served.SpansOwnRequests):
         return web.Response(body=out, headers=JSON)
 
     # ------------------------------------------------- 2026-07-28 (stateless)
-    async def _modern(self, request: web.Request, msg: Any, accept_json: bool,
-                      accept_sse: bool) -> web.StreamResponse:
-        """One self-contained 2026-07-28 message: the rules are ``agentd.mcp.server.rules.stateless``'s;
-        auth, Host/Origin and body limits were applied exactly as for a session."""
+    async def _exchange(self, request: web.Request, msg: Any, accept_json: bool,
+                        accept_sse: bool) -> web.StreamResponse:
+        """One self-contained 2026-07-28 message: the rules are
+        ``agentd.mcp.server.rules.stateless``'s; auth, Host/Origin and body limits
+        were applied exactly as for a session."""
         if type(msg) is Notification:  # no client notifications are defined: accept, drop
-            version = request.headers.get("MCP-Protocol-Version")
-            if version not in m.MODERN_PROTOCOL_VERSIONS:
-                return rpc_error(400, RPCError(
-                    m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
-                    m.UnsupportedVersionData(supported=stateless.SUPPORTED_VERSIONS,
-                                             requested=version), side="local"))
+            try:
+                stateless.check_version(request.headers.get("MCP-Protocol-Version"))
+            except RPCError as exc:
+                return rpc_error(400, exc)
             return web.Response(status=202)
         if type(msg) is not Request:
             return rpc_error(400, RPCError(INVALID_REQUEST,

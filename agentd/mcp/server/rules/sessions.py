@@ -121,7 +121,8 @@ class SessionState:
     message (the rules never read a clock).  A 2025-11-25 session starts
     unnegotiated (``initialize`` negotiates it); a 2026-07-28 exchange is born
     negotiated: its ``protocol_version``, ``client_info`` and
-    ``client_capabilities`` are its request envelope's, given here.
+    ``client_capabilities`` are its request envelope's, which the driver adopts
+    (``agentd.mcp.server.handler.ServerSession.adopt``).
     """
 
     __slots__ = ("__weakref__", "auth", "client", "client_capabilities", "client_info", "closed",
@@ -130,10 +131,7 @@ class SessionState:
 
     def __init__(self, handler: Catalogue, hub: SessionHub, session_id: str, *,
                  origin: str = ORIGIN_MANAGEMENT, auth: str = "none", client: str = "",
-                 outbox: Callable[[bytes], None] | None = None, now: float = 0.0,
-                 protocol_version: str | None = None,
-                 client_info: t.Implementation | None = None,
-                 client_capabilities: dict[str, Any] | None = None) -> None:
+                 outbox: Callable[[bytes], None] | None = None, now: float = 0.0) -> None:
         self.handler = handler  # the drivers' sessions narrow it to the Handler
         self.hub = hub
         self.id = session_id
@@ -141,11 +139,11 @@ class SessionState:
         self.auth = auth
         self.client = client
         self.outbox = outbox
-        self.protocol_version = protocol_version
+        self.protocol_version: str | None = None
         self.requested_version: str | None = None
-        self.client_info = client_info
-        self.client_capabilities = client_capabilities  # 2026-07-28 envelopes only
-        self.initialized = protocol_version is not None
+        self.client_info: t.Implementation | None = None
+        self.client_capabilities: dict[str, Any] | None = None  # 2026-07-28 envelopes only
+        self.initialized = False
         self.closed = False
         self.subscriptions: set[str] = set()
         self.last_active = now

@@ -4,15 +4,16 @@ A 2026-07-28 request is self-contained: no ``initialize``, no session.  Its
 ``params._meta`` carries the protocol version and the client's capabilities
 (and, SHOULD, its clientInfo); over HTTP the method, version and name are
 mirrored into headers.  This module decides, without touching a socket,
-awaiting, reading a clock or logging (the driver, ``agentd.mcp.server.rules.stateless``,
-does those, as ``agentd.mcp.server.handler.ServerSession`` does for
-``agentd.mcp.server.rules.sessions``):
+awaiting, reading a clock or logging (the driver,
+``agentd.mcp.server.handler.ServerSession``, does those for both revisions;
+``agentd.mcp.server.rules.revision`` chooses these rules for a request):
 
 * :func:`classify` -- the validation ladder, first failure wins: ``_meta`` is an
   object with both required keys (else -32602); the mirrored headers equal the
   body (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` after the
   base64-sentinel decoding; a routing header given twice; else -32020); the
-  version is one we serve (else -32022 with ``data.supported``/``requested``);
+  version is one we serve (else -32022 with ``data.supported``/``requested``;
+  :func:`check_version` alone for a notification, which has no ``_meta``);
 * :func:`check_param_headers` -- ``Mcp-Param-*`` headers of a tool whose input
   schema declares ``x-mcp-header`` must be present exactly when the argument is
   and equal it (else -32020);
@@ -27,15 +28,15 @@ does those, as ``agentd.mcp.server.handler.ServerSession`` does for
   (the handler's ``cache_hint``); resource-not-found becomes -32602 with
   ``data.uri``; ``ERROR_HTTP_STATUS`` gives 400 for the envelope/param errors,
   404 for an unknown method;
-* :class:`ListenState` -- one ``subscriptions/listen`` stream's rules (held by
+* :class:`Listen` -- one ``subscriptions/listen`` stream's rules (held by
   the :class:`~agentd.mcp.server.handler.ServerSession` its ``listening`` factory
   builds, the one connection type): which URIs to
-  subscribe through the handler (:meth:`~ListenState.requested`), which of
-  them were honoured (:meth:`~ListenState.subscribed`), the acknowledgement
+  subscribe through the handler (:meth:`~Listen.requested`), which of
+  them were honoured (:meth:`~Listen.subscribed`), the acknowledgement
   (always the first frame), every ``notifications/resources/updated`` tagged
   with the subscription id (the listen request's id), only for what it holds,
   and when nothing it holds can fire any more (then the transport ends the
-  stream with :meth:`~ListenState.result`).
+  stream with :meth:`~Listen.result`).
 
 What the rules read of the server is its catalogue (:class:`Catalogue`),
 never its functions.
@@ -73,22 +74,23 @@ __all__ = [
     "LIMIT_EXCEEDED",
     "SUPPORTED_VERSIONS",
     "Envelope",
-    "ListenState",
+    "Listen",
     "answer",
+    "carries_envelope",
     "check_param_headers",
+    "check_version",
     "classify",
     "complete",
     "decode_header_value",
     "discover",
     "http_status",
     "internal_error",
-    "is_modern_request",
     "listen_params",
     "meta_free_params",
-    "modern_capabilities",
     "param_header_decls",
     "refuse",
     "route",
+    "served_capabilities",
 ]
 
 SUPPORTED_VERSIONS: Final = [*m.MODERN_PROTOCOL_VERSIONS, *m.LEGACY_PROTOCOL_VERSIONS]
@@ -150,7 +152,7 @@ def _raw_meta(req: Request) -> Any:
     return _probe(req)._meta
 
 
-def is_modern_request(req: Request) -> bool:
+def carries_envelope(req: Request) -> bool:
     """Whether a request carries a 2026-07-28-style envelope (``_meta`` protocolVersion)."""
     meta = _raw_meta(req)
     return isinstance(meta, dict) and m.PROTOCOL_VERSION_META in meta
@@ -211,10 +213,7 @@ def classify(req: Request, headers: Any = None) -> Envelope:
     if not isinstance(version, str):
         raise RPCError(INVALID_PARAMS, f"_meta {m.PROTOCOL_VERSION_META} must be a string",
                        id=rid, side="local")
-    if version not in m.MODERN_PROTOCOL_VERSIONS:
-        raise RPCError(m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
-                       m.UnsupportedVersionData(supported=SUPPORTED_VERSIONS,
-                                                requested=version), id=rid, side="local")
+    check_version(version, rid)
     caps = meta[m.CLIENT_CAPABILITIES_META]
     if not isinstance(caps, dict):
         raise RPCError(INVALID_PARAMS, f"_meta {m.CLIENT_CAPABILITIES_META} must be an "
@@ -230,6 +229,15 @@ def classify(req: Request, headers: Any = None) -> Envelope:
     tp = meta.get("traceparent")
     return Envelope(version=version, capabilities=caps, client_info=info,
                     traceparent=tp if isinstance(tp, str) else None, name=body_name)
+
+
+def check_version(version: str | None, rid: Any = None) -> None:
+    """Raise -32022 (``data.supported``/``requested``) unless ``version`` is a
+    2026-07-28 revision we serve."""
+    if version not in m.MODERN_PROTOCOL_VERSIONS:
+        raise RPCError(m.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
+                       m.UnsupportedVersionData(supported=SUPPORTED_VERSIONS,
+                                                requested=version), id=rid, side="local")
 
 
 def meta_free_params(req: Request) -> dict[str, Any]:
@@ -359,7 +367,7 @@ def check_param_headers(schema: Any, arguments: dict[str, Any], headers: Any) ->
 # --------------------------------------------------------------------------
 
 
-def modern_capabilities(handler: Catalogue) -> t.ServerCapabilities:
+def served_capabilities(handler: Catalogue) -> t.ServerCapabilities:
     """The 2026-07-28 capabilities: the same set the handler declares at 2025-11-25.
 
     ``resources.subscribe`` still tells a client that per-URI updates are on offer
@@ -397,14 +405,14 @@ def complete(handler: Catalogue, result: Any, cache: tuple[int, str] | None) -> 
 
 _CACHEABLE: Final = frozenset({t.TOOLS_LIST, t.RESOURCES_LIST, t.RESOURCES_TEMPLATES_LIST,
                                t.RESOURCES_READ})
-_MODERN_RULES: Final = {k: v for k, v in RULES.items() if k not in m.REMOVED_METHODS}
+_ROUTES: Final = {k: v for k, v in RULES.items() if k not in m.REMOVED_METHODS}
 
 
 def discover(handler: Catalogue) -> m.DiscoverResult:
     """The ``server/discover`` result: versions, capabilities, serverInfo (complete as built)."""
     ttl, scope = handler.cache_hint(m.SERVER_DISCOVER, None)
     return m.DiscoverResult(supportedVersions=SUPPORTED_VERSIONS,
-                            capabilities=modern_capabilities(handler), ttlMs=ttl,
+                            capabilities=served_capabilities(handler), ttlMs=ttl,
                             cacheScope=scope, resultType=m.RESULT_COMPLETE,
                             instructions=handler.instructions if handler.instructions else UNSET,
                             _meta={m.SERVER_INFO_META: handler.server_info})
@@ -418,7 +426,7 @@ def route(s: SessionState, req: Request, env: Envelope, headers: Any = None) -> 
     h: Catalogue = s.handler
     if method == m.SERVER_DISCOVER:
         return discover(h)
-    rule = _MODERN_RULES.get(method)
+    rule = _ROUTES.get(method)
     if rule is None:
         hint = " (removed at 2026-07-28)" if method in m.REMOVED_METHODS else ""
         raise RPCError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}", side="local")
@@ -466,7 +474,7 @@ def internal_error(request_id: Any) -> tuple[bytes, int]:
 # --------------------------------------------------------------------------
 
 
-class ListenState:
+class Listen:
     """One ``subscriptions/listen`` stream's rules: the state a
     :class:`~agentd.mcp.server.handler.ServerSession` holds when its ``listening``
     factory built it (one connection type: the session is what the handler and
