@@ -283,6 +283,7 @@ class Replay:
         self.sample = sample_id
         self.path = path = cassette_path(directory, sample_id)
         self.bounds = bounds
+        self.spent = Usage()  # the recorded usage of the answers replayed so far
         try:
             fd = open_regular(path, os.O_RDONLY)
         except FileNotFoundError as exc:
@@ -360,7 +361,8 @@ class Replay:
         except PEER_FAULTS as exc:
             return self._refused(handle, step, f"the recorded answer is not one: "
                                                f"{fault_text(exc)}")
-        if isinstance(result, IoCompletion):  # nothing is spent in a replay
+        if isinstance(result, IoCompletion):  # nothing is spent in a replay: the
+            self.spent.add(result.completion.usage)  # line reports the recording's
             result.completion.usage = Usage()
         return result
 
