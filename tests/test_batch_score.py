@@ -4,6 +4,7 @@ pass@k / pass^k against hand-computed values."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 from agentd.app.batch_files import ResultLine, TaskLine
 from agentd.app.batch_score import (
     SCORER_OUTPUT_BYTES,
-    Scorer,
     ScoreError,
+    Scorer,
     builtin,
     contract_met,
     parse_scorer,
@@ -151,8 +152,8 @@ def test_pass_at_k_is_a_probability_monotone_in_k(nc):
     at = [pass_at_k(n, c, k) for k in range(1, n + 1)]
     hat = [pass_hat_k(n, c, k) for k in range(1, n + 1)]
     assert all(0.0 <= x <= 1.0 for x in at + hat)
-    assert all(a <= b + 1e-12 for a, b in zip(at, at[1:], strict=False))  # more tries: no worse
-    assert all(a + 1e-12 >= b for a, b in zip(hat, hat[1:], strict=False))  # all k pass: no easier
+    assert all(a <= b + 1e-12 for a, b in itertools.pairwise(at))  # more tries: no worse
+    assert all(a + 1e-12 >= b for a, b in itertools.pairwise(hat))  # all k pass: no easier
     assert at[0] == pytest.approx(c / n) == pytest.approx(hat[0])
 
 
