@@ -225,3 +225,13 @@ async def test_a_misspelt_task_member_is_still_exit_2_naming_it(tmp_path, agentd
                                          str(tmp_path / "o.jsonl"), "--intelligence",
                                          "http://127.0.0.1:9/v1"], env=env())
     assert done.rc == 2 and f"--tasks {tasks}:2" in done.stderr and "targte" in done.stderr
+
+
+async def test_batch_help_lists_every_exit_code_and_the_new_flags(agentd_bin):
+    done = await run_agentd(agentd_bin, ["batch", "--help"], env=env())
+    assert done.rc == 0
+    for words in ("  5    some sample ended in `error`", "  6    a required MCP server",
+                  "  130  interrupted", "--epochs", "--scorer", "--retry-errors",
+                  "--retry-failed", "--limit", "--sample", "Every run flag of `agentd --help`"):
+        assert words in done.stdout, words
+    assert "--intelligence-attempts" not in done.stdout  # accepted, not listed
