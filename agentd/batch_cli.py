@@ -1,14 +1,16 @@
 """``agentd batch``: run the samples of a tasks file as one batch (docs/batch.md).
 
-The run flags a batch shares with ``agentd --instruction …`` (the
-intelligence, the MCP servers, the per-sample budgets, the drain, logging)
-may be given before ``batch`` or after it; the batch's own flags only after.
-Everything the command checks (the flags, the tasks file, the results file)
-is checked before anything runs: exit 2 with one line on stderr.
+Every run flag of ``agentd --help`` may be given before ``batch`` or after
+it (`share_run_flags` adds the root's flags here, hidden, as the root command
+is built); the batch's own flags only after. Everything the command checks
+(the flags, the tasks file, the results file) is checked before anything
+runs: exit 2 with one line on stderr. ``agentd batch score`` rescores a
+finished results file without running anything.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from typing import Any
@@ -16,8 +18,9 @@ from typing import Any
 import click
 
 from agentd import config as cfg
+from agentd.config import DEFAULT_SCORER_TIMEOUT
 
-__all__ = ["batch"]
+__all__ = ["batch", "share_run_flags"]
 
 # run flags accepted here as well as before `batch` (the root command's names)
 _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ceiling",
@@ -30,19 +33,45 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
+EXIT_HELP = """\b
+Exit codes (the final state of every selected sample's line in --out):
+  0    every sample completed (and met its output_contract when agentd can check it)
+  1    some sample failed (its own outcome: failed, budget, deadline, contract broken)
+  2    bad usage or input (before anything runs)
+  5    some sample ended in `error` (an infrastructure fault): --resume runs it again;
+       or the intelligence failed before any sample
+  6    a required MCP server failed its handshake, before any sample ran
+  130  interrupted (drained; --resume runs the rest)"""
 
-@click.group("batch", context_settings=_CONTEXT, invoke_without_command=True)
+
+@click.group("batch", invoke_without_command=True, epilog=EXIT_HELP, context_settings=_CONTEXT)
 @click.option("--tasks", metavar="FILE.jsonl",
-              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?}'
-                   "  [required]")
+              help='one task a line: {"id", "instruction", "output_contract"?, "tool_scope"?, '
+                   '"target"?, "metadata"?}  [required]')
 @click.option("--out", metavar="RESULTS.jsonl",
-              help="results, one line per sample, appended as each ends  [required]")
+              help="results, one line per sample and epoch, appended as each ends  [required]")
 @click.option("--log-file", metavar="FILE",
               help="the batch's log lines (the samples' included) go here; on a terminal "
                    "[default: RESULTS.jsonl.log], only warnings reach the terminal")
 @click.option("--parallel", type=int, help="samples in flight at once  [default: 8]")
 @click.option("--resume", is_flag=True,
-              help="skip the ids --out already holds; run only the rest")
+              help="skip the samples --out already ended; run the rest and those that "
+                   "ended in `error` again")
+@click.option("--retry-failed", is_flag=True,
+              help="with --resume: run the samples that ended `failed` again too")
+@click.option("--retry-errors", type=int, default=0, show_default=True, metavar="N",
+              help="run a sample that ended in `error` again, up to N times, within the run")
+@click.option("--epochs", type=int, default=1, show_default=True, metavar="N",
+              help="run each sample N times (result lines carry `epoch`, the id unchanged)")
+@click.option("--limit", type=int, metavar="N", help="only the first N (selected) tasks")
+@click.option("--sample", "sample_ids", multiple=True, metavar="ID",
+              help="only the task of this id (repeatable)")
+@click.option("--scorer", "scorers", multiple=True, metavar="NAME|command:CMD",
+              help="score each result: exact, includes, regex, json, schema, or command:CMD "
+                   "(argv, no shell; reads JSON on stdin, prints {\"reward\": 1.0}) "
+                   "(repeatable)")
+@click.option("--scorer-timeout", type=float, metavar="S",
+              help=f"a command scorer's time per sample  [default: {DEFAULT_SCORER_TIMEOUT:g}]")
 @click.option("--batch-token-ceiling", type=int,
               help="tokens for the whole batch: later calls are refused  [default: none]")
 @click.option("--record", metavar="DIR",
@@ -80,9 +109,10 @@ _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.pass_context
 def batch(ctx: click.Context, **local: Any) -> None:
     """Run every task of --tasks as an isolated sample (a child of one batch root),
-    at most --parallel at once; exit 0 if all completed, 1 if any did not, 2 for
-    bad input (before anything runs), 130 if interrupted. `agentd batch report`
-    turns a results file into one HTML page."""
+    at most --parallel at once, each --epochs times, scored by each --scorer.
+    Every run flag of `agentd --help` is accepted here too (docs/batch.md).
+    `agentd batch report` turns a results file into one HTML page; `agentd batch
+    score` rescores one."""
     if ctx.invoked_subcommand is not None:
         return
     if not local["tasks"] or not local["out"]:
@@ -94,7 +124,10 @@ def batch(ctx: click.Context, **local: Any) -> None:
     from agentd.app.batch_files import ResultsFile, load_tasks, open_regular
     from agentd.flags import check_intelligence, config_from_flags, over_root
 
-    flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
+    for name in ("tasks", "out"):
+        if not local[name]:
+            raise cfg.ConfigError(f"agentd batch: --{name} is required (agentd batch --help)")
+    flags = over_root(ctx.find_root().obj or {}, local, _SHARED + tuple(_ROOT_ONLY))
     if flags.get("instruction"):
         raise cfg.ConfigError("agentd batch: the instructions come from --tasks, "
                               "not --instruction")
@@ -109,8 +142,16 @@ def batch(ctx: click.Context, **local: Any) -> None:
             raise cfg.ConfigError(f"--replay {replay}: not a directory of cassettes")
     else:
         check_intelligence(config)
-    tasks = load_tasks(local["tasks"], line_bytes=config.task_line_bytes,
-                       max_tasks=config.max_tasks)
+    for name in ("epochs", "retry_errors", "limit"):
+        value, least = local[name], 0 if name != "epochs" else 1
+        if value is not None and value < least:
+            raise cfg.ConfigError(f"--{name.replace('_', '-')} {value}: at least {least}")
+    if local["retry_failed"] and not local["resume"]:
+        raise cfg.ConfigError("--retry-failed needs --resume (it re-runs failed lines of --out)")
+    scorers, timeout = _scorers(local)
+    tasks = select(load_tasks(local["tasks"], line_bytes=config.task_line_bytes,
+                              max_tasks=config.max_tasks),
+                   local["tasks"], local["sample_ids"], local["limit"])
     out = local["out"]
     _log.configure(fmt=config.log_format, level=config.log_level or "info")
     # a regular file no other batch holds (created empty if absent), empty or
@@ -140,7 +181,10 @@ def batch(ctx: click.Context, **local: Any) -> None:
                 raise cfg.ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc}"
                                       ) from None
         opts = BatchOptions(out=out, record=record, replay=replay, trajectories=trajectories,
-                            log_file=log_file)
+                            log_file=log_file, epochs=local["epochs"],
+                            scorers=scorers, scorer_timeout=timeout,
+                            retry_errors=local["retry_errors"],
+                            retry_failed=local["retry_failed"])
         from agentd.log_bridge import route_stdlib
 
         route_stdlib()
@@ -169,3 +213,79 @@ def report(results: str, trajectories: str | None, out: str) -> None:
     for problem in written.problems:
         click.echo(f"agentd batch report: {problem}", err=True)
     click.echo(f"agentd batch report: {len(written.samples)} samples -> {out}", err=True)
+
+
+def _scorers(local: dict[str, Any]) -> tuple[tuple[Any, ...], float]:
+    """The parsed --scorer values and --scorer-timeout (ConfigError for a bad one)."""
+    from agentd.app.batch_score import parse_scorer
+
+    scorers = tuple(parse_scorer(s) for s in local["scorers"])
+    timeout = local["scorer_timeout"]
+    if timeout is not None and not timeout > 0:
+        raise cfg.ConfigError(f"--scorer-timeout {timeout}: must be positive (seconds)")
+    return scorers, DEFAULT_SCORER_TIMEOUT if timeout is None else timeout
+
+
+def select(tasks: list[Any], path: str, ids: tuple[str, ...], limit: int | None) -> list[Any]:
+    """--sample's tasks (each must exist), in file order; then the first --limit."""
+    if ids:
+        known = {t.id for t in tasks}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise cfg.ConfigError(f"--sample {missing[0]!r}: no task of that id in --tasks {path}")
+        wanted = set(ids)
+        tasks = [t for t in tasks if t.id in wanted]
+    return tasks if limit is None else tasks[:limit]
+
+
+@batch.command("score", context_settings=_CONTEXT)
+@click.argument("results_path", metavar="RESULTS.jsonl")
+@click.option("--tasks", required=True, metavar="FILE.jsonl",
+              help="the batch's tasks file: each line's target, output_contract, metadata")
+@click.option("--scorer", "scorers", multiple=True, required=True,
+              metavar="NAME|command:CMD", help="as for agentd batch (repeatable)")
+@click.option("--scorer-timeout", type=float, metavar="S",
+              help=f"a command scorer's time per sample  [default: {DEFAULT_SCORER_TIMEOUT:g}]")
+@click.option("--out", metavar="RESCORED.jsonl",
+              help="write the rescored lines here (a new file)  [default: only the summary]")
+def score_cmd(results_path: str, tasks: str, out: str | None, **local: Any) -> None:
+    """Rescore a finished batch (or a replayed one) without running it: the final
+    line of each sample and epoch of RESULTS.jsonl, scored afresh by each --scorer
+    (the old scores are replaced); prints the summary as one JSON line on stdout.
+    Exit 0, or 2 for bad input (a line whose id --tasks lacks) before anything."""
+    from agentd import log as _log
+    from agentd import runtime
+    from agentd.app.batch_files import ResultsFile, load_tasks, read_results
+    from agentd.app.batch_score import rescore
+
+    scorers, timeout = _scorers(local)
+    by_id = {t.id: t for t in load_tasks(tasks)}
+    lines = read_results(results_path)
+    for line in lines:
+        if line.id not in by_id:
+            raise cfg.ConfigError(f"RESULTS {results_path}: sample {line.id!r} is not in "
+                                  f"--tasks {tasks}: name the batch's own tasks file")
+    _log.configure(fmt="json", level="warning")
+    sink = ResultsFile(out, resume=False) if out else None
+    try:
+        summary = runtime.run(rescore(lines, by_id, scorers, timeout,
+                                      sink.write if sink else None))
+    finally:
+        if sink is not None:
+            sink.close()
+    sys.stdout.write(summary + "\n")
+
+
+def share_run_flags(root_params: list[click.Parameter]) -> None:
+    """Accept every run flag of the root command after `batch` too: a hidden copy
+    of each the batch does not declare itself (called as the root is built)."""
+    own = {p.name for p in batch.params}
+    for param in root_params:
+        if isinstance(param, click.Option) and param.expose_value and param.name not in own:
+            shared = copy.copy(param)
+            shared.hidden = True
+            batch.params.append(shared)
+            _ROOT_ONLY.append(str(param.name))
+
+
+_ROOT_ONLY: list[str] = []  # the root's flags `share_run_flags` added here

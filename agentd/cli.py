@@ -17,6 +17,7 @@ from agentd import config as cfg
 from agentd.acp_cli import acp as acp_command
 from agentd.auth_cli import auth as auth_commands
 from agentd.batch_cli import batch as batch_command
+from agentd.batch_cli import share_run_flags
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
 from agentd.flags import check_intelligence, config_from_flags, parse_log_level
 from agentd.netaddr import is_loopback_host
@@ -295,6 +296,7 @@ def demo_cmd(ctx: click.Context) -> None:
 cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/auth_cli.py)
 cli.add_command(batch_command)  # agentd batch (agentd/batch_cli.py)
 cli.add_command(acp_command)  # agentd acp (agentd/acp_cli.py)
+share_run_flags(cli.params)  # every run flag after `batch` too
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,11 @@ samples run four ways, in the same run, against the same gateway and server:
   ``{"bench": "batch_fast_agent", ...}``, or ``"skipped": reason`` where
   fast-agent cannot be had;
 * ``replay`` -- ``agentd batch --replay DIR``: the batch's cassettes, the
-  gateway's request count checked to stay 0.
+  gateway's request count checked to stay 0;
+* ``scored`` -- the ``batch`` column again with a target per task and the
+  built-in scorers ``exact``, ``includes``, ``regex`` and ``json``; and
+  ``scored_command`` with one ``command:`` scorer (a Python process per
+  sample): scoring on vs off (``batch``), in the same run.
 
 Each live column reports the gateway's requests and the server's tool calls
 it caused (``*_gateway_requests``, ``*_tool_calls``: 2 and 1 per sample), the
@@ -117,6 +121,12 @@ async def main(samples: int, parallel: int, latency: float, loop: bool,
                            batch_max_in_flight=responder.max_open,
                            batch_cpu_s=round(_cpu() - cpu, 2))
 
+            for column, scorers in (("scored", ("exact", "includes", "regex", "json")),
+                                    ("scored_command", (f"command:{sys.executable} -c "
+                                                        f"{json.dumps(SCORER)}",))):
+                figures.update(await _scored(column, scorers, work, tasks, parallel, gw.url,
+                                             mcp, samples))
+
             gate = asyncio.Semaphore(parallel)
             failed = 0
 
@@ -180,7 +190,44 @@ async def main(samples: int, parallel: int, latency: float, loop: bool,
                                          / figures["loop_samples_per_s"], 2)
     figures["replay_vs_batch"] = round(figures["replay_samples_per_s"]
                                        / figures["batch_samples_per_s"], 2)
+    for column in ("scored", "scored_command"):
+        figures[f"{column}_vs_batch"] = round(figures[f"{column}_samples_per_s"]
+                                              / figures["batch_samples_per_s"], 2)
     return [figures, fa]
+
+
+SCORER = ("import json,sys; d=json.load(sys.stdin); "
+          "print(json.dumps({'reward': float(d['result']['result'] == d['sample']['target'])}))")
+
+
+def _targeted(tasks: Path, path: Path) -> Path:
+    """`tasks` with each sample's right answer as its target."""
+    with path.open("w") as f:
+        for line in tasks.read_text().splitlines():
+            task = json.loads(line)
+            n = int(task["id"][1:])
+            f.write(json.dumps({**task, "target": f"done {n}: echo {n}"}) + "\n")
+    return path
+
+
+async def _scored(column: str, scorers: tuple[str, ...], work: Path, tasks: Path,
+                  parallel: int, url: str, mcp: str, samples: int) -> dict:
+    """The batch column again, each sample scored by `scorers` against its target."""
+    targeted = _targeted(tasks, work / f"{column}-tasks.jsonl")
+    out = work / f"{column}.jsonl"
+    flags = [x for s in scorers for x in ("--scorer", s)]
+    t0, cpu = time.perf_counter(), _cpu()
+    rc, _, err = await _run("batch", "--tasks", str(targeted), "--out", str(out),
+                            "--parallel", str(parallel), "--intelligence", url, "--mcp", mcp,
+                            *flags)
+    wall = time.perf_counter() - t0
+    assert rc == 0, err.decode()[-2000:]
+    results = read_results(out)
+    assert len(results) == samples and all(
+        min(r["scores"].values()) == 1.0 for r in results), results[:2]
+    return {f"{column}_wall_s": round(wall, 3),
+            f"{column}_samples_per_s": round(samples / wall, 2),
+            f"{column}_cpu_s": round(_cpu() - cpu, 2)}
 
 
 def _fast_agent(explicit: str | None, wanted: bool) -> Path | str:

@@ -54,7 +54,7 @@ def test_a_results_file_that_is_not_results_is_refused(tmp_path):
         ResultsFile(str(out), resume=True)
     assert out.read_text() == '{"id": "a"}\n'
     absent = ResultsFile(str(tmp_path / "absent.jsonl"), resume=True)
-    assert absent.finished == set()
+    assert absent.finished == {}
     absent.close()
 
 

@@ -10,9 +10,14 @@ conversation, budgets (`--max-steps`, `--token-ceiling`, `--deadline` are
 per sample) and subtree, whose model and MCP I/O the root brokers
 (`SampleBroker` counts it per sample).
 
-`parallel` workers take the next task in file order, so at most `--parallel`
-samples are in flight; a sample's failure is its result line, never the
-batch's. Each result line is appended and flushed as its sample ends.
+`parallel` workers take the next (task, epoch) -- epoch by epoch, each in
+file order -- so at most `--parallel` samples are in flight; a sample's
+failure is its result line, never the batch's. A sample that failed of an
+infrastructure fault (a request of its subtree met the gateway failing past
+its retries or an MCP server given up, or its child died without its result)
+is `error`, not `failed`: run again up to `--retry-errors` times at once, and
+by `--resume`. Each result line is scored (agentd.app.batch_score), appended
+and flushed as its sample ends; the exit code is the results' final state.
 
 Signals: the first SIGINT/SIGTERM starts no new sample and gives those in
 flight `DRAIN_SHARE` of `--drain-timeout` to end (their lines are written);
@@ -27,8 +32,8 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -36,11 +41,17 @@ from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.batch_broker import SampleBroker
 from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
 from agentd.app.batch_progress import progress
+from agentd.app.batch_score import (
+    Scorer,
+    contract_met,
+    score_line,
+    summarize,
+)
 from agentd.app.batch_trajectories import SampleTrajectories
 from agentd.app.cassette import AnswerBounds
 from agentd.app.compose import metered_provider, open_toolbox
 from agentd.app.run import new_run_id
-from agentd.config import Config
+from agentd.config import DEFAULT_SCORER_TIMEOUT, Config
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
 from agentd.intelligence import make_intelligence
@@ -59,16 +70,61 @@ DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal t
 
 
 class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """Where one `agentd batch` writes and what it replays (its limits are
-    `Config`'s: `parallel`, `batch_token_ceiling`, `progress_interval`, ...; the
-    tasks are read, the results file opened, locked and `--resume` applied before
-    it runs, by the CLI)."""
+    """Where one `agentd batch` writes, what it replays and how it scores (its
+    limits are `Config`'s: `parallel`, `batch_token_ceiling`, `progress_interval`,
+    ...; the tasks are read and selected, the results file opened, locked and
+    read for `--resume` before it runs, by the CLI)."""
 
     out: str
     record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
     trajectories: str | None = None  # a directory: one ATIF trajectory per sample
     log_file: str | None = None  # where the CLI sent the log (None: stderr)
+    epochs: int = 1
+    scorers: tuple[Scorer, ...] = ()
+    scorer_timeout: float = DEFAULT_SCORER_TIMEOUT
+    retry_errors: int = 0  # re-runs of a sample that ended in `error`, within the run
+    retry_failed: bool = False  # with --resume: re-run `failed` lines too
+
+
+class Unit(NamedTuple):
+    """One run to make: a task in one epoch (1-based)."""
+
+    task: TaskLine
+    epoch: int
+
+    @property
+    def cassette(self) -> str:
+        """Its cassette's name: the id, and `#N` for an epoch past the first."""
+        return self.task.id if self.epoch == 1 else f"{self.task.id}#{self.epoch}"
+
+
+def plan(tasks: list[TaskLine], opts: BatchOptions,
+         finished: dict[tuple[str, int], ResultLine]) -> list[Unit]:
+    """Every (task, epoch) to run, epoch by epoch: all but those the results file
+    already ended (an `error` is run again; a `failed` one with --retry-failed)."""
+    again = {"error", "failed"} if opts.retry_failed else {"error"}
+    return [Unit(t, e) for e in range(1, opts.epochs + 1) for t in tasks
+            if (line := finished.get((t.id, e))) is None or line.status in again]
+
+
+def exit_code(lines: Iterable[ResultLine]) -> ExitCode:
+    """The batch's code from the final line of every selected run: 5 if any ended
+    in `error` (an infrastructure fault: `--resume` runs it again), 1 if any other
+    did not complete or broke its output_contract, else 0."""
+    code = ExitCode.COMPLETED
+    for line in lines:
+        if line.status == "error":
+            return ExitCode.INTELLIGENCE
+        if line.status != "completed" or line.contract_met is False:
+            code = ExitCode.FAILED
+    return code
+
+
+# why() of agentd.tree.child_run and the spawn's own words: a child that died (or
+# never started) without its result -- an infrastructure fault, not the agent's
+_DIED = ("protocol error:", "killed by signal", "exited with code", "spawn failed:",
+         "no answer to child/configure")
 
 
 class Stats:
@@ -117,19 +173,24 @@ class Stats:
 class Batch:
     """One batch run over an open Supervisor (see the module doc)."""
 
-    def __init__(self, config: Config, *, run_id: str, sup: Supervisor,
+    def __init__(self, config: Config, opts: BatchOptions, *, run_id: str, sup: Supervisor,
                  broker: SampleBroker, results: ResultsFile, stats: Stats) -> None:
         self.config = config
+        self.opts = opts
         self.run_id = run_id
         self.sup = sup
         self.broker = broker
         self.results = results
         self.stats = stats
+        self.final = dict(results.finished)  # (id, epoch) -> its last line so far
         self.stopping = False  # a signal: no new sample starts
         self.interrupted = False
         self._cancel_now = asyncio.Event()  # the drain's grace is over: cancel in flight
         self._waiting: dict[str, asyncio.Future[HandleState]] = {}
         self.servers = frozenset(s.name for s in (*config.mcp, *config.a2a_peers))
+        settings = {"max_steps": config.max_steps, "token_ceiling": config.token_ceiling,
+                    "deadline": config.deadline, "stream": config.intelligence_stream}
+        self.settings = {k: v for k, v in settings.items() if v is not None}
         sup.on_terminal(self._terminal)
         self.trajectories: SampleTrajectories | None = None  # --trajectories
 
@@ -138,17 +199,32 @@ class Batch:
         if fut is not None and not fut.done():
             fut.set_result(state)
 
-    async def run(self, todo: list[TaskLine]) -> None:
-        tasks = iter(todo)
+    async def run(self, todo: list[Unit]) -> None:
+        units = iter(todo)
         async with asyncio.TaskGroup() as tg:
             for n in range(min(self.config.parallel, len(todo))):
-                tg.create_task(self._worker(tasks), name=f"batch-worker-{n}")
+                tg.create_task(self._worker(units), name=f"batch-worker-{n}")
 
-    async def _worker(self, tasks: Iterator[TaskLine]) -> None:
-        while not self.stopping and (task := next(tasks, None)) is not None:
-            await self._sample(task)
+    async def _worker(self, units: Iterator[Unit]) -> None:
+        while not self.stopping and (unit := next(units, None)) is not None:
+            retries = 0
+            while (ran := await self._sample(unit, retries)) is not None:
+                line, handle = ran
+                if line.status != "error" or retries >= self.opts.retry_errors \
+                        or self.stopping:
+                    await self._write(unit, line, handle)
+                    break
+                if self.trajectories is not None and handle is not None:
+                    self.trajectories.drop(handle)  # only the last attempt's is written
+                retries += 1
+                log.warning("batch.sample.retry", id=unit.task.id, epoch=unit.epoch,
+                            retry=retries, error=line.error)
 
-    async def _sample(self, task: TaskLine) -> None:
+    async def _sample(self, unit: Unit, retries: int) -> tuple[ResultLine, str | None] | None:
+        """One run of `unit`: its result line (unscored) and its handle (None when it
+        was refused), or None if it was cancelled by an interruption (not written:
+        `--resume` runs it again)."""
+        task = unit.task
         scope = tuple(task.tool_scope) if task.tool_scope is not None else None
         req = SpawnRequest(instruction=task.instruction, output_contract=task.output_contract,
                            tool_scope=scope, mode="async")
@@ -156,13 +232,13 @@ class Batch:
         # the cassette is read before the child exists (its first request finds it),
         # off the loop: a slow disk never holds the batch's signals or other samples
         loaded = None if self.broker.replay_dir is None else \
-            await asyncio.to_thread(self.broker.load, task.id)
+            await asyncio.to_thread(self.broker.load, unit.cassette)
         servers = frozenset(scope) if scope is not None else self.servers
         begun: list[str] = []
 
         def admitted(handle: str) -> None:  # the tally is there for the child's first request
             begun.append(handle)
-            self.broker.begin(handle, task.id, servers, loaded)
+            self.broker.begin(handle, unit.cassette, servers, loaded)
 
         state = await self.sup.spawn(ROOT, req, admitted=admitted)
         if isinstance(state, Refusal):  # past the batch's ceiling: budget_exhausted, not failed
@@ -170,16 +246,13 @@ class Batch:
                 self.broker.end(handle)
             ledger = self.sup.ledger
             spent = ledger.ceiling is not None and ledger.spent >= ledger.ceiling
-            self._write(task, "budget_exhausted" if spent else "failed", spent, None, 0,
-                        Usage(), f"{self.run_id}/-", state.text, began)
-            self._trajectory(task, None, "budget_exhausted" if spent else "failed",
-                             state.text)
-            return
+            return self._line(unit, "budget_exhausted" if spent else "failed", spent, None, 0,
+                              Usage(), f"{self.run_id}/-", state.text, began, retries), None
         handle = state.handle
         stats = self.stats
         stats.running += 1
         stats.max_running = max(stats.max_running, stats.running)
-        log.info("batch.sample.start", id=task.id, handle=handle)
+        log.info("batch.sample.start", id=task.id, epoch=unit.epoch, handle=handle)
         try:
             if not state.done:
                 fut = asyncio.get_running_loop().create_future()
@@ -189,28 +262,55 @@ class Batch:
             stats.running -= 1
             tally = self.broker.end(handle)
         if self.interrupted and state.status == "cancelled":
-            log.info("batch.sample.dropped", id=task.id, handle=handle,
+            log.info("batch.sample.dropped", id=task.id, epoch=unit.epoch, handle=handle,
                      reason="interrupted: --resume runs it again")
             if self.trajectories is not None:
                 self.trajectories.drop(handle)
-            return
+            return None
         error = None
         status = state.status
+        run = self.sup.registry.get(handle)
+        reason = run.reason if run is not None else None
         if tally.failure is not None:  # a replay that diverged, or a bad cassette
             status, error = "failed", tally.failure
+        elif status == "failed" and (tally.fault is not None
+                                     or (reason or "").startswith(_DIED)):
+            status, error = "error", tally.fault or reason
         elif status != "completed":
             res = state.result
             error = str(res["error"]) if isinstance(res, dict) and "error" in res else status
-        self._write(task, status, state.partial, state.result, tally.steps,
-                    tally.usage, f"{self.run_id}/{handle}", error, began)
-        self._trajectory(task, handle, status, error)
+        return self._line(unit, status, state.partial, state.result, tally.steps,
+                          tally.usage, f"{self.run_id}/{handle}", error, began, retries), handle
 
-    def _trajectory(self, task: TaskLine, handle: str | None, status: str,
-                    error: str | None) -> None:
+    def _line(self, unit: Unit, status: str, partial: bool, result: Any, steps: int,
+              usage: Usage, run_id: str, error: str | None, began: float,
+              retries: int) -> ResultLine:
+        task = unit.task
+        return ResultLine(
+            id=task.id, status=status, partial=partial, result=result, steps=steps,
+            usage=usage, run_id=run_id, error=error, epoch=unit.epoch,
+            wall_ms=round((time.monotonic() - began) * 1000), model=self.config.model,
+            settings=self.settings or None,
+            contract_met=contract_met(task.output_contract, status, result),
+            retries=retries, metadata=task.metadata)
+
+    async def _write(self, unit: Unit, line: ResultLine, handle: str | None) -> None:
+        if self.opts.scorers and line.status != "error":
+            line = await score_line(line, unit.task, self.opts.scorers,
+                                    self.opts.scorer_timeout)
+        self.results.write(line)
+        self.final[line.key] = line
+        self.stats.ended(line.status, (line.wall_ms or 0) / 1000, line.usage.total_tokens)
+        if line.scores:  # the live display's mean: a sample's scorers averaged
+            self.stats.scores.append(sum(line.scores.values()) / len(line.scores))
+        log.info("batch.sample.end", id=line.id, epoch=line.epoch, status=line.status,
+                 steps=line.steps, tokens=line.usage.total_tokens,
+                 seconds=round((line.wall_ms or 0) / 1000, 3),
+                 scores=line.scores, contract_met=line.contract_met)
         if self.trajectories is not None:
-            self.trajectories.write(task.id, task.instruction, handle,
+            self.trajectories.write(unit.cassette, unit.task.instruction, handle,
                                     session_id=f"{self.run_id}/{handle or '-'}",
-                                    status=status, error=error)
+                                    status=line.status, error=line.error)
 
     async def _until_ended(self, handle: str, fut: asyncio.Future[HandleState]
                            ) -> HandleState:
@@ -224,16 +324,6 @@ class Batch:
         if not fut.done():
             await self.sup.cancel(handle)
         return await fut
-
-    def _write(self, task: TaskLine, status: str, partial: bool, result: Any, steps: int,
-               usage: Usage, run_id: str, error: str | None, began: float) -> None:
-        self.results.write(ResultLine(id=task.id, status=status, partial=partial,
-                                      result=result, steps=steps, usage=usage,
-                                      run_id=run_id, error=error))
-        seconds = time.monotonic() - began
-        self.stats.ended(status, seconds, usage.total_tokens)
-        log.info("batch.sample.end", id=task.id, status=status, steps=steps,
-                 tokens=usage.total_tokens, seconds=round(seconds, 3))
 
     def interrupt(self, *, now: bool) -> None:
         """Start no new sample; with `now`, cancel those in flight (not written)."""
@@ -273,14 +363,17 @@ def _supervisor_config(config: Config) -> Config:
 async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                     results: ResultsFile) -> int:
     """The whole batch, appending to `results` (open and locked: its opener closes
-    it); returns the exit code (0, 1, 130; 6 before any sample)."""
+    it); returns the exit code (0, 1, 5, 130 by the results' final state, see
+    `exit_code`; 5 or 6 before any sample)."""
     run_id = new_run_id()
     configure(fmt=config.log_format, run_id=run_id, level=config.log_level or "info")
-    todo = [t for t in tasks if t.id not in results.finished]
-    stats = Stats(len(tasks), len(tasks) - len(todo))
-    log.info("batch.start", tasks=len(tasks), skipped=stats.skipped, parallel=config.parallel,
-             servers=[s.name for s in config.mcp],
-             batch_token_ceiling=config.batch_token_ceiling)
+    todo = plan(tasks, opts, results.finished)
+    runs = len(tasks) * opts.epochs
+    stats = Stats(runs, runs - len(todo))
+    log.info("batch.start", tasks=len(tasks), epochs=opts.epochs, skipped=stats.skipped,
+             parallel=config.parallel, servers=[s.name for s in config.mcp],
+             batch_token_ceiling=config.batch_token_ceiling,
+             scorers=[s.name for s in opts.scorers])
     loop = asyncio.get_running_loop()
     signalled: list[str] = []
     holder: list[Batch] = []
@@ -321,7 +414,7 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
             sup = await stack.enter_async_context(Supervisor(
                 _supervisor_config(config), run_id=run_id, broker=broker,
                 ledger=metered.ledger))
-            batch = Batch(config, run_id=run_id, sup=sup, broker=broker,
+            batch = Batch(config, opts, run_id=run_id, sup=sup, broker=broker,
                           results=results, stats=stats)
             if opts.trajectories is not None:  # every sample's subtree records its runs
                 sup.trajectories = {}
@@ -345,10 +438,14 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
         for t in timers:
             t.cancel()
     summary = stats.summary()
+    final = [line for t in tasks for e in range(1, opts.epochs + 1)
+             if (line := batch.final.get((t.id, e))) is not None]
+    summary["contract_broken"] = sum(line.contract_met is False for line in final)
+    if opts.scorers:
+        summary["scores"] = summarize(msgspec.to_builtins(line) for line in final)
     if signalled:
         log.info("batch.end", exit_code=int(ExitCode.INTERRUPTED), **summary)
         return int(ExitCode.INTERRUPTED)
-    ok = stats.by_status.get("completed", 0) == len(todo)
-    code = ExitCode.COMPLETED if ok else ExitCode.FAILED
+    code = exit_code(final)
     log.info("batch.end", exit_code=int(code), **summary)
     return int(code)

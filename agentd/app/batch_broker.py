@@ -32,14 +32,17 @@ from agentd.app.cassette import (
 from agentd.config import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
 from agentd.log import log
+from agentd.mcp.client.rules.faults import ABORT_CAUSES
 from agentd.output import Usage
 from agentd.tree.broker import Broker
 from agentd.tree.control import (
     IO_FAULT,
+    IO_UNAVAILABLE,
     Catalogue,
     IoAnswer,
     IoCompletion,
     IoDone,
+    IoFault,
     IoRequest,
     IoResult,
     IoSubscribe,
@@ -67,6 +70,9 @@ class Tally:
         self.recorder: Recorder | None = None
         self.replay: Replay | None = None
         self.failure: str | None = None  # a divergence or a bad cassette: the sample fails
+        # an infrastructure fault a request of the sample met (the gateway failing past
+        # its retries, an MCP server given up): if the sample fails, it is an `error`
+        self.fault: str | None = None
 
     def next_step(self, rel: str) -> int:
         n = self.requests.get(rel, 0) + 1
@@ -83,6 +89,16 @@ def _narrowed(cat: Catalogue | None, scope: frozenset[str]) -> Catalogue | None:
         resources=tuple(r for r in cat.resources if r.server in scope),
         instructions={n: t for n, t in cat.instructions.items() if n in scope},
         a2a_peers=tuple(p for p in cat.a2a_peers if p in scope))
+
+
+def _infrastructure(err: ErrorObject) -> str | None:
+    """The words of an answer that is an infrastructure fault (errors.classify's
+    exits 5 and 6: the intelligence unavailable, an MCP server given up), else None."""
+    if err.code == IO_UNAVAILABLE:
+        return f"intelligence unavailable: {err.message}"
+    if err.code == IO_FAULT and isinstance(err.data, IoFault) and err.data.cause in ABORT_CAUSES:
+        return f"MCP server unusable: {err.message}"
+    return None
 
 
 class SampleBroker(Broker):
@@ -136,9 +152,9 @@ class SampleBroker(Broker):
                 tally.recorder.close()
             except OSError as exc:
                 self._unrecorded(tally, tally.recorder.sample, exc)
-        if tally.replay is not None and tally.failure is None:
-            rest = tally.replay.unplayed()
-            if rest is not None:
+        if tally.replay is not None:
+            tally.usage = tally.replay.spent  # what the recording spent, not this replay
+            if tally.failure is None and (rest := tally.replay.unplayed()) is not None:
                 tally.failure = str(rest)
         return tally
 
@@ -160,6 +176,7 @@ class SampleBroker(Broker):
             result = await super().serve(handle, scope, req)
             self._answered(tally, rel, step)
             if isinstance(result, ErrorObject):
+                tally.fault = tally.fault or _infrastructure(result)
                 self._record(tally, rel, step, req,
                              error=ErrorBody(result.code, result.message))
             else:

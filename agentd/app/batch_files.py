@@ -34,6 +34,7 @@ import msgspec
 from agentd.config import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES, ConfigError
 from agentd.log import log, redact
 from agentd.output import Usage
+from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd_native import MAX_FRAME
 
 RESULT_LINE_BYTES = 4 * MAX_FRAME
@@ -93,19 +94,38 @@ class TaskLine(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     instruction: str
     output_contract: str | None = None
     tool_scope: list[str] | None = None  # MCP server names; None: all of them
+    target: Any = None  # what the scorers compare the result with (any JSON)
+    metadata: dict[str, Any] | None = None  # carried to the result line untouched
 
 
 class ResultLine(msgspec.Struct, omit_defaults=True):
-    """One sample's outcome, as appended to the results file."""
+    """One run of a sample (one epoch), as appended to the results file. A later
+    line of the same (id, epoch) supersedes an earlier one (`--resume` re-ran it)."""
 
     id: str
-    status: str  # completed | failed | budget_exhausted | deadline | cancelled
+    status: str  # completed | failed | error | budget_exhausted | deadline | cancelled
     partial: bool
     result: Any
     steps: int
     usage: Usage
     run_id: str
     error: str | None = None  # present unless status is completed
+    # 1-based; always written (never the default): 0 is only read, from a line
+    # written before epochs existed, and means epoch 1
+    epoch: int = 0
+    wall_ms: int | None = None
+    model: str | None = None  # as configured; absent: the gateway's default
+    settings: dict[str, Any] | None = None  # what the sample was given (docs/batch.md)
+    contract_met: bool | None = None  # absent: no contract, or one agentd cannot check
+    scores: dict[str, float] | None = None
+    score_errors: dict[str, str] | None = None  # scorer -> why it could not score
+    retries: int = 0  # runs of this epoch before this one that ended in `error`
+    metadata: dict[str, Any] | None = None  # the task line's, untouched
+    trajectory: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.id, self.epoch or 1
 
 
 _task_decoder = msgspec.json.Decoder(TaskLine)
@@ -167,11 +187,11 @@ def _holder(fd: int) -> str:
     return "another process"
 
 
-def _result_ids(fd: int, path: str) -> tuple[set[str], int]:
-    """The ids of the complete lines of the results file `fd`, each read as a
-    result line (ConfigError naming the first that is not), and where the torn
-    last line begins (the file's size if there is none)."""
-    ids: set[str] = set()
+def _result_lines(fd: int, path: str, *, what: str = "--out") -> tuple[dict[tuple[str, int], ResultLine], int]:
+    """The final line of each (id, epoch) among the complete lines of the results
+    file `fd`, each read as a result line (ConfigError naming the first that is
+    not), and where the torn last line begins (the file's size if there is none)."""
+    final: dict[tuple[str, int], ResultLine] = {}
     keep = 0
     with os.fdopen(os.dup(fd), "rb") as f:
         f.seek(0)
@@ -180,20 +200,41 @@ def _result_ids(fd: int, path: str) -> tuple[set[str], int]:
             n += 1
             if not raw.endswith(b"\n"):
                 if len(raw) > RESULT_LINE_BYTES:
-                    raise ConfigError(f"--out {path}:{n}: line longer than "
+                    raise ConfigError(f"{what} {path}:{n}: line longer than "
                                       f"{RESULT_LINE_BYTES} bytes: not a results file")
                 if not raw.startswith(b'{"id":'[:len(raw)]):
-                    raise ConfigError(f"--out {path}:{n}: the last line is not a result "
+                    raise ConfigError(f"{what} {path}:{n}: the last line is not a result "
                                       "line, nor the start of one: not a results file")
                 break  # the torn last line
             keep += len(raw)
             if not raw.strip():
                 continue
             try:
-                ids.add(_result_decoder.decode(raw).id)
-            except msgspec.DecodeError as exc:
-                raise ConfigError(f"--out {path}:{n}: not a result line: {exc}") from None
-    return ids, keep
+                line = _result_decoder.decode(raw)
+            except PEER_FAULTS as exc:
+                raise ConfigError(f"{what} {path}:{n}: not a result line: "
+                                  f"{fault_text(exc)}") from None
+            final[line.key] = line
+    return final, keep
+
+
+def read_results(path: str) -> list[ResultLine]:
+    """The final line of each (id, epoch) of a finished results file, in the order
+    of their first lines (`agentd batch score`); ConfigError naming a bad line."""
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except OSError as exc:
+        raise ConfigError(f"RESULTS {path}: {exc.strerror or exc}") from None
+    try:
+        final, keep = _result_lines(fd, path, what="RESULTS")
+        if keep < os.fstat(fd).st_size:
+            raise ConfigError(f"RESULTS {path}: the last line is torn (a batch still "
+                              "running, or killed): finish it with --resume first")
+    except OSError as exc:
+        raise ConfigError(f"RESULTS {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return list(final.values())
 
 
 class ResultsFile:
@@ -204,8 +245,9 @@ class ResultsFile:
     Opening checks, before a byte of the file changes: that it is a regular
     file and not a link, that no other batch holds it (exit 2 naming the
     holder), and then either that it is empty (a new batch) or, with
-    `resume`, that every complete line is a result line (`finished` holds their
-    ids; a torn last line is cut only then). ConfigError otherwise."""
+    `resume`, that every complete line is a result line (`finished` holds the
+    final line of each (id, epoch); a torn last line is cut only then).
+    ConfigError otherwise."""
 
     def __init__(self, path: str, *, resume: bool) -> None:
         self.path = path
@@ -221,7 +263,7 @@ class ResultsFile:
             raise
 
     @staticmethod
-    def _check(fd: int, path: str, resume: bool) -> set[str]:
+    def _check(fd: int, path: str, resume: bool) -> dict[tuple[str, int], ResultLine]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -233,15 +275,15 @@ class ResultsFile:
             if size > 0:
                 raise ConfigError(f"--out {path}: already holds results (--resume "
                                   "continues it; or name a new file)")
-            return set()
+            return {}
         try:
-            ids, keep = _result_ids(fd, path)
+            final, keep = _result_lines(fd, path)
             if keep < size:
                 log.warning("batch.resume.torn_line", path=path, dropped_bytes=size - keep)
                 os.ftruncate(fd, keep)
         except OSError as exc:
             raise ConfigError(f"--out {path}: {exc.strerror or exc}") from None
-        return ids
+        return final
 
     def write(self, line: ResultLine) -> None:
         self._f.write(scrubbed_line(line))

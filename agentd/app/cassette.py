@@ -62,9 +62,11 @@ from agentd.config import (
 )
 from agentd.errors import TreeError
 from agentd.log import redact
+from agentd.output import Usage
 from agentd.tree.control import (
     ENVELOPE_HEADROOM,
     Catalogue,
+    IoCompletion,
     IoRequest,
     IoResult,
     answer_limit,
@@ -281,6 +283,7 @@ class Replay:
         self.sample = sample_id
         self.path = path = cassette_path(directory, sample_id)
         self.bounds = bounds
+        self.spent = Usage()  # the recorded usage of the answers replayed so far
         try:
             fd = open_regular(path, os.O_RDONLY)
         except FileNotFoundError as exc:
@@ -353,11 +356,14 @@ class Replay:
                                                f"{name}: not replayed")
         if entry.error is not None:
             return entry.error
-        try:  # a completion keeps its recorded usage: the sample's loop counts it as it did
-            return _result.decode(entry.response)
+        try:
+            result = _result.decode(entry.response)
         except PEER_FAULTS as exc:
             return self._refused(handle, step, f"the recorded answer is not one: "
                                                f"{fault_text(exc)}")
+        if isinstance(result, IoCompletion):  # it keeps its recorded usage: the sample's
+            self.spent.add(result.completion.usage)  # loop counts it as it did, the line
+        return result                                 # reports what the recording spent
 
     def unplayed(self) -> Divergence | None:
         """After the sample ended: the first recorded request it never made (first
