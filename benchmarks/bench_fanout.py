@@ -156,7 +156,7 @@ async def self_mcp(sup: Supervisor):
     """Serve the self-MCP on loopback over `sup`; yield agentd's own MCP client to it."""
     from agentd.config import ServerSpec, ServeSpec
     from agentd.mcp.client.facade import MCPClient
-    from agentd.tree.selfmcp import serve_self_mcp
+    from agentd.served.selfmcp import serve_self_mcp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -24,7 +24,7 @@ async def main(port: int, engine: bool) -> None:
     from agentd.log import configure
     from agentd.mcp.server.handler import Handler
     from agentd.mcp.server.http.server import serve
-    from agentd.tree.selfmcp import serve_self_mcp
+    from agentd.served.selfmcp import serve_self_mcp
 
     configure(level="warning")
     if engine:

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover
 from agentd import __version__
 from agentd.app.compose import open_supervisor
 from agentd.config import ServeSpec
-from agentd.tree.selfmcp import serve_self_mcp
+from agentd.served.selfmcp import serve_self_mcp
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -28,8 +28,8 @@ from local_connection import LocalConnection
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.mcp.server.http.server import serve
+from agentd.served.selfmcp import SelfMCP
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
-from agentd.tree.selfmcp import SelfMCP
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 

@@ -12,7 +12,7 @@ import trustme
 from agentd.config import ServeSpec, parse_serve
 from agentd.mcp.server.auth import BearerAuth, server_ssl_context
 from agentd.mcp.server.http.server import serve
-from agentd.tree.selfmcp import SelfMCP, serve_self_mcp
+from agentd.served.selfmcp import SelfMCP, serve_self_mcp
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.config import parse_serve  # noqa: E402
-from agentd.tree import selfmcp  # noqa: E402
+from agentd.served import selfmcp
 
 pytestmark = pytest.mark.timeout(240)
 

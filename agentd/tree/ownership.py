@@ -8,7 +8,7 @@ is a principal: the principal that spawned a served run owns it and its whole
 subtree, and any other principal is told the handle is unknown, the same
 answer as for a handle that never existed.  `Owners` keeps those claims; the
 self-MCP and the served A2A agent each hold one and ask it, and pool mode's
-handles (`agentd.tree.pool_served`) carry the same principal in their MAC.
+handles (`agentd.served.pool`) carry the same principal in their MAC.
 """
 
 from __future__ import annotations

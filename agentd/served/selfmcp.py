@@ -41,7 +41,7 @@ uptime moves every millisecond; private); a run's body is stale at once while
 it runs and, once terminal, fresh until it is evicted (private).
 
 In pool mode (``--pool-*``, docs/operations.md "Pool") the handles callers
-see are :mod:`agentd.tree.pool_served`'s ``served.<owner>.<token>``; a peer's
+see are :mod:`agentd.served.pool`'s ``served.<owner>.<token>``; a peer's
 handle is relayed to its owner (status, send, cancel, read, a subscription's
 wait), a spawn at this worker's caps is placed on a peer, and 2025-11-25
 sessions are proxied to the worker holding them (:mod:`agentd.pool.session_relay`).
@@ -86,8 +86,8 @@ from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
 from agentd.pool.session_relay import session_middleware
 from agentd.secrets import DEFAULT_SECRETS_DIR
+from agentd.served.pool import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.tree.ownership import Owners, top_of
-from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import convert_peer
@@ -421,7 +421,7 @@ class SelfMCP(Handler):
 
     async def admit(self, uris: list[str], ctx: CallContext) -> dict[str, Any]:
         """Pool mode: the owners of other workers' handles among ``uris`` are asked
-        first, all at once (agentd.tree.pool_served.PoolServed.admit), so a listen's
+        first, all at once (agentd.served.pool.PoolServed.admit), so a listen's
         acknowledgement -- or a subscribe's ``{}`` -- follows every owner's answer."""
         if self.pool is None:
             return {}
@@ -500,7 +500,7 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
                 pool.relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
                 body_timeout=server.limits.body_timeout))
     if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
-        from agentd.tree.a2a_served import A2AServed
+        from agentd.served.a2a import A2AServed
 
         served = A2AServed(handler.backend)
         base = mount
