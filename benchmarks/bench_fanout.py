@@ -154,9 +154,9 @@ def uss_rss(pid: int) -> tuple[float, float]:
 @contextlib.asynccontextmanager
 async def self_mcp(sup: Supervisor):
     """Serve the self-MCP on loopback over `sup`; yield agentd's own MCP client to it."""
+    from agentd.app.serving import serve_self_mcp
     from agentd.config import ServerSpec, ServeSpec
     from agentd.mcp.client.facade import MCPClient
-    from agentd.served.selfmcp import serve_self_mcp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,9 +19,9 @@ import pytest
 from tree_helpers import make_config, precompile, running
 
 from agentd.agent.subagents import SpawnRequest
+from agentd.app import serving
 from agentd.app.compose import open_supervisor
 from agentd.config import parse_serve
-from agentd.served import selfmcp
 from agentd.tree.boot import FAULT_ENV, LINGER
 
 pytestmark = [pytest.mark.timeout(180),
@@ -83,7 +83,7 @@ async def test_the_async_updated_comes_before_the_teardown(tmp_path, spawn, fifo
     arrived = asyncio.Event()
 
     async with open_supervisor(config, run_id="r") as sup, \
-            selfmcp.serve(config, run_id="r", backend=sup) as runner:
+            serving.serve(config, run_id="r", backend=sup) as runner:
 
         async def on_message(msg):
             if getattr(msg, "method", None) == "notifications/resources/updated":

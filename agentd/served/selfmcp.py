@@ -57,9 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import ssl
 import time
-from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import msgspec
@@ -75,17 +73,11 @@ from agentd.agent.subagents import (
     Unavailable,
     Unknown,
 )
-from agentd.config import Config, ServeSpec, resolve_bearers
 from agentd.errors import PoolError, RPCError
 from agentd.log import log
-from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.handler import CallContext, Handler
-from agentd.mcp.server.http.server import Limits, Runner
-from agentd.mcp.server.http.server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
-from agentd.pool.session_relay import session_middleware
-from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.served.pool import HANDLE_TOOLS, PoolServed, with_handle_header
 from agentd.tree.ownership import Owners, top_of
 from agentd.wire import mcp2026
@@ -99,8 +91,6 @@ __all__ = [
     "SUBAGENT_PREFIX",
     "TOOL_SCHEMAS",
     "SelfMCP",
-    "serve",
-    "serve_self_mcp",
 ]
 
 SERVED_CALLER: Final = "served"
@@ -475,88 +465,3 @@ class SelfMCP(Handler):
             self._log.info("selfmcp.subscribe.ended", handle=state.handle)
             return
         ctx.session.subscribe(uri)
-
-
-async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None, *,
-                         run_id: str = "", mode: str = "task",
-                         limits: Limits | None = None,
-                         secrets_dir: str = DEFAULT_SECRETS_DIR,
-                         a2a: bool = False, pool: PoolServed | None = None) -> Runner:
-    """Serve the self-MCP at ``/`` and ``/mcp`` of ``spec`` (``--serve-mcp``; spec §3's
-    parent names the worker by host and port alone); returns the runner."""
-    if not spec.loopback and not spec.authenticated:  # config validation already exits 2
-        raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
-    ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
-        if spec.scheme == "https" and spec.cert and spec.key else None
-    handler = SelfMCP(backend, run_id=run_id, mode=mode, pool=pool)
-
-    def mount(server: Any) -> None:
-        _mount_obs(server)
-        if pool is not None:  # POST /pool/relay: the pool key is its credential
-            pool.relay.mount(server.app, handler, authenticated=server.guard.authenticated,
-                             body_timeout=server.limits.body_timeout)
-            # 2025-11-25 sessions: ids name their owner; a peer's are proxied to it
-            server.app.middlewares.append(session_middleware(
-                pool.relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
-                body_timeout=server.limits.body_timeout))
-    if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
-        from agentd.served.a2a import A2AServed
-
-        served = A2AServed(handler.backend)
-        base = mount
-
-        def mount(server: Any) -> None:
-            base(server)
-            served.mount(server)
-    return await _serve_http(handler, host=spec.host, port=spec.port, ssl_context=ssl_ctx,
-                             bearer=spec.bearer, limits=limits, extra_paths=("/",),
-                             bearers=resolve_bearers(spec, secrets_dir) or None,
-                             mount=mount)
-
-
-def _mount_obs(server: Any) -> None:
-    """`/metrics` (behind the MCP endpoint's own guard), `/healthz` and `/readyz`."""
-    from agentd.obs import http as obs_http
-
-    obs_http.mount(server.app, server.guard.check)
-
-
-@contextlib.asynccontextmanager
-async def serve(config: Config, *, run_id: str = "",
-                backend: SubagentBackend | None = None) -> AsyncIterator[Runner]:
-    """``async with selfmcp.serve(config, run_id=..., backend=...)``: serve for the run."""
-    assert config.serve is not None, "serve() needs --serve-mcp"
-    pool = None
-    if config.pool is not None:
-        pool = PoolServed(config.pool, capacity=config.max_subagents,
-                          ssl_context=_peer_ssl(config.serve))
-    runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
-                                  secrets_dir=config.secrets_dir, a2a=config.serve_a2a,
-                                  pool=pool)
-    stop = asyncio.Event()
-    try:
-        async with asyncio.TaskGroup() as tg:
-            if pool is not None:  # the liveness probes of the pool's peers
-                tg.create_task(pool.prober.run(stop))
-                pool.watches_in(tg)
-            try:
-                yield runner
-            finally:
-                stop.set()
-                if pool is not None:
-                    pool.stop_watches()
-    finally:
-        await runner.stop()
-        if pool is not None:
-            await pool.close()
-
-
-def _peer_ssl(spec: ServeSpec) -> ssl.SSLContext | None:
-    """The relay's TLS to https peers: their CA is this listener's client CA (the
-    pool shares one PKI), and this worker's certificate is its mTLS identity."""
-    if spec.scheme != "https":
-        return None
-    ctx = ssl.create_default_context(cafile=spec.client_ca)
-    if spec.cert and spec.key:
-        ctx.load_cert_chain(spec.cert, spec.key)
-    return ctx
