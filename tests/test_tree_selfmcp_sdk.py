@@ -124,13 +124,13 @@ async def test_sdk_cancel_three_level_subtree(tmp_path):
         top = r.structured_content["handle"]
         handles = [top, f"{top}.1", f"{top}.1.1"]
         assert await until(lambda: all(sup.process(h) for h in handles), limit=120)
-        assert await until(lambda: sup.status(handles[-1]).result is not None, limit=120)
+        assert await until(lambda: sup.status("served", handles[-1]).result is not None, limit=120)
         pids = [sup.process(h).pid for h in handles]
         assert all(exists(p) for p in pids)
         r = await client.call_tool("subagent.cancel", {"handle": top})
         assert not r.is_error and r.structured_content["status"] == "cancelled"
         assert [p for p in pids if exists(p)] == []
-        assert all(sup.status(h).status == "cancelled" for h in handles)
+        assert all(sup.status("served", h).status == "cancelled" for h in handles)
 
 
 @pytest.mark.parametrize(("over", "first", "refusal"), [

@@ -68,7 +68,7 @@ async def test_the_sync_answer_comes_before_the_teardown(tmp_path, spawn, fifo):
         async with asyncio.timeout(60):  # a bound, not a speed assertion
             await proc.exited.wait()
         assert proc.returncode == 0
-        assert sup.status(st.handle).status == "completed"
+        assert sup.status("0", st.handle).status == "completed"
 
 
 async def test_the_async_updated_comes_before_the_teardown(tmp_path, spawn, fifo):

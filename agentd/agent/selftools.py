@@ -230,26 +230,19 @@ class SelfTools:
 
         return handler
 
-    def _mine(self, handle: str) -> bool:
-        """A loop acts only on its own subtree: anything else (a peer's served.N,
-        a sibling's run) is answered as an unknown handle (docs/security.md)."""
-        return handle.startswith(self.caller + ".")
-
     def _status_of(self, handle: str) -> HandleState | Unknown:
-        return self.backend.status(handle) if self._mine(handle) else Unknown(handle)
+        """A loop sees only its own subtree: the backend answers anything else (a
+        peer's served.N, a sibling's run) as an unknown handle (docs/security.md)."""
+        return self.backend.status(self.caller, handle)
 
     async def _spawn(self, request: SpawnRequest) -> Observed | Refusal | Unknown:
         return _shown(await self.backend.spawn(self.caller, request))
 
     async def _send(self, a: spawn_tools.SendArgs) -> Observed | Refusal | Unknown:
-        if not self._mine(a.handle):
-            return Unknown(a.handle)
         return _shown(await self.backend.send(self.caller, a.handle, a.message))
 
     async def _status(self, a: spawn_tools.HandleArgs) -> Observed | Refusal | Unknown:
         return _shown(self._status_of(a.handle))
 
     async def _cancel(self, a: spawn_tools.HandleArgs) -> Observed | Refusal | Unknown:
-        if not self._mine(a.handle):
-            return Unknown(a.handle)
-        return _shown(await self.backend.cancel(a.handle))
+        return _shown(await self.backend.cancel(self.caller, a.handle))

@@ -190,7 +190,7 @@ class Batch:
         finally:
             cancel.cancel()
         if not fut.done():
-            await self.sup.cancel(handle)
+            await self.sup.cancel(ROOT, handle)
         return await fut
 
     def _write(self, task: TaskLine, status: str, partial: bool, result: Any, steps: int,

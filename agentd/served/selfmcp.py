@@ -79,7 +79,7 @@ from agentd.mcp.server.handler import CallContext, Handler
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
 from agentd.served.pool import HANDLE_TOOLS, PoolServed, with_handle_header
-from agentd.tree.ownership import Owners, top_of
+from agentd.tree.ownership import top_of
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import convert_peer
@@ -140,8 +140,6 @@ class SelfMCP(Handler):
         self.run_id = run_id
         self.mode = mode
         self.started = time.monotonic()
-        # served.N -> the principal that spawned it; its whole subtree is theirs
-        self.owners = Owners()
         self._log = log.bind(component="selfmcp")
         self._announced_counts: dict[str, int] | None = None
         self.add_tool("status", self._status, _STATUS_SCHEMA, description=_STATUS_DESCRIPTION)
@@ -168,12 +166,11 @@ class SelfMCP(Handler):
         return body
 
     def _on_evicted(self, handle: str) -> None:
-        """The backend no longer retains ``handle``: an evicted run's owner (and its
-        pool name) is forgotten with it."""
-        if handle.startswith(SERVED_CALLER + ".") and handle == top_of(handle):
-            self.owners.forget(handle)
-            if self.pool is not None:
-                self.pool.forget(handle)
+        """The backend no longer retains ``handle``: an evicted run's pool name is
+        forgotten with it (the backend forgets its owner)."""
+        if self.pool is not None and handle.startswith(SERVED_CALLER + ".") \
+                and handle == top_of(handle):
+            self.pool.forget(handle)
 
     def _on_terminal(self, state: HandleState) -> None:
         handle = state.handle
@@ -199,11 +196,8 @@ class SelfMCP(Handler):
 
     def lookup(self, handle: str, principal: str | None = None) -> HandleState | Unknown:
         """The state of a served handle, or `Unknown` (never, evicted, not served,
-        or — with ``principal`` — another principal's: the same answer)."""
-        if not handle.startswith(SERVED_CALLER + ".") or (
-                principal is not None and not self.owners.may(handle, principal)):
-            return Unknown(handle)
-        return self.backend.status(handle)
+        or — with ``principal`` — another principal's: the backend's one rule)."""
+        return self.backend.status(SERVED_CALLER, handle, principal=principal)
 
     # ------------------------------------------------------------ tools
     async def _status(self, args: dict[str, Any], ctx: CallContext) -> Any:
@@ -250,15 +244,10 @@ class SelfMCP(Handler):
     async def _spawn_here(self, request: SpawnRequest, principal: str
                           ) -> dict[str, Any] | Refusal:
         """A spawn on this worker: the ack (async) or the terminal body (sync)."""
-        state = await self.backend.spawn(SERVED_CALLER, request)
-        if isinstance(state, Refusal):
-            self._status_changed()
-            return state
-        # an async spawn returns with no await after minting the handle, so it is
-        # claimed before any other request runs; a sync spawn's handle belongs to
-        # nobody (unknown to all) until it returns
-        self.owners.claim(state.handle, principal)
+        state = await self.backend.spawn(SERVED_CALLER, request, principal=principal)
         self._status_changed()
+        if isinstance(state, Refusal):
+            return state
         handle = state.handle if self.pool is None else self.pool.name(state.handle, principal)
         if not state.done:
             return {"handle": handle, "status": state.status, "done": False}
@@ -284,13 +273,14 @@ class SelfMCP(Handler):
     async def _local(self, op: str, handle: str, message: str | None,
                      principal: str) -> dict[str, Any] | Unknown:
         """One operation on this worker's own ``served.N`` for ``principal``."""
-        state = self.lookup(handle, principal)
-        if isinstance(state, Unknown):
-            return state
+        state: HandleState | Unknown
         if op == "send":
-            state = await self.backend.send(SERVED_CALLER, handle, message or "")
+            state = await self.backend.send(SERVED_CALLER, handle, message or "",
+                                            principal=principal)
         elif op == "cancel":
-            state = await self.backend.cancel(handle)
+            state = await self.backend.cancel(SERVED_CALLER, handle, principal=principal)
+        else:
+            state = self.lookup(handle, principal)
         return state if isinstance(state, Unknown) else state.body()
 
     async def _op(self, op: str, handle: str, message: str | None,
@@ -369,9 +359,7 @@ class SelfMCP(Handler):
     def tree(self, principal: str | None) -> list[dict[str, Any]]:
         """The live view's rows (`agentd top`): the agent's own subagents, and the
         served runs (with their subtrees) this principal owns; never another's."""
-        rows = [r for r in self.backend.snapshot()
-                if not r["handle"].startswith(SERVED_CALLER + ".")
-                or principal is None or self.owners.may(r["handle"], principal)]
+        rows = self.backend.snapshot(principal)
         return self.pool.rows(rows) if self.pool is not None else rows
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
