@@ -102,6 +102,10 @@ STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed pe
 # the subagent tools come from the one table (agentd.agent.spawn_tools), without
 # `detach` (spec §2.2: an in-loop disposition, not offered on the served socket)
 _SPAWN_TOOLS: Final = spawn_tools.tools(spawn_tools.SERVED_MODES)
+# a handle operation by its name on the relay (a resource read, a peer's subscribe:
+# the run's status)
+_OPS: Final = {"send": _SPAWN_TOOLS["subagent.send"], "cancel": _SPAWN_TOOLS["subagent.cancel"],
+               **dict.fromkeys(("status", "read", "subscribe"), _SPAWN_TOOLS["subagent.status"])}
 _STATUS_SCHEMA: Final = {"type": "object", "properties": {}}
 _STATUS_DESCRIPTION: Final = "Read this agent's run id, mode, version, pid and uptime."
 
@@ -143,10 +147,8 @@ class SelfMCP(Handler):
         self._log = log.bind(component="selfmcp")
         self._announced_counts: dict[str, int] | None = None
         self.add_tool("status", self._status, _STATUS_SCHEMA, description=_STATUS_DESCRIPTION)
-        for name, fn in (("subagent.spawn", self._spawn), ("subagent.send", self._send),
-                         ("subagent.status", self._sub_status),
-                         ("subagent.cancel", self._cancel)):
-            tool = _SPAWN_TOOLS[name]
+        for name, tool in _SPAWN_TOOLS.items():
+            fn = self._spawn if name == "subagent.spawn" else self._handle_op(name)
             schema = tool.input_schema if pool is None or name not in HANDLE_TOOLS \
                 else with_handle_header(tool.input_schema)
             self.add_tool(name, self._refusing(tool, fn), schema, description=tool.description)
@@ -244,23 +246,26 @@ class SelfMCP(Handler):
     async def _spawn_here(self, request: SpawnRequest, principal: str
                           ) -> dict[str, Any] | Refusal:
         """A spawn on this worker: the ack (async) or the terminal body (sync)."""
-        state = await self.backend.spawn(SERVED_CALLER, request, principal=principal)
+        state = await _SPAWN_TOOLS["subagent.spawn"].act(self.backend, SERVED_CALLER,
+                                                         principal, request)
         self._status_changed()
-        if isinstance(state, Refusal):
-            return state
+        if not isinstance(state, HandleState):
+            return state if isinstance(state, Refusal) else Refusal("spawn refused")
         handle = state.handle if self.pool is None else self.pool.name(state.handle, principal)
         if not state.done:
             return {"handle": handle, "status": state.status, "done": False}
         return {**state.body(), "handle": handle}
 
-    async def _send(self, a: spawn_tools.SendArgs, ctx: CallContext) -> Any:
-        return await self._tool_op("send", a.handle, a.message, ctx)
+    def _handle_op(self, name: str) -> Any:
+        """A handle operation of the table (send, status, cancel) as a tool."""
+        op = name.removeprefix("subagent.")
 
-    async def _sub_status(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
-        return await self._tool_op("status", a.handle, None, ctx)
+        async def call(a: spawn_tools.SendArgs | spawn_tools.HandleArgs,
+                       ctx: CallContext) -> Any:
+            message = a.message if isinstance(a, spawn_tools.SendArgs) else None
+            return await self._tool_op(op, a.handle, message, ctx)
 
-    async def _cancel(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
-        return await self._tool_op("cancel", a.handle, None, ctx)
+        return call
 
     async def _tool_op(self, op: str, handle: str, message: str | None,
                        ctx: CallContext) -> t.CallToolResult | Refusal | Unknown:
@@ -273,15 +278,10 @@ class SelfMCP(Handler):
     async def _local(self, op: str, handle: str, message: str | None,
                      principal: str) -> dict[str, Any] | Unknown:
         """One operation on this worker's own ``served.N`` for ``principal``."""
-        state: HandleState | Unknown
-        if op == "send":
-            state = await self.backend.send(SERVED_CALLER, handle, message or "",
-                                            principal=principal)
-        elif op == "cancel":
-            state = await self.backend.cancel(SERVED_CALLER, handle, principal=principal)
-        else:
-            state = self.lookup(handle, principal)
-        return state if isinstance(state, Unknown) else state.body()
+        args = spawn_tools.SendArgs(handle, message or "") if op == "send" \
+            else spawn_tools.HandleArgs(handle)  # status, cancel; a relayed read
+        state = await _OPS[op].act(self.backend, SERVED_CALLER, principal, args)
+        return state.body() if isinstance(state, HandleState) else Unknown(handle)
 
     async def _op(self, op: str, handle: str, message: str | None,
                   principal: str) -> dict[str, Any] | Refusal | Unknown:
