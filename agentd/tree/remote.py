@@ -87,7 +87,7 @@ class RemoteBackend:
     def retained(self, handle: str) -> float | None:
         return None
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self, principal: str | None = None) -> list[dict[str, Any]]:
         return []  # the live view is the root's
 
     def live_pids(self) -> list[int]:
