@@ -154,9 +154,9 @@ def uss_rss(pid: int) -> tuple[float, float]:
 @contextlib.asynccontextmanager
 async def self_mcp(sup: Supervisor):
     """Serve the self-MCP on loopback over `sup`; yield agentd's own MCP client to it."""
+    from agentd.app.serving import serve_self_mcp
     from agentd.config import ServerSpec, ServeSpec
     from agentd.mcp.client.facade import MCPClient
-    from agentd.tree.selfmcp import serve_self_mcp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -227,7 +227,7 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
             obs = await asyncio.gather(*(
                 client.call_tool("subagent.spawn", {"instruction": f"task {i}", "async": True})
                 for i in range(n)))
-            acks = [sup.status(o.structured["handle"]) for o in obs]
+            acks = [sup.status("served", o.structured["handle"]) for o in obs]
         else:
             acks = [await sup.spawn("served", SpawnRequest(f"task {i}", mode="async"))
                     for i in range(n)]
@@ -249,7 +249,7 @@ async def fanout(cfg: Config, mode: str, n: int, via: str) -> dict:
                     # the children alone, if nothing else ran: the machine's CPUs / their cost
                     "cap_from_child_cpu_per_s": round((os.cpu_count() or 1) * 1000 / per)
                     if per > 0 else None}
-        states = [sup.status(a.handle) for a in acks]
+        states = [sup.status("served", a.handle) for a in acks]
         statuses = {s.status for s in states}
         failures = [s.result for s in states if s.status != "completed"][:3]
         firsts = []

@@ -272,9 +272,9 @@ async def _selfmcp(calls: int) -> tuple[float, float]:
     from bench_server import free_port
 
     from agentd.agent.subagents import Unavailable
+    from agentd.app.serving import serve_self_mcp
     from agentd.config import ServeSpec
     from agentd.obs import trace
-    from agentd.tree.selfmcp import serve_self_mcp
 
     port = free_port()
     runner = await serve_self_mcp(ServeSpec(url=f"http://127.0.0.1:{port}", host="127.0.0.1",

@@ -67,8 +67,10 @@ LAYERS: dict[str, int] = {
     "agentd.trajectory": 5,  # ATIF: fed by the loop's hooks, carried by the control wire
     # 6: tree
     "agentd.tree": 6,
-    # 7: reactive
+    # 7: reactive, and the served endpoints (self-MCP, served A2A, the pool's served
+    # side): both sit on the tree and neither imports the other; app composes them
     "agentd.reactive": 7,
+    "agentd.served": 7,
     # 8: app (entry points, composition roots, demo, terminal views)
     "agentd.app": 8,
     "agentd.demo": 8,

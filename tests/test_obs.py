@@ -279,9 +279,9 @@ async def test_an_inbound_self_mcp_request_continues_its_callers_trace(monkeypat
     import aiohttp
 
     from agentd.agent.subagents import Unavailable
+    from agentd.app.serving import serve_self_mcp
     from agentd.config import ServeSpec
     from agentd.obs import trace
-    from agentd.tree.selfmcp import serve_self_mcp
 
     t1, p1 = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
     t2, p2 = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -336,10 +336,10 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
     import aiohttp
 
     from agentd.agent.subagents import Unavailable
+    from agentd.app.serving import serve_self_mcp
     from agentd.config import ServeSpec
     from agentd.obs import trace
-    from agentd.tree.a2a_served import PATH
-    from agentd.tree.selfmcp import serve_self_mcp
+    from agentd.served.a2a import PATH
 
     got: list[tuple] = []  # finished spans, as a subagent hands them up (shutdown flushes)
     assert trace.setup("agentd-serve", mode="relay", relay=got.extend)

@@ -30,8 +30,8 @@ except ImportError:  # pragma: no cover
 
 from agentd import __version__
 from agentd.app.compose import open_supervisor
+from agentd.app.serving import serve_self_mcp
 from agentd.config import ServeSpec
-from agentd.tree.selfmcp import serve_self_mcp
 
 pytestmark = pytest.mark.timeout(240)
 

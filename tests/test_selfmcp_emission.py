@@ -28,8 +28,9 @@ from local_connection import LocalConnection
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.mcp.server.http.server import serve
+from agentd.served.selfmcp import SelfMCP
+from agentd.tree.ownership import Owners
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
-from agentd.tree.selfmcp import SelfMCP
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -50,32 +51,38 @@ class ScriptedBackend:
         self.n = 0
         self.refuse: str | None = None
         self.sent: list[tuple[str, str]] = []
+        self.owners = Owners()  # the backend applies the tree's one ownership rule
 
-    async def spawn(self, caller, request):
+    async def spawn(self, caller, request, *, principal=None):
         if self.refuse:
             return Refusal(self.refuse)
         self.requests.append((caller, request))
         self.n += 1
         st = self.states[f"{caller}.{self.n}"] = HandleState(handle=f"{caller}.{self.n}")
+        if principal is not None:
+            self.owners.claim(st.handle, principal)
         if request.mode == "sync":
             self.finish(st.handle, {"answer": 42})
         return st
 
-    async def send(self, caller, handle, message):
-        st = self.status(handle)
+    async def send(self, caller, handle, message, *, principal=None):
+        st = self.status(caller, handle, principal=principal)
         if isinstance(st, HandleState):
             self.sent.append((handle, message))
         return st
 
-    def status(self, handle):
+    def status(self, caller, handle, *, principal=None):
         for gone in self.retention.expired(time.monotonic()):
             del self.states[gone]
+            self.owners.forget(gone)
             for cb in self.evicted:
                 cb(gone)
+        if not self.owners.allows(caller, handle, principal):
+            return Unknown(handle)
         return self.states.get(handle) or Unknown(handle)
 
-    async def cancel(self, handle):
-        st = self.status(handle)
+    async def cancel(self, caller, handle, *, principal=None):
+        st = self.status(caller, handle, principal=principal)
         if isinstance(st, HandleState) and not st.done:
             self.finish(handle, None, status="cancelled")
         return st
@@ -89,7 +96,7 @@ class ScriptedBackend:
     def retained(self, handle):
         return self.retention.left(handle, time.monotonic())
 
-    def snapshot(self):
+    def snapshot(self, principal=None):
         return []
 
     def live_pids(self):

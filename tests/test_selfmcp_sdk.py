@@ -29,7 +29,7 @@ from agentd.agent.subagents import Unavailable
 from agentd.intelligence.playback import Playback
 from agentd.mcp.client.toolbox import Toolbox
 from agentd.mcp.server.http.server import serve
-from agentd.tree.selfmcp import TOOL_SCHEMAS, SelfMCP
+from agentd.served.selfmcp import TOOL_SCHEMAS, SelfMCP
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 

@@ -23,7 +23,7 @@ from waiting import until
 from agentd.errors import RPCError
 from agentd.mcp.server.handler import Handler
 from agentd.mcp.server.http.server import Limits, serve
-from agentd.tree.selfmcp import SelfMCP
+from agentd.served.selfmcp import SelfMCP
 
 V = "2026-07-28"
 META = {"io.modelcontextprotocol/protocolVersion": V,

@@ -9,10 +9,11 @@ import orjson
 import pytest
 import trustme
 
+from agentd.app.serving import serve_self_mcp
 from agentd.config import ServeSpec, parse_serve
 from agentd.mcp.server.auth import BearerAuth, server_ssl_context
 from agentd.mcp.server.http.server import serve
-from agentd.tree.selfmcp import SelfMCP, serve_self_mcp
+from agentd.served.selfmcp import SelfMCP
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},

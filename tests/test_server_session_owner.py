@@ -18,7 +18,7 @@ import trustme
 
 from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.http.server import serve
-from agentd.tree.selfmcp import SelfMCP
+from agentd.served.selfmcp import SelfMCP
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},

@@ -91,8 +91,8 @@ async def test_a_child_holds_no_secret(tmp_path, monkeypatch, spawn):
             cfg = make_config(tmp_path, spawn=spawn, intelligence=gw.url, mcp=(spec,))
             async with open_supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("hello", mode="warm"))
-                assert await until(lambda: sup.status(st.handle).result is not None)
-                assert sup.status(st.handle).result == '{"ok": 1}'
+                assert await until(lambda: sup.status("0", st.handle).result is not None)
+                assert sup.status("0", st.handle).result == '{"ok": 1}'
                 pid = sup.process(st.handle).pid
                 env = _environ(pid)
                 assert SECRET_KEY.encode() not in env and SECRET_TOKEN.encode() not in env
@@ -170,8 +170,8 @@ async def test_64_children_stay_within_the_tree_ceiling(tmp_path):
         async with open_supervisor(cfg) as sup:
             acks = await asyncio.gather(*(sup.spawn("0", SpawnRequest(f"work {i}", mode="async"))
                                           for i in range(n)))
-            assert await until(lambda: all(sup.status(a.handle).done for a in acks), limit=240)
-            states = [sup.status(a.handle) for a in acks]
+            assert await until(lambda: all(sup.status("0", a.handle).done for a in acks), limit=240)
+            states = [sup.status("0", a.handle) for a in acks]
             total = sup.tree_tokens
             refused = sup.ledger.refused
     assert {s.status for s in states} == {"budget_exhausted"}, [s.result for s in states][:3]
@@ -212,8 +212,8 @@ async def test_429_pauses_the_whole_tree_and_loses_no_child(tmp_path):
             gate.append(sup.broker.intelligence.gate)
             acks = await asyncio.gather(*(sup.spawn("0", SpawnRequest(f"job {i}", mode="async"))
                                           for i in range(n)))
-            assert await until(lambda: all(sup.status(a.handle).done for a in acks), limit=150)
-            states = [sup.status(a.handle) for a in acks]
+            assert await until(lambda: all(sup.status("0", a.handle).done for a in acks), limit=150)
+            states = [sup.status("0", a.handle) for a in acks]
             pauses = sup.broker.intelligence.gate.pauses
     assert [s.status for s in states] == ["completed"] * n
     assert len(gw.bodies) == n + 1  # the refused call was retried once, nothing lost
@@ -246,12 +246,12 @@ async def test_an_update_reaches_only_the_child_that_subscribed(tmp_path):
                 assert await until(lambda: sup.broker.holds(watcher.handle), limit=60)
                 async with aiohttp.ClientSession() as http:
                     await http.post(f"http://127.0.0.1:{peer.port}/update?value=v-new")
-                assert await until(lambda: sup.status(watcher.handle).done, limit=60)
-                st = sup.status(watcher.handle)
+                assert await until(lambda: sup.status("0", watcher.handle).done, limit=60)
+                st = sup.status("0", watcher.handle)
                 delivered = list(sup.broker.delivered)
                 root_queue = sup.broker.toolbox.updates.qsize()  # the root's toolbox
                 assert await until(lambda: not sup.broker.holds(watcher.handle), limit=10)
-                assert sup.status(idle.handle).status == "running"
+                assert sup.status("0", idle.handle).status == "running"
     assert st.status == "completed", st.result
     seen = json.loads(st.result)["seen"]
     assert any("updated; current state of mem://watched" in t and "v-new" in t for t in seen)
@@ -274,11 +274,11 @@ async def test_forkserver_that_cannot_start_falls_back_to_exec(tmp_path, monkeyp
     async with open_supervisor(cfg) as sup:
         a = await sup.spawn("0", SpawnRequest("one"))
         b = await sup.spawn("0", SpawnRequest("two", mode="warm"))
-        assert await until(lambda: sup.status(b.handle).result is not None)
+        assert await until(lambda: sup.status("0", b.handle).result is not None)
         assert parent_of(sup.process(b.handle).pid) == os.getpid()  # exec'd by us
         assert forkservers() == []
         assert sup.fallbacks == 1
-        assert a.status == "completed" and sup.status(b.handle).status == "running"
+        assert a.status == "completed" and sup.status("0", b.handle).status == "running"
 
 
 def test_spawn_defaults_to_the_forkserver_on_linux():
@@ -338,7 +338,7 @@ async def test_a_grandchild_is_brokered_by_the_root_with_its_own_scope(tmp_path)
                                    ServerSpec(name="b", url=b.url)))
             async with open_supervisor(cfg) as sup:
                 st = await sup.spawn("0", SpawnRequest("child job"))
-                grand = sup.status("0.1.1")
+                grand = sup.status("0", "0.1.1")
                 by_handle = dict(sup.ledger.by_handle)
                 async with aiohttp.ClientSession() as http:
                     stats_b = await (await http.get(f"http://127.0.0.1:{b.port}/stats")).json()

@@ -26,11 +26,11 @@ async def test_256_async_children_complete_and_are_reaped(tmp_path, spawn):
         acks = [await sup.spawn("0", SpawnRequest(f"task {i}", mode="async"))
                 for i in range(N)]
         assert len({a.handle for a in acks}) == N
-        assert await until(lambda: all(sup.status(a.handle).done for a in acks), limit=360)
-        states = [sup.status(a.handle) for a in acks]
+        assert await until(lambda: all(sup.status("0", a.handle).done for a in acks), limit=360)
+        states = [sup.status("0", a.handle) for a in acks]
         bad = [(s.handle, s.status, s.result) for s in states if s.status != "completed"]
         assert bad == []
-        assert {sup.status(a.handle).result for a in acks} == {'{"ok": true}'}
+        assert {sup.status("0", a.handle).result for a in acks} == {'{"ok": true}'}
         pids = [sup.process(a.handle).pid for a in acks]
         assert await until(lambda: not any(exists(p) for p in pids), limit=30)
         counts = sup.counts()

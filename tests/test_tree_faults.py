@@ -80,7 +80,7 @@ async def test_child_ignoring_sigterm_gets_sigkill_within_the_drain(tmp_path, sp
         assert await until(lambda: sup.process(ack.handle) is not None)
         proc = sup.process(ack.handle)
         assert await until(lambda: sup.timing(ack.handle)[1] is not None)
-        state = await sup.cancel(ack.handle)
+        state = await sup.cancel("0", ack.handle)
         assert state.status == "cancelled"
         assert proc.returncode == -signal.SIGKILL
         assert not exists(proc.pid)
@@ -94,7 +94,7 @@ async def test_hanging_child_is_cancelled(tmp_path, spawn, monkeypatch):
         assert await until(lambda: sup.process(ack.handle) is not None)
         pid = sup.process(ack.handle).pid
         assert running(pid)
-        state = await sup.cancel(ack.handle)
+        state = await sup.cancel("0", ack.handle)
         assert state.status == "cancelled" and state.partial is True
         assert sup.process(ack.handle).returncode == 0  # it answered the wire's cancel
         assert not exists(pid)
@@ -144,11 +144,11 @@ async def test_parent_sigkilled_children_exit(tmp_path, spawn):
 async def test_forkserver_killed_children_fail_and_it_restarts(tmp_path):
     async with open_supervisor(make_config(tmp_path, spawn="forkserver")) as sup:
         ack = await sup.spawn("0", SpawnRequest("session", mode="warm"))
-        assert await until(lambda: sup.status(ack.handle).result is not None)
+        assert await until(lambda: sup.status("0", ack.handle).result is not None)
         [server] = forkservers()
         os.kill(server, signal.SIGKILL)
-        assert await until(lambda: sup.status(ack.handle).done)
-        assert sup.status(ack.handle).status == "failed"
+        assert await until(lambda: sup.status("0", ack.handle).done)
+        assert sup.status("0", ack.handle).status == "failed"
         st = await sup.spawn("0", SpawnRequest("after the restart"))
         assert st.status == "completed"
         assert len(forkservers()) == 1 and server not in forkservers()

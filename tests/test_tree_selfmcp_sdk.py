@@ -3,7 +3,7 @@
 sync, async (+ subscribe, `updated`, read), warm + send, status, cancel of a
 3-level subtree (no process of it left in /proc), each cap's refusal text and
 a scope widening refused — all as a peer sees them, over Streamable HTTP, from
-`selfmcp.serve(config, ...)`: the entry `agentd --serve-mcp` uses.
+`serving.serve(config, ...)`: the entry `agentd --serve-mcp` uses.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install 
 from mcp import ClientSession, types  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from agentd.app import serving  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.config import parse_serve  # noqa: E402
-from agentd.tree import selfmcp  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -57,13 +57,13 @@ def add_tree_scripts(path: str) -> None:
 
 @contextlib.asynccontextmanager
 async def served(tmp_path, *, scope=None, **over):
-    """The tree served the way `agentd --serve-mcp` serves it (`selfmcp.serve`)."""
+    """The tree served the way `agentd --serve-mcp` serves it (`serving.serve`)."""
     port = free_port()
     cfg = make_config(tmp_path, serve=parse_serve(f"http://127.0.0.1:{port}", None, None,
                                                   None, None), **over)
     add_tree_scripts(cfg.intelligence.removeprefix("playback:"))
     async with open_supervisor(cfg, scope=scope) as sup, \
-            selfmcp.serve(cfg, run_id="r", backend=sup) as runner:
+            serving.serve(cfg, run_id="r", backend=sup) as runner:
         updates: asyncio.Queue[str] = asyncio.Queue()
 
         async def on_message(message) -> None:
@@ -124,13 +124,13 @@ async def test_sdk_cancel_three_level_subtree(tmp_path):
         top = r.structured_content["handle"]
         handles = [top, f"{top}.1", f"{top}.1.1"]
         assert await until(lambda: all(sup.process(h) for h in handles), limit=120)
-        assert await until(lambda: sup.status(handles[-1]).result is not None, limit=120)
+        assert await until(lambda: sup.status("served", handles[-1]).result is not None, limit=120)
         pids = [sup.process(h).pid for h in handles]
         assert all(exists(p) for p in pids)
         r = await client.call_tool("subagent.cancel", {"handle": top})
         assert not r.is_error and r.structured_content["status"] == "cancelled"
         assert [p for p in pids if exists(p)] == []
-        assert all(sup.status(h).status == "cancelled" for h in handles)
+        assert all(sup.status("served", h).status == "cancelled" for h in handles)
 
 
 @pytest.mark.parametrize(("over", "first", "refusal"), [

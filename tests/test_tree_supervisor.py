@@ -35,8 +35,8 @@ async def test_sync_async_warm_send_status(tmp_path, spawn):
         ack = await sup.spawn("0", SpawnRequest("later", mode="async"))
         assert ack.handle == "0.2" and ack.body()["status"] == "running"
         assert ack.body()["done"] is False and "age_ms" in ack.body()
-        assert await until(lambda: sup.status("0.2").done)
-        assert sup.status("0.2").status == "completed"
+        assert await until(lambda: sup.status("0", "0.2").done)
+        assert sup.status("0", "0.2").status == "completed"
         warm = await sup.spawn("0", SpawnRequest("session", mode="warm"))
         reply = await sup.send("0", warm.handle, "and another thing")
         assert reply.body()["status"] == "running" and reply.body()["result"] == '{"ok": true}'
@@ -44,11 +44,11 @@ async def test_sync_async_warm_send_status(tmp_path, spawn):
         assert proc is not None and running(proc.pid)
         counts = sup.counts()
         assert counts["spawned"] == 3 and counts["completed"] == 2 and counts["running"] == 1
-        assert sup.status("0.99") == Unknown("0.99")
+        assert sup.status("0", "0.99") == Unknown("0.99")
         # a send to a run that is no warm session: unknown, with the reason the wire adds
         assert await sup.send("0", "0.1", "more?") == Unknown("0.1", "is not a warm session")
         assert await sup.send("0.2", warm.handle, "not yours") == Unknown(warm.handle)
-    assert sup.status(warm.handle).status == "cancelled"  # drained on exit
+    assert sup.status("0", warm.handle).status == "cancelled"  # drained on exit
     assert not exists(proc.pid)
 
 
@@ -56,7 +56,7 @@ async def test_nested_spawn_goes_through_the_root_chokepoint(tmp_path, spawn):
     async with sup_for(tmp_path, spawn) as sup:
         st = await sup.spawn("0", SpawnRequest("spawn-child please"))
         assert st.status == "completed" and st.result == '{"parent": "done"}'
-        leaf = sup.status("0.1.1")  # minted from the caller's pipe, depth 3
+        leaf = sup.status("0", "0.1.1")  # minted from the caller's pipe, depth 3
         assert leaf.status == "completed"
         assert sup.counts()["spawned"] == 2
 
@@ -83,7 +83,7 @@ async def test_served_handles(tmp_path, spawn):
         a = await sup.spawn("served", SpawnRequest("one", mode="async"))
         b = await sup.spawn("served", SpawnRequest("two"))
         assert (a.handle, b.handle) == ("served.1", "served.2")
-        assert await until(lambda: sup.status("served.1").done)
+        assert await until(lambda: sup.status("served", "served.1").done)
 
 
 async def test_max_depth_refusal_text(tmp_path, spawn):
@@ -109,7 +109,7 @@ async def test_child_cap_total_cap_token_ceiling(tmp_path, spawn):
         await sup.spawn("0.1", SpawnRequest("nested", mode="warm"))  # 3 live now
         assert await sup.spawn("0.2", SpawnRequest("four")) == Refusal(
             "spawn refused: max_subagents=3 reached at handle 0.2")
-        await sup.cancel("0.1")
+        await sup.cancel("0", "0.1")
         sup.ledger.report("0", 100)  # the root's own tokens, on the tree's ledger
         assert await sup.spawn("0", SpawnRequest("costs")) == Refusal(
             "spawn refused: token_ceiling=100 reached at handle 0")
@@ -135,7 +135,7 @@ async def test_scope_narrows_and_widening_is_refused(tmp_path, spawn):
         # the same refusal, asked by a real child's loop: an isError observation to it
         st = await sup.spawn("0", SpawnRequest("widen-scope", tool_scope=("fs",)))
         assert st.status == "completed" and st.result == '{"widen": "answered"}'
-        assert sup.status("0.2.1") == Unknown("0.2.1")
+        assert sup.status("0", "0.2.1") == Unknown("0.2.1")
         assert sup.counts()["refused"] == 3
 
 
@@ -149,21 +149,21 @@ async def test_cancel_a_three_level_subtree_leaves_no_process(tmp_path, spawn):
         handles = ["0.1", "0.1.1", "0.1.1.1", "0.1.1.2"]
         assert await until(lambda: all(sup.process(h) for h in handles))
         pids = [sup.process(h).pid for h in handles]
-        state = await sup.cancel("0.1")
+        state = await sup.cancel("0", "0.1")
         assert state.status == "cancelled"
         for h in handles:
-            assert sup.status(h).done
+            assert sup.status("0", h).done
         assert [p for p in pids if exists(p)] == []
-        assert sup.status(sibling.handle).status == "running"
+        assert sup.status("0", sibling.handle).status == "running"
         assert running(sup.process(sibling.handle).pid)
-        assert await sup.cancel("0.77") == Unknown("0.77")
+        assert await sup.cancel("0", "0.77") == Unknown("0.77")
 
 
 async def test_terminal_handles_are_evicted(tmp_path, spawn):
     async with open_supervisor(make_config(tmp_path, spawn=spawn), terminal_ttl=0.0) as sup:
         st = await sup.spawn("0", SpawnRequest("short"))
         assert st.status == "completed"
-        assert sup.status(st.handle) == Unknown(st.handle)
+        assert sup.status("0", st.handle) == Unknown(st.handle)
         assert sup.counts()["evicted"] == 1
 
 
@@ -181,7 +181,7 @@ async def test_every_child_is_our_child_and_reaped(tmp_path, spawn):
     async with sup_for(tmp_path, spawn, max_children=8) as sup:
         for i in range(4):
             await sup.spawn("0", SpawnRequest(f"a{i}", mode="async"))
-        assert await until(lambda: all(sup.status(f"0.{i}").done for i in range(1, 5)))
+        assert await until(lambda: all(sup.status("0", f"0.{i}").done for i in range(1, 5)))
         pids = [sup.process(f"0.{i}").pid for i in range(1, 5)]
         warm = [await sup.spawn("0", SpawnRequest(f"w{i}", mode="warm")) for i in range(2)]
         assert await until(lambda: all(sup.process(w.handle) for w in warm))

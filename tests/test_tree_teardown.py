@@ -19,9 +19,9 @@ import pytest
 from tree_helpers import make_config, precompile, running
 
 from agentd.agent.subagents import SpawnRequest
+from agentd.app import serving
 from agentd.app.compose import open_supervisor
 from agentd.config import parse_serve
-from agentd.tree import selfmcp
 from agentd.tree.boot import FAULT_ENV, LINGER
 
 pytestmark = [pytest.mark.timeout(180),
@@ -68,7 +68,7 @@ async def test_the_sync_answer_comes_before_the_teardown(tmp_path, spawn, fifo):
         async with asyncio.timeout(60):  # a bound, not a speed assertion
             await proc.exited.wait()
         assert proc.returncode == 0
-        assert sup.status(st.handle).status == "completed"
+        assert sup.status("0", st.handle).status == "completed"
 
 
 async def test_the_async_updated_comes_before_the_teardown(tmp_path, spawn, fifo):
@@ -83,7 +83,7 @@ async def test_the_async_updated_comes_before_the_teardown(tmp_path, spawn, fifo
     arrived = asyncio.Event()
 
     async with open_supervisor(config, run_id="r") as sup, \
-            selfmcp.serve(config, run_id="r", backend=sup) as runner:
+            serving.serve(config, run_id="r", backend=sup) as runner:
 
         async def on_message(msg):
             if getattr(msg, "method", None) == "notifications/resources/updated":

@@ -47,7 +47,7 @@ async def test_children_fork_from_the_one_lean_template(tmp_path):
                           mcp=(ServerSpec(name="sdk", url=peer.url),))
         async with open_supervisor(cfg) as sup:
             plain = await sup.spawn("0", SpawnRequest("no tools", tool_scope=(), mode="warm"))
-            assert await until(lambda: sup.status(plain.handle).result is not None)
+            assert await until(lambda: sup.status("0", plain.handle).result is not None)
             [lean] = forkservers()  # started by the first spawn
             assert _ppid(sup.process(plain.handle).pid) == lean
             assert "aiohttp" not in _maps(lean) and "jsonschema_rs" not in _maps(lean)
@@ -55,11 +55,11 @@ async def test_children_fork_from_the_one_lean_template(tmp_path):
             # a child with a server in scope forks from `lean` too: its MCP calls and
             # model calls are brokered by this process (agentd.tree.broker)
             tooled = await sup.spawn("0", SpawnRequest("with the sdk server", mode="warm"))
-            assert await until(lambda: sup.status(tooled.handle).result is not None)
+            assert await until(lambda: sup.status("0", tooled.handle).result is not None)
             assert forkservers() == [lean]
             assert _ppid(sup.process(tooled.handle).pid) == lean
-            assert sup.status(tooled.handle).status == "running"
-            assert sup.status(tooled.handle).result == '{"ok": true}'
+            assert sup.status("0", tooled.handle).status == "running"
+            assert sup.status("0", tooled.handle).result == '{"ok": true}'
             assert "aiohttp" not in _maps(sup.process(tooled.handle).pid)
 
 
@@ -108,7 +108,7 @@ async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path
     cfg = make_config(tmp_path, spawn="forkserver")
     async with open_supervisor(cfg) as sup:
         st = await sup.spawn("0", SpawnRequest("idle", mode="warm"))
-        assert await until(lambda: sup.status(st.handle).result is not None)
+        assert await until(lambda: sup.status("0", st.handle).result is not None)
         bit = 1 << (signal.SIGCHLD - 1)
         assert "LD_BIND_NOW=1" in _environ(forkservers()[0])  # bound before forking
         assert _signal_masks(forkservers()[0])["SigCgt"] & bit

@@ -11,5 +11,5 @@
 
 The `a2a.delegate` self-tool is `agentd.agent.a2a_delegate` (one delegation, which
 the tree's broker performs for subagents too, is `delegation.py`); the served side
-(`--serve-a2a`) is `agentd.tree.a2a_served`. docs/a2a.md is the operator's page.
+(`--serve-a2a`) is `agentd.served.a2a`. docs/a2a.md is the operator's page.
 """

@@ -34,7 +34,6 @@ from agentd.agent.spawn_tools import str_arg
 from agentd.agent.subagents import (
     HandleState,
     Refusal,
-    SpawnRequest,
     SubagentBackend,
     Unavailable,
     Unknown,
@@ -214,42 +213,22 @@ class SelfTools:
     # -- subagents -----------------------------------------------------------
 
     def _add_subagent_tools(self) -> None:
-        table = spawn_tools.tools(spawn_tools.LOOP_MODES)
-        for name, act in (("subagent.spawn", self._spawn), ("subagent.send", self._send),
-                          ("subagent.status", self._status), ("subagent.cancel", self._cancel)):
-            tool = table[name]
-            self.add(SelfTool(name, tool.description, tool.input_schema,
-                              self._refusing(tool, act)))
+        for tool in spawn_tools.tools(spawn_tools.LOOP_MODES).values():
+            self.add(SelfTool(tool.name, tool.description, tool.input_schema,
+                              self._refusing(tool)))
 
-    @staticmethod
-    def _refusing(tool: spawn_tools.SpawnTool, act: Any) -> Any:
-        """`act(parsed)` behind the table's parser; every refusal is an isError
+    def _refusing(self, tool: spawn_tools.SpawnTool) -> Any:
+        """The table's operation for this loop's caller; every refusal is an isError
         observation in the table's words (the self-MCP says the same)."""
+        async def act(parsed: Any) -> Observed | Refusal | Unknown:
+            return _shown(await tool.act(self.backend, self.caller, None, parsed))
+
         async def handler(args: dict[str, Any]) -> Any:
             return await spawn_tools.dispatch(tool, args, act, error)
 
         return handler
 
-    def _mine(self, handle: str) -> bool:
-        """A loop acts only on its own subtree: anything else (a peer's served.N,
-        a sibling's run) is answered as an unknown handle (docs/security.md)."""
-        return handle.startswith(self.caller + ".")
-
     def _status_of(self, handle: str) -> HandleState | Unknown:
-        return self.backend.status(handle) if self._mine(handle) else Unknown(handle)
-
-    async def _spawn(self, request: SpawnRequest) -> Observed | Refusal | Unknown:
-        return _shown(await self.backend.spawn(self.caller, request))
-
-    async def _send(self, a: spawn_tools.SendArgs) -> Observed | Refusal | Unknown:
-        if not self._mine(a.handle):
-            return Unknown(a.handle)
-        return _shown(await self.backend.send(self.caller, a.handle, a.message))
-
-    async def _status(self, a: spawn_tools.HandleArgs) -> Observed | Refusal | Unknown:
-        return _shown(self._status_of(a.handle))
-
-    async def _cancel(self, a: spawn_tools.HandleArgs) -> Observed | Refusal | Unknown:
-        if not self._mine(a.handle):
-            return Unknown(a.handle)
-        return _shown(await self.backend.cancel(a.handle))
+        """A loop sees only its own subtree: the backend answers anything else (a
+        peer's served.N, a sibling's run) as an unknown handle (docs/security.md)."""
+        return self.backend.status(self.caller, handle)

@@ -1,5 +1,5 @@
-"""The subagent tools, specified once: name, description, input schema and the
-argument parser of each, and the words of every refusal.
+"""The subagent operations, specified once: name, description, input schema,
+argument parser and backend call of each, and the words of every refusal.
 
 Two surfaces offer these tools over the one `SubagentBackend`: the agent loop's
 self-tools (`agent/selftools.py`; the model sees `agentd__subagent_spawn`, ...)
@@ -25,7 +25,14 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from agentd.agent.subagents import TOOL_SCOPE_SCHEMA, Refusal, SpawnRequest, Unknown
+from agentd.agent.subagents import (
+    TOOL_SCOPE_SCHEMA,
+    HandleState,
+    Refusal,
+    SpawnRequest,
+    SubagentBackend,
+    Unknown,
+)
 
 R = TypeVar("R")
 
@@ -59,14 +66,40 @@ class HandleArgs(msgspec.Struct, frozen=True):
     handle: str
 
 
+Outcome = HandleState | Refusal | Unknown
+# an operation's backend call: (backend, caller, a peer's principal or None, parsed)
+Act = Callable[[SubagentBackend, str, "str | None", Any], Awaitable[Outcome]]
+
+
 class SpawnTool(msgspec.Struct, frozen=True):
-    """One subagent tool: `parse(arguments)` is its typed request (a
-    `SpawnRequest`, `SendArgs` or `HandleArgs`) or the `Refusal`."""
+    """One subagent operation: its words and schema, `parse(arguments)` (its
+    typed request -- a `SpawnRequest`, `SendArgs` or `HandleArgs` -- or the
+    `Refusal`) and `act`, its one backend call, which both faces make."""
 
     name: str
     description: str
     input_schema: dict[str, Any]
     parse: Callable[[dict[str, Any]], Any]
+    act: Act
+
+
+async def _spawn(b: SubagentBackend, caller: str, principal: str | None,
+                 r: SpawnRequest) -> Outcome:
+    return await b.spawn(caller, r, principal=principal)
+
+
+async def _send(b: SubagentBackend, caller: str, principal: str | None, a: SendArgs) -> Outcome:
+    return await b.send(caller, a.handle, a.message, principal=principal)
+
+
+async def _status(b: SubagentBackend, caller: str, principal: str | None,
+                  a: HandleArgs) -> Outcome:
+    return b.status(caller, a.handle, principal=principal)
+
+
+async def _cancel(b: SubagentBackend, caller: str, principal: str | None,
+                  a: HandleArgs) -> Outcome:
+    return await b.cancel(caller, a.handle, principal=principal)
 
 
 def unknown_handle(handle: str) -> str:
@@ -209,17 +242,17 @@ def tools(modes: Sequence[str] = LOOP_MODES) -> dict[str, SpawnTool]:
         "blocks until it is done; " + "; ".join(about[m] for m in modes)
         + ". tool_scope narrows the MCP servers it may use.",
         {"type": "object", "properties": props, "required": ["instruction"]},
-        _spawn_parser(tuple(modes)))
+        _spawn_parser(tuple(modes)), _spawn)
     send = SpawnTool(
         "subagent.send", "Send another message into a warm subagent session; returns its state.",
         {"type": "object",
          "properties": {"handle": {"type": "string"}, "message": {"type": "string"}},
          "required": ["handle", "message"]},
-        _parse_send)
+        _parse_send, _send)
     status = SpawnTool(
         "subagent.status", "Read a subagent's status (and its result once done).",
-        dict(_HANDLE_SCHEMA), _handle_parser("subagent.status"))
+        dict(_HANDLE_SCHEMA), _handle_parser("subagent.status"), _status)
     cancel = SpawnTool(
         "subagent.cancel", "Cancel a subagent and its whole subtree (the kill ladder).",
-        dict(_HANDLE_SCHEMA), _handle_parser("subagent.cancel"))
+        dict(_HANDLE_SCHEMA), _handle_parser("subagent.cancel"), _cancel)
     return {t.name: t for t in (spawn, send, status, cancel)}

@@ -107,19 +107,29 @@ class Unknown(msgspec.Struct, frozen=True):
 
 
 class SubagentBackend(Protocol):
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
-        """Spawn under `caller`. sync: returns the terminal state; async/warm/detach:
-        returns at once with status running; or the tree's `Refusal`."""
+    """The four operations each take the caller -- a tree caller's handle (`0`, a
+    pipe's handle) or `served` with the peer's `principal` -- and the backend
+    applies the one ownership rule (`agentd.tree.ownership`) to every one: a
+    handle that is not the caller's is `Unknown`, like one that never existed."""
+
+    async def spawn(self, caller: str, request: SpawnRequest, *,
+                    principal: str | None = None) -> HandleState | Refusal:
+        """Spawn under `caller` (a served run is `principal`'s from its admission).
+        sync: returns the terminal state; async/warm/detach: returns at once with
+        status running; or the tree's `Refusal`."""
         ...
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
+    async def send(self, caller: str, handle: str, message: str, *,
+                   principal: str | None = None) -> HandleState | Unknown:
         """Send another message into a warm session; acks with its state."""
         ...
 
-    def status(self, handle: str) -> HandleState | Unknown:
+    def status(self, caller: str, handle: str, *,
+               principal: str | None = None) -> HandleState | Unknown:
         ...
 
-    async def cancel(self, handle: str) -> HandleState | Unknown:
+    async def cancel(self, caller: str, handle: str, *,
+                     principal: str | None = None) -> HandleState | Unknown:
         """Walk the kill ladder over the handle's whole subtree."""
         ...
 
@@ -140,9 +150,10 @@ class SubagentBackend(Protocol):
         """Spawn counters for agent://status (spawned, running, completed, failed, ...)."""
         ...
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self, principal: str | None = None) -> list[dict[str, Any]]:
         """The live view's rows (`agent://status` `tree`, `agentd top`): every known
-        handle's names and numbers, never content; empty where no tree is kept here."""
+        handle's names and numbers, never content; empty where no tree is kept here.
+        With `principal`, served runs only of that principal (the ownership rule)."""
         ...
 
     def live_pids(self) -> list[int]:
@@ -160,16 +171,20 @@ class Unavailable:
 
     REASON = "spawn refused: subagents are not available in this build"
 
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
+    async def spawn(self, caller: str, request: SpawnRequest, *,
+                    principal: str | None = None) -> HandleState | Refusal:
         return Refusal(self.REASON)
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
+    async def send(self, caller: str, handle: str, message: str, *,
+                   principal: str | None = None) -> HandleState | Unknown:
         return Unknown(handle)
 
-    def status(self, handle: str) -> HandleState | Unknown:
+    def status(self, caller: str, handle: str, *,
+               principal: str | None = None) -> HandleState | Unknown:
         return Unknown(handle)
 
-    async def cancel(self, handle: str) -> HandleState | Unknown:
+    async def cancel(self, caller: str, handle: str, *,
+                     principal: str | None = None) -> HandleState | Unknown:
         return Unknown(handle)
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
@@ -184,7 +199,7 @@ class Unavailable:
     def counts(self) -> dict[str, int]:
         return {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self, principal: str | None = None) -> list[dict[str, Any]]:
         return []
 
     def live_pids(self) -> list[int]:

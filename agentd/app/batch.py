@@ -322,7 +322,7 @@ class Batch:
         finally:
             cancel.cancel()
         if not fut.done():
-            await self.sup.cancel(handle)
+            await self.sup.cancel(ROOT, handle)
         return await fut
 
     def interrupt(self, *, now: bool) -> None:

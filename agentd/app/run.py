@@ -185,10 +185,10 @@ def make_selftools(ctx: RunContext) -> SelfTools:
 
 async def _serve_self(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
     """`--serve-mcp`: the self-MCP, on the same backend as the loop's self-tools."""
-    from agentd.tree import selfmcp
+    from agentd.app import serving
 
     ctx.served = await stack.enter_async_context(
-        selfmcp.serve(ctx.config, run_id=ctx.run_id, backend=ctx.backend))
+        serving.serve(ctx.config, run_id=ctx.run_id, backend=ctx.backend))
 
 
 async def _run_reactive(ctx: RunContext) -> RunResult:

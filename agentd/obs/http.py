@@ -1,6 +1,6 @@
 """`/metrics`, `/healthz` and `/readyz` on an aiohttp application.
 
-Mounted on the self-MCP listener (`--serve-mcp`) by `agentd.tree.selfmcp`
+Mounted on the self-MCP listener (`--serve-mcp`) by `agentd.served.selfmcp`
 through the server engine's `mount` hook, and on the standalone
 `--metrics-listen` listener by `serve_standalone()`.
 

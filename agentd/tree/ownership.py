@@ -6,9 +6,10 @@ never a claim) may touch exactly the handles strictly under its own.  A *peer*
 reaching the tree over a served endpoint (the self-MCP, the served A2A agent)
 is a principal: the principal that spawned a served run owns it and its whole
 subtree, and any other principal is told the handle is unknown, the same
-answer as for a handle that never existed.  `Owners` keeps those claims; the
-self-MCP and the served A2A agent each hold one and ask it, and pool mode's
-handles (`agentd.tree.pool_served`) carry the same principal in their MAC.
+answer as for a handle that never existed.  `Owners` keeps those claims and
+`Owners.allows` is the rule; the backend (the tree's `Supervisor`) holds one and
+asks it on every operation, so no endpoint checks a caller itself; pool mode's
+handles (`agentd.served.pool`) carry the same principal in their MAC.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class Owners:
     def may(self, handle: str, principal: str) -> bool:
         """May `principal` touch `handle`?  Only the principal that spawned its run."""
         return self._owners.get(top_of(handle)) == principal
+
+    def allows(self, caller: str, handle: str, principal: str | None = None) -> bool:
+        """The one rule: `handle` is strictly under `caller`, and, for a peer's
+        `principal`, in a run that principal spawned."""
+        return within(handle, caller) and (principal is None or self.may(handle, principal))
 
     def forget(self, handle: str) -> None:
         self._owners.pop(top_of(handle), None)

@@ -4,6 +4,8 @@ Inside a child process every spawn/send/cancel goes up the wire to the root's
 `Supervisor` (`tree/spawn`, `tree/send`, `tree/cancel`): the ONE chokepoint,
 which knows which pipe asked, so a child can never claim another handle.  The
 child runtime (`agentd.app.childrt`) wires it into the child's self-tools.
+The caller goes up as the pipe itself (the root applies the ownership rule to
+it); only the local mirror's `status` applies the rule here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from agentd.tree.control import (
     UNKNOWN_HANDLE,
     SpawnParams,
 )
+from agentd.tree.ownership import within
 from agentd.tree.procs import Channel
 
 __all__ = ["RemoteBackend"]
@@ -39,7 +42,8 @@ class RemoteBackend:
         self._callbacks: list[Callable[[HandleState], None]] = []
         self._counts = {"spawned": 0, "running": 0, "completed": 0, "failed": 0, "refused": 0}
 
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
+    async def spawn(self, caller: str, request: SpawnRequest, *,
+                    principal: str | None = None) -> HandleState | Refusal:
         params = SpawnParams(instruction=request.instruction,
                              output_contract=request.output_contract,
                              tool_scope=request.tool_scope, mode=request.mode,
@@ -54,7 +58,8 @@ class RemoteBackend:
         self._counts["spawned"] += 1
         return self._remember(state)
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
+    async def send(self, caller: str, handle: str, message: str, *,
+                   principal: str | None = None) -> HandleState | Unknown:
         state = await self._call("tree/send", SendArgs(handle, message))
         if isinstance(state, Unknown):
             return state
@@ -63,11 +68,13 @@ class RemoteBackend:
         state.turn = True  # a warm session's turn: running, with the turn's result
         return state
 
-    def status(self, handle: str) -> HandleState | Unknown:
-        state = self._states.get(handle)
+    def status(self, caller: str, handle: str, *,
+               principal: str | None = None) -> HandleState | Unknown:
+        state = self._states.get(handle) if within(handle, caller) else None
         return Unknown(handle) if state is None else state
 
-    async def cancel(self, handle: str) -> HandleState | Unknown:
+    async def cancel(self, caller: str, handle: str, *,
+                     principal: str | None = None) -> HandleState | Unknown:
         state = await self._call("tree/cancel", HandleArgs(handle))
         return state if isinstance(state, Unknown) else self._remember(state)
 
@@ -80,7 +87,7 @@ class RemoteBackend:
     def retained(self, handle: str) -> float | None:
         return None
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self, principal: str | None = None) -> list[dict[str, Any]]:
         return []  # the live view is the root's
 
     def live_pids(self) -> list[int]:

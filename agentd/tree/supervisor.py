@@ -64,7 +64,7 @@ from agentd.tree.control import (
     answer_limit,
 )
 from agentd.tree.forkserver import ForkserverSpawner, available
-from agentd.tree.ownership import within
+from agentd.tree.ownership import Owners, top_of, within
 from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Registry, Retention
 from agentd.wire.jsonrpc import ErrorObject
@@ -180,6 +180,10 @@ class Supervisor:
         self._model: str | None = None  # the metrics' model label, at the first brokered step
         self._unobserve: list[Callable[[], None]] = []
         self.log = log.bind(component="supervisor")
+        # served.N -> the principal that spawned it (its whole subtree is theirs),
+        # forgotten with the run's eviction: the one rule's claims
+        self.owners = Owners()
+        self.registry.on_evicted(self._forget_owner)
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Supervisor:
@@ -224,11 +228,12 @@ class Supervisor:
 
     # ------------------------------------------------------------- backend
     async def spawn(self, caller: str, request: SpawnRequest, *,
+                    principal: str | None = None,
                     admitted: Callable[[str], None] | None = None) -> HandleState | Refusal:
         """``admitted`` is told the handle before the child exists: an owner that keeps
         per-run state for the child's I/O (the batch's broker) has it in place before
         the child's first request, which can come before this returns."""
-        run = self._admit(caller, request)
+        run = self._admit(caller, request, principal)
         if isinstance(run, Refusal):
             return run
         if admitted is not None:
@@ -249,9 +254,10 @@ class Supervisor:
             raise
         return Refusal(run.refusal) if run.refusal is not None else run.state
 
-    async def send(self, caller: str, handle: str, message: str) -> HandleState | Unknown:
-        run = self.registry.run(handle)
-        if run is None or not within(handle, caller):
+    async def send(self, caller: str, handle: str, message: str, *,
+                   principal: str | None = None) -> HandleState | Unknown:
+        run = self._owned(caller, handle, principal)
+        if run is None:
             return Unknown(handle)
         if run.mode != "warm":
             return Unknown(handle, "is not a warm session")
@@ -283,13 +289,15 @@ class Supervisor:
         turn.started, turn.turn = run.state.started, True
         return turn
 
-    def status(self, handle: str) -> HandleState | Unknown:
+    def status(self, caller: str, handle: str, *,
+               principal: str | None = None) -> HandleState | Unknown:
         self.registry.evict()
-        run = self.registry.run(handle)
+        run = self._owned(caller, handle, principal)
         return Unknown(handle) if run is None else run.state
 
-    async def cancel(self, handle: str) -> HandleState | Unknown:
-        run = self.registry.run(handle)
+    async def cancel(self, caller: str, handle: str, *,
+                     principal: str | None = None) -> HandleState | Unknown:
+        run = self._owned(caller, handle, principal)
         if run is None:
             return Unknown(handle)
         subtree = self.registry.subtree(handle)
@@ -298,6 +306,16 @@ class Supervisor:
         if subtree:
             await asyncio.gather(*(r.done.wait() for r in subtree))
         return run.state
+
+    def _owned(self, caller: str, handle: str, principal: str | None) -> ChildRun | None:
+        """The run of `handle` if the one ownership rule lets `caller` touch it."""
+        if not self.owners.allows(caller, handle, principal):
+            return None
+        return self.registry.run(handle)
+
+    def _forget_owner(self, handle: str) -> None:
+        if handle == top_of(handle):  # a served run's claim goes with the run itself
+            self.owners.forget(handle)
 
     def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
         self.registry.on_terminal(callback)
@@ -317,10 +335,15 @@ class Supervisor:
         """The tree's tokens: the ledger's, charged as each intelligence call is made."""
         return self.ledger.total
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self, principal: str | None = None) -> list[dict[str, Any]]:
         """Every known handle (live, or terminal and not yet evicted), for the live
-        view (`agent://status` `tree`, `agentd top`): names and numbers only."""
-        return self.registry.snapshot()
+        view (`agent://status` `tree`, `agentd top`): names and numbers only; with
+        `principal`, of the served runs only that principal's."""
+        rows = self.registry.snapshot()
+        if principal is None:
+            return rows
+        return [r for r in rows if not within(r["handle"], SERVED)
+                or self.owners.allows(SERVED, r["handle"], principal)]
 
     @property
     def spawner(self) -> ExecSpawner | ForkserverSpawner:
@@ -343,7 +366,8 @@ class Supervisor:
         return run.spawned_at, run.first_frame
 
     # ----------------------------------------------------------- chokepoint
-    def _admit(self, caller: str, request: SpawnRequest) -> ChildRun | Refusal:
+    def _admit(self, caller: str, request: SpawnRequest,
+               principal: str | None) -> ChildRun | Refusal:
         cfg = self.config
         reg = self.registry
         parent = reg.get(caller)
@@ -362,6 +386,8 @@ class Supervisor:
         reg.evict()
         run = ChildRun(verdict.handle, caller, verdict.scope, request.mode, request)
         reg.add(run)
+        if principal is not None:  # a peer's run: theirs from its admission on
+            self.owners.claim(run.handle, principal)
         metrics.SUBAGENTS.inc("spawned")
         return run
 
@@ -556,14 +582,12 @@ class Supervisor:
                     state = await self.spawn(run.handle, SpawnRequest(
                         instruction=p.instruction, output_contract=p.output_contract,
                         tool_scope=p.tool_scope, mode=p.mode))
-            elif not within(p.handle, run.handle):  # the pipe's own subtree only
-                state = Unknown(p.handle)
-            elif ev.method == "tree/send":
+            elif ev.method == "tree/send":  # the pipe is the caller: its own subtree only
                 state = await self.send(run.handle, p.handle, p.message)
             elif ev.method == "tree/status":
-                state = self.status(p.handle)
+                state = self.status(run.handle, p.handle)
             else:
-                state = await self.cancel(p.handle)
+                state = await self.cancel(run.handle, p.handle)
             if isinstance(state, Refusal):
                 ch.error(ev.id, SPAWN_REFUSED, state.text)
             elif isinstance(state, Unknown):

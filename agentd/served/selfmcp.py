@@ -41,7 +41,7 @@ uptime moves every millisecond; private); a run's body is stale at once while
 it runs and, once terminal, fresh until it is evicted (private).
 
 In pool mode (``--pool-*``, docs/operations.md "Pool") the handles callers
-see are :mod:`agentd.tree.pool_served`'s ``served.<owner>.<token>``; a peer's
+see are :mod:`agentd.served.pool`'s ``served.<owner>.<token>``; a peer's
 handle is relayed to its owner (status, send, cancel, read, a subscription's
 wait), a spawn at this worker's caps is placed on a peer, and 2025-11-25
 sessions are proxied to the worker holding them (:mod:`agentd.pool.session_relay`).
@@ -57,9 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import ssl
 import time
-from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import msgspec
@@ -75,19 +73,13 @@ from agentd.agent.subagents import (
     Unavailable,
     Unknown,
 )
-from agentd.config import Config, ServeSpec, resolve_bearers
 from agentd.errors import PoolError, RPCError
 from agentd.log import log
-from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.handler import CallContext, Handler
-from agentd.mcp.server.http.server import Limits, Runner
-from agentd.mcp.server.http.server import serve as _serve_http
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
-from agentd.pool.session_relay import session_middleware
-from agentd.secrets import DEFAULT_SECRETS_DIR
-from agentd.tree.ownership import Owners, top_of
-from agentd.tree.pool_served import HANDLE_TOOLS, PoolServed, with_handle_header
+from agentd.served.pool import HANDLE_TOOLS, PoolServed, with_handle_header
+from agentd.tree.ownership import top_of
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import convert_peer
@@ -99,8 +91,6 @@ __all__ = [
     "SUBAGENT_PREFIX",
     "TOOL_SCHEMAS",
     "SelfMCP",
-    "serve",
-    "serve_self_mcp",
 ]
 
 SERVED_CALLER: Final = "served"
@@ -112,6 +102,10 @@ STABLE_TTL_MS: Final = 3_600_000  # the tool set, the listed resources: fixed pe
 # the subagent tools come from the one table (agentd.agent.spawn_tools), without
 # `detach` (spec §2.2: an in-loop disposition, not offered on the served socket)
 _SPAWN_TOOLS: Final = spawn_tools.tools(spawn_tools.SERVED_MODES)
+# a handle operation by its name on the relay (a resource read, a peer's subscribe:
+# the run's status)
+_OPS: Final = {"send": _SPAWN_TOOLS["subagent.send"], "cancel": _SPAWN_TOOLS["subagent.cancel"],
+               **dict.fromkeys(("status", "read", "subscribe"), _SPAWN_TOOLS["subagent.status"])}
 _STATUS_SCHEMA: Final = {"type": "object", "properties": {}}
 _STATUS_DESCRIPTION: Final = "Read this agent's run id, mode, version, pid and uptime."
 
@@ -150,15 +144,11 @@ class SelfMCP(Handler):
         self.run_id = run_id
         self.mode = mode
         self.started = time.monotonic()
-        # served.N -> the principal that spawned it; its whole subtree is theirs
-        self.owners = Owners()
         self._log = log.bind(component="selfmcp")
         self._announced_counts: dict[str, int] | None = None
         self.add_tool("status", self._status, _STATUS_SCHEMA, description=_STATUS_DESCRIPTION)
-        for name, fn in (("subagent.spawn", self._spawn), ("subagent.send", self._send),
-                         ("subagent.status", self._sub_status),
-                         ("subagent.cancel", self._cancel)):
-            tool = _SPAWN_TOOLS[name]
+        for name, tool in _SPAWN_TOOLS.items():
+            fn = self._spawn if name == "subagent.spawn" else self._handle_op(name)
             schema = tool.input_schema if pool is None or name not in HANDLE_TOOLS \
                 else with_handle_header(tool.input_schema)
             self.add_tool(name, self._refusing(tool, fn), schema, description=tool.description)
@@ -178,12 +168,11 @@ class SelfMCP(Handler):
         return body
 
     def _on_evicted(self, handle: str) -> None:
-        """The backend no longer retains ``handle``: an evicted run's owner (and its
-        pool name) is forgotten with it."""
-        if handle.startswith(SERVED_CALLER + ".") and handle == top_of(handle):
-            self.owners.forget(handle)
-            if self.pool is not None:
-                self.pool.forget(handle)
+        """The backend no longer retains ``handle``: an evicted run's pool name is
+        forgotten with it (the backend forgets its owner)."""
+        if self.pool is not None and handle.startswith(SERVED_CALLER + ".") \
+                and handle == top_of(handle):
+            self.pool.forget(handle)
 
     def _on_terminal(self, state: HandleState) -> None:
         handle = state.handle
@@ -209,11 +198,8 @@ class SelfMCP(Handler):
 
     def lookup(self, handle: str, principal: str | None = None) -> HandleState | Unknown:
         """The state of a served handle, or `Unknown` (never, evicted, not served,
-        or — with ``principal`` — another principal's: the same answer)."""
-        if not handle.startswith(SERVED_CALLER + ".") or (
-                principal is not None and not self.owners.may(handle, principal)):
-            return Unknown(handle)
-        return self.backend.status(handle)
+        or — with ``principal`` — another principal's: the backend's one rule)."""
+        return self.backend.status(SERVED_CALLER, handle, principal=principal)
 
     # ------------------------------------------------------------ tools
     async def _status(self, args: dict[str, Any], ctx: CallContext) -> Any:
@@ -260,28 +246,26 @@ class SelfMCP(Handler):
     async def _spawn_here(self, request: SpawnRequest, principal: str
                           ) -> dict[str, Any] | Refusal:
         """A spawn on this worker: the ack (async) or the terminal body (sync)."""
-        state = await self.backend.spawn(SERVED_CALLER, request)
-        if isinstance(state, Refusal):
-            self._status_changed()
-            return state
-        # an async spawn returns with no await after minting the handle, so it is
-        # claimed before any other request runs; a sync spawn's handle belongs to
-        # nobody (unknown to all) until it returns
-        self.owners.claim(state.handle, principal)
+        state = await _SPAWN_TOOLS["subagent.spawn"].act(self.backend, SERVED_CALLER,
+                                                         principal, request)
         self._status_changed()
+        if not isinstance(state, HandleState):
+            return state if isinstance(state, Refusal) else Refusal("spawn refused")
         handle = state.handle if self.pool is None else self.pool.name(state.handle, principal)
         if not state.done:
             return {"handle": handle, "status": state.status, "done": False}
         return {**state.body(), "handle": handle}
 
-    async def _send(self, a: spawn_tools.SendArgs, ctx: CallContext) -> Any:
-        return await self._tool_op("send", a.handle, a.message, ctx)
+    def _handle_op(self, name: str) -> Any:
+        """A handle operation of the table (send, status, cancel) as a tool."""
+        op = name.removeprefix("subagent.")
 
-    async def _sub_status(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
-        return await self._tool_op("status", a.handle, None, ctx)
+        async def call(a: spawn_tools.SendArgs | spawn_tools.HandleArgs,
+                       ctx: CallContext) -> Any:
+            message = a.message if isinstance(a, spawn_tools.SendArgs) else None
+            return await self._tool_op(op, a.handle, message, ctx)
 
-    async def _cancel(self, a: spawn_tools.HandleArgs, ctx: CallContext) -> Any:
-        return await self._tool_op("cancel", a.handle, None, ctx)
+        return call
 
     async def _tool_op(self, op: str, handle: str, message: str | None,
                        ctx: CallContext) -> t.CallToolResult | Refusal | Unknown:
@@ -294,14 +278,10 @@ class SelfMCP(Handler):
     async def _local(self, op: str, handle: str, message: str | None,
                      principal: str) -> dict[str, Any] | Unknown:
         """One operation on this worker's own ``served.N`` for ``principal``."""
-        state = self.lookup(handle, principal)
-        if isinstance(state, Unknown):
-            return state
-        if op == "send":
-            state = await self.backend.send(SERVED_CALLER, handle, message or "")
-        elif op == "cancel":
-            state = await self.backend.cancel(handle)
-        return state if isinstance(state, Unknown) else state.body()
+        args = spawn_tools.SendArgs(handle, message or "") if op == "send" \
+            else spawn_tools.HandleArgs(handle)  # status, cancel; a relayed read
+        state = await _OPS[op].act(self.backend, SERVED_CALLER, principal, args)
+        return state.body() if isinstance(state, HandleState) else Unknown(handle)
 
     async def _op(self, op: str, handle: str, message: str | None,
                   principal: str) -> dict[str, Any] | Refusal | Unknown:
@@ -379,9 +359,7 @@ class SelfMCP(Handler):
     def tree(self, principal: str | None) -> list[dict[str, Any]]:
         """The live view's rows (`agentd top`): the agent's own subagents, and the
         served runs (with their subtrees) this principal owns; never another's."""
-        rows = [r for r in self.backend.snapshot()
-                if not r["handle"].startswith(SERVED_CALLER + ".")
-                or principal is None or self.owners.may(r["handle"], principal)]
+        rows = self.backend.snapshot(principal)
         return self.pool.rows(rows) if self.pool is not None else rows
 
     async def read_resource(self, uri: str, ctx: CallContext) -> Any:
@@ -421,7 +399,7 @@ class SelfMCP(Handler):
 
     async def admit(self, uris: list[str], ctx: CallContext) -> dict[str, Any]:
         """Pool mode: the owners of other workers' handles among ``uris`` are asked
-        first, all at once (agentd.tree.pool_served.PoolServed.admit), so a listen's
+        first, all at once (agentd.served.pool.PoolServed.admit), so a listen's
         acknowledgement -- or a subscribe's ``{}`` -- follows every owner's answer."""
         if self.pool is None:
             return {}
@@ -475,88 +453,3 @@ class SelfMCP(Handler):
             self._log.info("selfmcp.subscribe.ended", handle=state.handle)
             return
         ctx.session.subscribe(uri)
-
-
-async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None, *,
-                         run_id: str = "", mode: str = "task",
-                         limits: Limits | None = None,
-                         secrets_dir: str = DEFAULT_SECRETS_DIR,
-                         a2a: bool = False, pool: PoolServed | None = None) -> Runner:
-    """Serve the self-MCP at ``/`` and ``/mcp`` of ``spec`` (``--serve-mcp``; spec §3's
-    parent names the worker by host and port alone); returns the runner."""
-    if not spec.loopback and not spec.authenticated:  # config validation already exits 2
-        raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
-    ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
-        if spec.scheme == "https" and spec.cert and spec.key else None
-    handler = SelfMCP(backend, run_id=run_id, mode=mode, pool=pool)
-
-    def mount(server: Any) -> None:
-        _mount_obs(server)
-        if pool is not None:  # POST /pool/relay: the pool key is its credential
-            pool.relay.mount(server.app, handler, authenticated=server.guard.authenticated,
-                             body_timeout=server.limits.body_timeout)
-            # 2025-11-25 sessions: ids name their owner; a peer's are proxied to it
-            server.app.middlewares.append(session_middleware(
-                pool.relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
-                body_timeout=server.limits.body_timeout))
-    if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
-        from agentd.tree.a2a_served import A2AServed
-
-        served = A2AServed(handler.backend)
-        base = mount
-
-        def mount(server: Any) -> None:
-            base(server)
-            served.mount(server)
-    return await _serve_http(handler, host=spec.host, port=spec.port, ssl_context=ssl_ctx,
-                             bearer=spec.bearer, limits=limits, extra_paths=("/",),
-                             bearers=resolve_bearers(spec, secrets_dir) or None,
-                             mount=mount)
-
-
-def _mount_obs(server: Any) -> None:
-    """`/metrics` (behind the MCP endpoint's own guard), `/healthz` and `/readyz`."""
-    from agentd.obs import http as obs_http
-
-    obs_http.mount(server.app, server.guard.check)
-
-
-@contextlib.asynccontextmanager
-async def serve(config: Config, *, run_id: str = "",
-                backend: SubagentBackend | None = None) -> AsyncIterator[Runner]:
-    """``async with selfmcp.serve(config, run_id=..., backend=...)``: serve for the run."""
-    assert config.serve is not None, "serve() needs --serve-mcp"
-    pool = None
-    if config.pool is not None:
-        pool = PoolServed(config.pool, capacity=config.max_subagents,
-                          ssl_context=_peer_ssl(config.serve))
-    runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
-                                  secrets_dir=config.secrets_dir, a2a=config.serve_a2a,
-                                  pool=pool)
-    stop = asyncio.Event()
-    try:
-        async with asyncio.TaskGroup() as tg:
-            if pool is not None:  # the liveness probes of the pool's peers
-                tg.create_task(pool.prober.run(stop))
-                pool.watches_in(tg)
-            try:
-                yield runner
-            finally:
-                stop.set()
-                if pool is not None:
-                    pool.stop_watches()
-    finally:
-        await runner.stop()
-        if pool is not None:
-            await pool.close()
-
-
-def _peer_ssl(spec: ServeSpec) -> ssl.SSLContext | None:
-    """The relay's TLS to https peers: their CA is this listener's client CA (the
-    pool shares one PKI), and this worker's certificate is its mTLS identity."""
-    if spec.scheme != "https":
-        return None
-    ctx = ssl.create_default_context(cafile=spec.client_ca)
-    if spec.cert and spec.key:
-        ctx.load_cert_chain(spec.cert, spec.key)
-    return ctx

@@ -46,7 +46,6 @@ from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, SubagentB
 from agentd.errors import RPCError
 from agentd.log import log
 from agentd.mcp.server.handler import current_principal
-from agentd.tree.ownership import Owners
 from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text
 
@@ -91,9 +90,9 @@ class A2AServed:
         self.description = description or (
             "An agentd worker: each task is run by a fresh agent with this worker's "
             "model and MCP tools; the result comes back as the artifact 'result'.")
-        self._owners = Owners(keep=KEEP_OWNED)  # the tree's one ownership rule
         # a task is a served run itself (never a handle under it): its context id,
-        # kept for as many tasks as the owners, in the same order
+        # kept for KEEP_OWNED tasks, the oldest forgotten first; who may touch it
+        # is the backend's one ownership rule (the principal that sent it)
         self._contexts: OrderedDict[str, str] = OrderedDict()
         self._ended: dict[str, asyncio.Event] = {}
         self._guard: Callable[[web.Request], web.StreamResponse | None] | None = None
@@ -111,20 +110,21 @@ class A2AServed:
         if ev is not None:
             ev.set()
 
-    def _own(self, handle: str, principal: str, context_id: str) -> None:
-        self._owners.claim(handle, principal)
+    def _own(self, handle: str, context_id: str) -> None:
         self._contexts[handle] = context_id
         while len(self._contexts) > KEEP_OWNED:
             self._contexts.popitem(last=False)
 
-    def _mine(self, handle: str, principal: str) -> bool:
-        """Is ``handle`` one of ``principal``'s tasks?"""
-        return handle in self._contexts and self._owners.may(handle, principal)
+    def _status(self, handle: str, principal: str) -> HandleState | Unknown:
+        """The run of one of ``principal``'s tasks (the backend applies the rule)."""
+        if handle not in self._contexts:  # not a task (a self-MCP run, or forgotten)
+            return Unknown(handle)
+        return self.backend.status(SERVED_CALLER, handle, principal=principal)
 
     def _lookup(self, handle: str, principal: str) -> HandleState:
         """The principal's task, or the one TaskNotFound answer (never, evicted,
         or another principal's: alike)."""
-        state = self.backend.status(handle) if self._mine(handle, principal) else None
+        state = self._status(handle, principal)
         if not isinstance(state, HandleState):
             raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
         return state
@@ -231,7 +231,7 @@ class A2AServed:
         except PEER_FAULTS as exc:
             raise RPCError(-32602, f"Invalid params: {fault_text(exc)}", side="local") from None
         if req.message.task_id:
-            if not self._mine(req.message.task_id, principal):
+            if isinstance(self._status(req.message.task_id, principal), Unknown):
                 raise RPCError(w.TASK_NOT_FOUND, "Task not found", side="local")
             raise RPCError(w.UNSUPPORTED_OPERATION,
                            "a served agentd task takes one message; send a new task "
@@ -241,7 +241,8 @@ class A2AServed:
             raise RPCError(-32602, "Invalid params: the message has no text part", side="local")
         context_id = req.message.context_id or uuid.uuid4().hex
         state = await self.backend.spawn(SERVED_CALLER,
-                                         SpawnRequest(instruction=text, mode="async"))
+                                         SpawnRequest(instruction=text, mode="async"),
+                                         principal=principal)
         if isinstance(state, Refusal):
             rejected = f"rejected-{uuid.uuid4().hex[:12]}"
             _log.warning("a2a.served.rejected", reason=state.text, principal=principal)
@@ -249,10 +250,10 @@ class A2AServed:
                 "state": w.REJECTED, "message": {
                     "messageId": f"{rejected}-status", "role": "ROLE_AGENT",
                     "parts": [{"text": state.text}]}}}, False
-        self._own(state.handle, principal, context_id)
+        self._own(state.handle, context_id)
         if not state.done:
             self._ended[state.handle] = asyncio.Event()
-            now = self.backend.status(state.handle)
+            now = self._status(state.handle, principal)
             if isinstance(now, Unknown) or now.done:
                 self._ended.pop(state.handle).set()
         _log.info("a2a.served.task", task_id=state.handle, principal=principal)
@@ -297,7 +298,7 @@ class A2AServed:
         state = self._lookup(handle, principal)
         if state.done:
             raise RPCError(w.TASK_NOT_CANCELABLE, "Task cannot be canceled", side="local")
-        await self.backend.cancel(handle)  # an Unknown by now reads TaskNotFound below
+        await self.backend.cancel(SERVED_CALLER, handle, principal=principal)  # an Unknown by now reads TaskNotFound below
         return self._task(await self._until_end(handle, principal, CANCEL_WAIT))
 
 
