@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd import config as cfg
-from agentd import secrets
+from agentd import intelligence_config, secrets
 
 
 def parse_log_level(level: Any) -> str | None:
@@ -107,6 +107,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
         raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
     values.update({k: v for k, v in flags.items() if v is not None})
+    intelligence_config.gateway(values)  # flag > file > AGENTD_* env > OPENAI_* env
     values["log_level"] = parse_log_level(values.get("log_level"))
     values["mcp"] = servers
     secrets_dir = values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR
@@ -123,10 +124,10 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
 
 
 def check_intelligence(config: cfg.Config) -> None:
-    """A bad or missing --intelligence is exit 2 with the one usage line, like every
-    other usage error, before logging starts (building a provider opens nothing)."""
-    from agentd.intelligence import make_intelligence
+    """A bad or missing --intelligence, or an HTTP gateway without a model, is exit 2
+    with the one usage line, like every other usage error, before logging starts and
+    before any MCP handshake (building a provider opens nothing)."""
+    from agentd.intelligence import for_config
 
-    make_intelligence(config.intelligence, model=config.model,
-                      stream=config.intelligence_stream, timeout=config.intelligence_timeout,
-                      attempts=config.intelligence_attempts)
+    intelligence_config.needs_model(config.intelligence, config.model)
+    for_config(config)
