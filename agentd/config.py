@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from agentd import intelligence_config as _model
 from agentd import log as _log
 from agentd.errors import ConfigError
-from agentd.intelligence_config import DEFAULT_INTELLIGENCE_MAX_BYTES, SAMPLING_KEYS, Sampling, sampling
 from agentd.netaddr import is_loopback_host
 from agentd.secrets import DEFAULT_SECRETS_DIR, SECRET_RE, resolve_secret, substitute
 from agentd_native import SSEParser
@@ -240,8 +240,8 @@ class Config(RunLimits, frozen=True):
     intelligence_stream: bool | None = None  # None: env AGENTD_INTELLIGENCE_STREAM, else off
     intelligence_timeout: float | None = None  # None: env, else the provider's default
     intelligence_attempts: int | None = None  # None: env, else the provider's default
-    intelligence_max_bytes: int = DEFAULT_INTELLIGENCE_MAX_BYTES
-    sampling: Sampling = Sampling()  # --temperature ... (agentd.intelligence_config)
+    intelligence_max_bytes: int = _model.DEFAULT_INTELLIGENCE_MAX_BYTES
+    sampling: _model.Sampling = _model.Sampling()  # --temperature ... (agentd.intelligence_config)
     output_contract: str | None = None
     mcp: tuple[ServerSpec, ...] = ()
     serve: ServeSpec | None = None
@@ -612,7 +612,7 @@ def load_config_file(path: str) -> dict:
     if not isinstance(data.get("pool_dns", ""), str):
         raise ConfigError(f"--config {path}: pool_dns must be a \"NAME[:PORT]\" string")
     known = (set(Config.__struct_fields__) - {"mcp", "serve", "pool", "sampling"}) \
-        | set(SERVE_FILE_KEYS) | set(POOL_FILE_KEYS) | set(SAMPLING_KEYS)
+        | set(SERVE_FILE_KEYS) | set(POOL_FILE_KEYS) | set(_model.SAMPLING_KEYS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"--config {path}: unknown keys: {', '.join(unknown)}")
@@ -686,10 +686,10 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
                               "/metrics is behind it")
     elif values.get("metrics_bearer"):
         raise ConfigError("--metrics-bearer needs --metrics-listen")
-    clean = {k: v for k, v in values.items() if v is not None and k not in SAMPLING_KEYS}
+    clean = {k: v for k, v in values.items() if v is not None and k not in _model.SAMPLING_KEYS}
     try:
         return msgspec.convert({**clean, "mcp": servers, "subscribe": subscribe,
-                                "a2a_peers": a2a_peers, "sampling": sampling(values)}, Config,
+                                "a2a_peers": a2a_peers, "sampling": _model.sampling(values)}, Config,
                                from_attributes=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"config: {exc}") from None

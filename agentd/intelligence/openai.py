@@ -37,9 +37,8 @@ from yarl import URL
 
 from agentd import __version__
 from agentd import log as _logmod
-from agentd.config import DEFAULT_INTELLIGENCE_MAX_BYTES, StreamBounds
+from agentd.config import StreamBounds
 from agentd.errors import IntelligenceError
-from agentd.intelligence_config import Sampling, gateway_key, key_hint
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -50,6 +49,12 @@ from agentd.intelligence.base import (
     Usage,
 )
 from agentd.intelligence.flow import FlowGate
+from agentd.intelligence_config import (
+    DEFAULT_INTELLIGENCE_MAX_BYTES,
+    Sampling,
+    gateway_key,
+    key_hint,
+)
 from agentd.log import log
 from agentd.mcp.faults import parse_retry_after
 from agentd.obs import trace
