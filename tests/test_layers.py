@@ -71,6 +71,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.http_checks": 3,
     "agentd.mcp.http_limits": 3,
     "agentd.mcp.http_transport": 3,
+    "agentd.mcp.http_hints": 3,  # an HTTP fault in the user's words, with its fix
     "agentd.mcp.http_server": 3,
     "agentd.mcp.http_guard": 3,  # the served endpoint split by concern (http_server's parts)
     "agentd.mcp.http_sessions": 3,
