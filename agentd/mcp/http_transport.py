@@ -330,8 +330,7 @@ class StreamableHTTPTransport:
         fix is named too (the URL's path, the credentials: agentd.mcp.http_hints)."""
         html = http_hints.is_html("", text)
         hint = "" if had_session else http_hints.status_hint(
-            self._url, status, sent_authorization=self.auth is not None
-            or "Authorization" in self._post_headers)
+            self._url, status, sent_authorization="Authorization" in self._post_headers)
         if html and not hint:
             hint = http_hints.html_answer(self._url)
         return HTTPStatusError(status, "an HTML page" if html else text, retry_after=retry_after,
