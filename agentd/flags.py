@@ -129,5 +129,5 @@ def check_intelligence(config: cfg.Config) -> None:
     before any MCP handshake (building a provider opens nothing)."""
     from agentd.intelligence import for_config
 
-    intelligence_config.needs_model(config.intelligence, config.model)
     for_config(config)
+    intelligence_config.needs_model(config.intelligence, config.model)

@@ -19,9 +19,9 @@ from typing import Final
 import aiohttp
 from yarl import URL
 
+from agentd.mcp.oauth.errors import STATIC_TOKEN_FIX
+
 MCP_PATH: Final = "/mcp"
-HEADERS_KEY: Final = ('the server\'s headers in --config (mcp_servers = [{name, url, headers = '
-                      '{Authorization = "Bearer {{secret:NAME}}"}}])')
 
 
 def _where(url: URL) -> str:
@@ -58,8 +58,9 @@ def status_hint(url: URL, status: int, *, sent_authorization: bool) -> str:
     """What fixes a refused first request (no session yet): "" when nothing is known."""
     if status in (401, 403):
         if sent_authorization:
-            return f"the server refused the Authorization header agentd sent: check {HEADERS_KEY}"
-        return f"the server wants credentials: set {HEADERS_KEY}"
+            return ("the server refused the Authorization header agentd sent: "
+                    f"check {STATIC_TOKEN_FIX}")
+        return f"the server wants credentials: set {STATIC_TOKEN_FIX}"
     if status in (404, 405):
         if not url.path.rstrip("/").endswith(MCP_PATH):
             return (f"is {url} the MCP endpoint? most servers serve it at the {MCP_PATH} "

@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Final
 
 from agentd.errors import HandshakeError
 from agentd.log import log, register_secret
-from agentd.mcp import http_hints
 from agentd.mcp.oauth.challenge import Challenge, parse_challenge
-from agentd.mcp.oauth.errors import OAuthError, authorization_required
+from agentd.mcp.oauth.errors import STATIC_TOKEN_FIX, OAuthError, authorization_required
 from agentd.mcp.oauth.store import TokenRecord, TokenStore
 
 if TYPE_CHECKING:
@@ -164,7 +163,7 @@ class OAuth:
             except OAuthError as exc:
                 # no `auth` table: OAuth was only tried; the server may take a static token
                 hint = "" if self.spec.auth is not None else \
-                    f"; if it takes a static token, set {http_hints.HEADERS_KEY}"
+                    f"; if it takes a static token, set {STATIC_TOKEN_FIX}"
                 raise HandshakeError(f"{self.name}: authorization failed: {exc}{hint}") from None
 
     async def _discover(self, challenge: Challenge | None) -> ASMetadata:
