@@ -97,8 +97,28 @@ def _secs(text: str) -> str:
 @opt("--config", "config_file", section="RUN", metavar="FILE",
      help="TOML file: mcp_servers = [{name, url, required, headers}] and any flag by its name")
 @opt("--intelligence", section="INTELLIGENCE", metavar="URL|playback:PATH",
-     help="OpenAI-compatible gateway base URL (https://…/v1 or loopback http://) or playback:PATH")
-@opt("--model", section="INTELLIGENCE", envvar="AGENTD_MODEL", help="model name sent to the gateway  [env: AGENTD_MODEL]")
+     help="OpenAI-compatible gateway base URL (https://…/v1 or loopback http://) or "
+          "playback:PATH  [env: AGENTD_INTELLIGENCE, else OPENAI_BASE_URL]; the gateway's "
+          "key: env AGENTD_INTELLIGENCE_KEY, else OPENAI_API_KEY")
+@opt("--model", section="INTELLIGENCE",
+     help="model name sent to the gateway (required for an http(s) gateway)  "
+          "[env: AGENTD_MODEL]")
+@opt("--temperature", section="INTELLIGENCE", type=float,
+     help="sampling temperature, 0 to 2  [default: the gateway's]")
+@opt("--top-p", section="INTELLIGENCE", type=float,
+     help="nucleus sampling, 0 to 1  [default: the gateway's]")
+@opt("--seed", section="INTELLIGENCE", type=int,
+     help="sampling seed, a 64-bit integer  [default: none]")
+@opt("--max-tokens", section="INTELLIGENCE", type=int,
+     help="tokens per completion, at least 1  [default: the gateway's]")
+@opt("--tool-choice", section="INTELLIGENCE", metavar="auto|none|required|TOOL",
+     help="which tool the model must call: auto, none, required, or a tool's name as "
+          "offered (server__tool)  [default: the gateway's]")
+@opt("--parallel-tool-calls/--no-parallel-tool-calls", section="INTELLIGENCE", default=None,
+     help="let the model call several tools at once  [default: the gateway's]")
+@opt("--model-param", "model_params", section="INTELLIGENCE", metavar="JSON",
+     help="a JSON object of provider-specific body fields, e.g. "
+          "'{\"reasoning_effort\":\"high\"}' (not messages, tools, model, stream)")
 @opt("--stream/--no-stream", "intelligence_stream", section="INTELLIGENCE", default=None,
      help="stream completions (SSE)  [default: off; env AGENTD_INTELLIGENCE_STREAM]")
 @opt("--intelligence-timeout", section="INTELLIGENCE", type=float,

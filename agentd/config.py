@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from agentd import intelligence_config as _model
 from agentd import log as _log
 from agentd.errors import ConfigError
 from agentd.netaddr import is_loopback_host
@@ -77,7 +78,6 @@ MAX_SCHEMA_DEPTH_CAP = 256  # its ceiling: the schema walks below it stay far fr
 DEFAULT_SSE_EVENT_BYTES = _sse.MAX_EVENT  # one SSE event from a peer: data lines + open line
 DEFAULT_SSE_RETRY_MIN_MS = 100  # a peer's SSE `retry:` is clamped to [min, max] ms
 DEFAULT_SSE_RETRY_MAX_MS = _sse.RETRY_MAX_MS
-DEFAULT_INTELLIGENCE_MAX_BYTES = 64 * 1024 * 1024  # one non-streamed completion's body
 DEFAULT_MCP_MAX_BYTES = 64 * 1024 * 1024  # one MCP server's JSON (non-SSE) answer body
 DEFAULT_POLL_INTERVAL = 5.0  # seconds between reads of a URI watched by polling; 0: never poll
 
@@ -241,7 +241,8 @@ class Config(RunLimits, frozen=True):
     intelligence_stream: bool | None = None  # None: env AGENTD_INTELLIGENCE_STREAM, else off
     intelligence_timeout: float | None = None  # None: env, else the provider's default
     intelligence_attempts: int | None = None  # None: env, else the provider's default
-    intelligence_max_bytes: int = DEFAULT_INTELLIGENCE_MAX_BYTES
+    intelligence_max_bytes: int = _model.DEFAULT_INTELLIGENCE_MAX_BYTES
+    sampling: _model.Sampling = _model.Sampling()  # --temperature ... (agentd.intelligence_config)
     output_contract: str | None = None
     trajectory: str | None = None  # --trajectory FILE: the run's ATIF trajectory (agentd.trajectory)
     mcp: tuple[ServerSpec, ...] = ()
@@ -612,8 +613,8 @@ def load_config_file(path: str) -> dict:
         raise ConfigError(f"--config {path}: pool_peers must be an array of \"ID=URL\" strings")
     if not isinstance(data.get("pool_dns", ""), str):
         raise ConfigError(f"--config {path}: pool_dns must be a \"NAME[:PORT]\" string")
-    known = (set(Config.__struct_fields__) - {"mcp", "serve", "pool"}) | set(SERVE_FILE_KEYS) \
-        | set(POOL_FILE_KEYS)
+    known = (set(Config.__struct_fields__) - {"mcp", "serve", "pool", "sampling"}) \
+        | set(SERVE_FILE_KEYS) | set(POOL_FILE_KEYS) | set(_model.SAMPLING_KEYS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"--config {path}: unknown keys: {', '.join(unknown)}")
@@ -692,10 +693,10 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
                               "/metrics is behind it")
     elif values.get("metrics_bearer"):
         raise ConfigError("--metrics-bearer needs --metrics-listen")
-    clean = {k: v for k, v in values.items() if v is not None}
+    clean = {k: v for k, v in values.items() if v is not None and k not in _model.SAMPLING_KEYS}
     try:
         return msgspec.convert({**clean, "mcp": servers, "subscribe": subscribe,
-                                "a2a_peers": a2a_peers}, Config,
+                                "a2a_peers": a2a_peers, "sampling": _model.sampling(values)}, Config,
                                from_attributes=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"config: {exc}") from None

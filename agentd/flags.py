@@ -8,13 +8,10 @@ is opened or process started.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from agentd import config as cfg
-from agentd import secrets
-
-OPENAI_BASE_URL = "OPENAI_BASE_URL"  # --intelligence's fallback (docs/cli.md)
+from agentd import intelligence_config, secrets
 
 
 def parse_log_level(level: Any) -> str | None:
@@ -110,9 +107,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
         raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
     values.update({k: v for k, v in flags.items() if v is not None})
-    if not values.get("intelligence") and os.environ.get(OPENAI_BASE_URL):
-        # the harnesses' convention (inspect's bridge, Harbor): the operator's env only
-        values["intelligence"] = os.environ[OPENAI_BASE_URL]
+    intelligence_config.gateway(values)  # flag > file > AGENTD_* env > OPENAI_* env
     values["log_level"] = parse_log_level(values.get("log_level"))
     values["mcp"] = servers
     secrets_dir = values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR
@@ -129,10 +124,10 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
 
 
 def check_intelligence(config: cfg.Config) -> None:
-    """A bad or missing --intelligence is exit 2 with the one usage line, like every
-    other usage error, before logging starts (building a provider opens nothing)."""
-    from agentd.intelligence import make_intelligence
+    """A bad or missing --intelligence, or an HTTP gateway without a model, is exit 2
+    with the one usage line, like every other usage error, before logging starts and
+    before any MCP handshake (building a provider opens nothing)."""
+    from agentd.intelligence import for_config
 
-    make_intelligence(config.intelligence, model=config.model,
-                      stream=config.intelligence_stream, timeout=config.intelligence_timeout,
-                      attempts=config.intelligence_attempts)
+    for_config(config)
+    intelligence_config.needs_model(config.intelligence, config.model)

@@ -40,8 +40,12 @@ def _parse_logs(text: str) -> list[dict[str, Any]]:
 
 
 def agentd_env(**extra: str) -> dict[str, str]:
+    """The test's environment without the operator's model settings (agentd reads
+    AGENTD_INTELLIGENCE*, AGENTD_MODEL and OPENAI_*), naming the model `test-model`
+    unless `extra` says otherwise (AGENTD_MODEL="": none)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AGENTD_INTELLIGENCE", "AGENTD_MODEL", "OPENAI_"))}
+    env["AGENTD_MODEL"] = "test-model"
     env.update(extra)
     return env
 

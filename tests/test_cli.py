@@ -86,7 +86,7 @@ def test_flag_sets_the_endpoint_of_a_config_file_server(agentd_bin, tmp_path):
                "--config", str(good), "--mcp", "fs=http://127.0.0.1:1/other")
     assert proc.returncode == 2 and "FS_TOKEN" in proc.stderr  # the file's header is kept
     proc = run(agentd_bin, "--instruction", "x", "--intelligence", "https://gw.invalid/v1",
-               "--config", str(good), "--mcp", "fs=http://127.0.0.1:1/other",
+               "--model", "m", "--config", str(good), "--mcp", "fs=http://127.0.0.1:1/other",
                env={**os.environ, "AGENTD_SECRET_FS_TOKEN": "tok-fs-0b7d"})
     assert proc.returncode == 6, proc.stderr
     failed = [ln for ln in proc.stderr.splitlines() if '"mcp.server.failed"' in ln]

@@ -54,7 +54,7 @@ from agentd.app.run import new_run_id
 from agentd.config import DEFAULT_SCORER_TIMEOUT, Config
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
-from agentd.intelligence import make_intelligence
+from agentd.intelligence import for_config
 from agentd.intelligence.base import (
     Completion,
     IntelligenceUnavailable,
@@ -399,9 +399,7 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
     try:
         async with contextlib.AsyncExitStack() as stack:
             replay = opts.replay is not None
-            provider = Offline() if replay else make_intelligence(
-                config.intelligence, model=config.model, stream=config.intelligence_stream,
-                timeout=config.intelligence_timeout, attempts=config.intelligence_attempts)
+            provider = Offline() if replay else for_config(config)
             metered = metered_provider(config, provider, config.batch_token_ceiling)
             stack.push_async_callback(metered.aclose)
             toolbox = None if replay else await stack.enter_async_context(

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentd.config import Config
-from agentd.intelligence import make_intelligence
+from agentd.intelligence import for_config
 from agentd.intelligence.base import Intelligence
 from agentd.intelligence.flow import FlowGate
 from agentd.intelligence.ledger import Ledger, Metered
@@ -69,11 +69,8 @@ async def open_supervisor(config: Config, **options: Any) -> AsyncIterator[Super
     ledger = Ledger(config.token_ceiling)
 
     def provider() -> Metered:  # built at the first brokered call: most runs need none
-        return Metered(make_intelligence(config.intelligence, model=config.model,
-                                         stream=config.intelligence_stream,
-                                         timeout=config.intelligence_timeout,
-                                         attempts=config.intelligence_attempts),
-                       ledger, "0", FlowGate(config.max_inflight_intelligence))
+        return Metered(for_config(config), ledger, "0",
+                       FlowGate(config.max_inflight_intelligence))
 
     async with contextlib.AsyncExitStack() as stack:
         toolbox = None

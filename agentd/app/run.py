@@ -39,7 +39,7 @@ from agentd.agent.subagents import SubagentBackend, Unavailable
 from agentd.config import Config, ConfigError
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
-from agentd.intelligence import make_intelligence
+from agentd.intelligence import for_config
 from agentd.intelligence.base import Intelligence, Message, user
 from agentd.log import configure, log
 from agentd.mcp.client.rules.faults import RequiredServerLost
@@ -362,12 +362,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     state = LoopState()
     try:
         # Unset tunables fall back to AGENTD_INTELLIGENCE_* env, then the provider defaults.
-        intelligence = io[0] if io is not None else make_intelligence(
-            config.intelligence, model=config.model,
-            stream=config.intelligence_stream,
-            timeout=config.intelligence_timeout,
-            attempts=config.intelligence_attempts, sse=config.stream_bounds,
-            max_bytes=config.intelligence_max_bytes)
+        intelligence = io[0] if io is not None else for_config(config)
     except ConfigError as exc:
         log.error("config.invalid", error=str(exc))
         return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state

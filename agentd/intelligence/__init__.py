@@ -1,6 +1,7 @@
 """Intelligence providers: where the agent's decisions come from.
 
-`make_intelligence(spec, model=...)` picks the provider from `--intelligence`:
+`make_intelligence(spec, model=...)` picks the provider from `--intelligence`
+(`for_config(config)`: the same from a run's Config, every knob it holds):
 
 * `https://host/v1` (or a loopback `http://`): an OpenAI-compatible Chat
   Completions gateway (`agentd.intelligence.openai`);
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from agentd.config import ConfigError, StreamBounds
+from agentd.config import Config, ConfigError, StreamBounds
 from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
@@ -33,6 +34,7 @@ from agentd.intelligence.base import (
     ToolCall,
     ToolDef,
 )
+from agentd.intelligence_config import PLAYBACK, Sampling
 from agentd.netaddr import is_loopback_host
 
 __all__ = [
@@ -44,12 +46,10 @@ __all__ = [
     "Message",
     "ToolCall",
     "ToolDef",
+    "for_config",
     "make_intelligence",
     "speaks_http",
 ]
-
-PLAYBACK = "playback:"
-
 
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
@@ -81,7 +81,8 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
                       attempts: int | None = None, backoff: float | None = None,
                       ca_file: str | None = None,
                       sse: StreamBounds | None = None,
-                      max_bytes: int | None = None) -> Intelligence:
+                      max_bytes: int | None = None,
+                      sampling: Sampling | None = None) -> Intelligence:
     """The provider for `--intelligence SPEC` (raises ConfigError if invalid)."""
     if not spec:
         raise ConfigError("--intelligence is required for a run "
@@ -113,7 +114,7 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
 
     return OpenAICompatible(
         spec,
-        model=model or os.environ.get("AGENTD_MODEL") or None,
+        model=model or None,
         stream=stream if stream is not None else _env_bool("AGENTD_INTELLIGENCE_STREAM", False),
         timeout=timeout or _env_float("AGENTD_INTELLIGENCE_TIMEOUT", DEFAULT_TIMEOUT),
         attempts=attempts or int(_env_float("AGENTD_INTELLIGENCE_ATTEMPTS", DEFAULT_ATTEMPTS)),
@@ -121,4 +122,14 @@ def make_intelligence(spec: str | None, *, model: str | None = None,
         ca_file=ca_file or os.environ.get("AGENTD_INTELLIGENCE_CA") or None,
         sse=sse,
         max_bytes=max_bytes,
+        sampling=sampling,
     )
+
+
+def for_config(config: Config) -> Intelligence:
+    """The provider a run's `config` describes: its model, sampling settings, bounds."""
+    return make_intelligence(config.intelligence, model=config.model,
+                             stream=config.intelligence_stream,
+                             timeout=config.intelligence_timeout,
+                             attempts=config.intelligence_attempts, sse=config.stream_bounds,
+                             max_bytes=config.intelligence_max_bytes, sampling=config.sampling)

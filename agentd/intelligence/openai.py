@@ -12,15 +12,20 @@ Failures: connection errors, request timeouts, 408, 429 and 5xx are retried
 with bounded exponential backoff (jittered), honouring `Retry-After` (with a
 tree's `FlowGate` set, a 429 or `Retry-After` pauses every call of the tree); any other
 4xx, or a gateway that keeps failing once the attempts are spent, raises
-`IntelligenceUnavailable` (exit 5). The bearer comes from env
-`AGENTD_INTELLIGENCE_KEY`, else `OPENAI_API_KEY` (the name harnesses pass); it is
+`IntelligenceUnavailable` (exit 5); every refusal keeps the gateway's own
+error text (its first 200 characters), and a 401/403 names the variable that
+gave the key, or says none was set (agentd.intelligence_config.key_hint). The
+bearer comes from env `AGENTD_INTELLIGENCE_KEY`, else `OPENAI_API_KEY`; it is
 registered for redaction and never logged.
+
+The sampling settings (`Sampling`: --temperature, --seed, ... and --model-param's
+provider fields) are encoded once and appended to every request's body, after
+the fields agentd sets (which --model-param may not name), absent when unset.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +37,7 @@ from yarl import URL
 
 from agentd import __version__
 from agentd import log as _logmod
-from agentd.config import DEFAULT_INTELLIGENCE_MAX_BYTES, StreamBounds
+from agentd.config import StreamBounds
 from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
@@ -44,14 +49,18 @@ from agentd.intelligence.base import (
     Usage,
 )
 from agentd.intelligence.flow import FlowGate
+from agentd.intelligence_config import (
+    DEFAULT_INTELLIGENCE_MAX_BYTES,
+    Sampling,
+    gateway_key,
+    key_hint,
+)
 from agentd.log import log
 from agentd.mcp.client.rules.faults import parse_retry_after
 from agentd.obs import trace
 from agentd.wire.guard import FAULT_TEXT_MAX, PEER_FAULTS, fault_text
 from agentd_native import SSEEventTooLarge
 
-KEY_ENV = "AGENTD_INTELLIGENCE_KEY"
-FALLBACK_KEY_ENV = "OPENAI_API_KEY"  # the harnesses' name, read when KEY_ENV is unset
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_ATTEMPTS = 5
 DEFAULT_BACKOFF = 0.5
@@ -201,7 +210,8 @@ class OpenAICompatible:
                  timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
                  backoff: float = DEFAULT_BACKOFF, max_backoff: float = MAX_BACKOFF,
                  key: str | None = None, ca_file: str | None = None,
-                 sse: StreamBounds | None = None, max_bytes: int | None = None) -> None:
+                 sse: StreamBounds | None = None, max_bytes: int | None = None,
+                 sampling: Sampling | None = None) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         # a non-streamed answer's body: chunked, it has no length to refuse up front
         self.max_bytes = max_bytes if max_bytes is not None else DEFAULT_INTELLIGENCE_MAX_BYTES
@@ -213,8 +223,13 @@ class OpenAICompatible:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.ca_file = ca_file
-        key = key if key is not None else (os.environ.get(KEY_ENV)
-                                           or os.environ.get(FALLBACK_KEY_ENV))
+        # which variable gave the key (None: given here, or none): a 401 names it
+        self.key_source: str | None = None
+        if key is None:
+            key, self.key_source = gateway_key()
+        fields = (sampling or Sampling()).fields()
+        # the settings' body fields, encoded once: `,"temperature":0.2,...}`
+        self._sampling = b"," + _encoder.encode(fields)[1:] if fields else b""
         self._headers = {"Content-Type": "application/json",
                          "User-Agent": f"agentd/{__version__}"}
         if key:
@@ -272,7 +287,8 @@ class OpenAICompatible:
                           tools=tools if tools else UNSET,
                           stream=True if self.stream else UNSET,
                           stream_options=StreamOptions() if self.stream else UNSET)
-        return _encoder.encode(req)
+        body = _encoder.encode(req)
+        return body[:-1] + self._sampling if self._sampling else body
 
     async def complete(self, messages: Sequence[Message],
                        tools: Sequence[ToolDef]) -> Completion:
@@ -294,7 +310,8 @@ class OpenAICompatible:
                 _log.warning("intelligence.retry", attempt=attempt, reason=last,
                              delay_s=round(delay, 3))
                 gate = self.gate
-                if gate is not None and (exc.retry_after is not None or last == "HTTP 429"):
+                if gate is not None and (exc.retry_after is not None
+                                         or last.startswith("HTTP 429")):
                     gate.pause(delay)  # the whole tree waits, not only this call
                     await gate.clear()
                 else:
@@ -343,12 +360,18 @@ class OpenAICompatible:
             text = (await resp.content.read(512)).decode("utf-8", "replace")
         except (aiohttp.ClientError, TimeoutError):
             text = ""
-        detail = " ".join(text.split())[:200]
+        said = f"HTTP {status} {' '.join(text.split())[:200]}".rstrip()
         if status in RETRY_STATUSES or status >= 500:
-            raise _retryable(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After"),
-                                                                 cap=MAX_RETRY_AFTER))
+            raise _retryable(said, parse_retry_after(resp.headers.get("Retry-After"),
+                                                     cap=MAX_RETRY_AFTER))
+        fix = ""
+        if status in (401, 403):
+            fix = f": {key_hint('Authorization' in self._headers, self.key_source)}"
+        elif status == 404:
+            fix = (": is --intelligence the API's base URL? agentd POSTs to "
+                   "{base}/chat/completions (most gateways' base ends in /v1)")
         raise IntelligenceUnavailable(
-            f"intelligence gateway {self.url} refused the request: HTTP {status} {detail}".rstrip())
+            f"intelligence gateway {self.url} refused the request: {said}{fix}")
 
     def _decode(self, raw: bytes) -> Completion:
         try:

@@ -227,6 +227,9 @@ class Connection:
                     self.log.info("mcp.version.retry", version=choice.version, reason=why)
                     continue
             except HTTPStatusError as exc:
+                if exc.status == 401:  # credentials, not a revision: initialize would say the same
+                    s.handshake_failed()
+                    raise HandshakeError(f"{self.name}: {exc}") from None
                 why = f"server/discover answered HTTP {exc.status}"
             except TransportError as exc:
                 if not exc.sent:  # unreachable: no revision verdict, a connect failure

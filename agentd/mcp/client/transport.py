@@ -55,6 +55,7 @@ from yarl import URL
 
 from agentd import __version__
 from agentd.config import StreamBounds
+from agentd.mcp.client import http_hints
 from agentd.mcp.client.answered import Answered
 from agentd.mcp.client.rules.faults import (
     HTTPStatusError,
@@ -281,6 +282,8 @@ class StreamableHTTPTransport:
                     raise TransportError(f"answer of {length} bytes exceeds the "
                                          f"{limit} byte limit (mcp_max_bytes)", sent=True)
                 data = await _read_bounded(resp, limit)
+                if http_hints.is_html(ctype, data[:64].decode("latin-1")):
+                    raise TransportError(http_hints.html_answer(self._url), sent=True)
                 if data and answer is not None:  # a JSON body answering a notification: ignored
                     self.on_message(data)
                 return
@@ -302,7 +305,8 @@ class StreamableHTTPTransport:
                     self.on_message(data)  # a JSON-RPC error for our request, or garbage
                 if answer.is_set():
                     return
-                raise HTTPStatusError(status, data[:_MAX_ERROR_BODY].decode("utf-8", "replace"))
+                raise self._status_error(status, data[:_MAX_ERROR_BODY].decode("utf-8", "replace"),
+                                         had_session, None)
             text = ""
             try:
                 async with asyncio.timeout(2):
@@ -315,10 +319,22 @@ class StreamableHTTPTransport:
                 # a 400 saying so (server-everything after a restart) is a 404 too
                 raise SessionExpired(f"session {self.session_id} unknown to the server "
                                      f"(HTTP {status}: {text[:100]})", status=status)
-            raise HTTPStatusError(status, text,
-                                  retry_after=parse_retry_after(resp.headers.get("Retry-After")))
+            raise self._status_error(status, text, had_session,
+                                     parse_retry_after(resp.headers.get("Retry-After")))
         finally:
             resp.release()
+
+    def _status_error(self, status: int, text: str, had_session: bool,
+                      retry_after: float | None) -> HTTPStatusError:
+        """A refusal, worded: an HTML page is named, not quoted; before a session the
+        fix is named too (the URL's path, the credentials: agentd.mcp.client.http_hints)."""
+        html = http_hints.is_html("", text)
+        hint = "" if had_session else http_hints.status_hint(
+            self._url, status, sent_authorization="Authorization" in self._post_headers)
+        if html and not hint:
+            hint = http_hints.html_answer(self._url)
+        return HTTPStatusError(status, "an HTML page" if html else text, retry_after=retry_after,
+                               hint=hint)
 
     async def _send_authorized(
             self, send: Callable[[Any], Awaitable[aiohttp.ClientResponse]], base: Any,
@@ -334,9 +350,11 @@ class StreamableHTTPTransport:
             try:
                 resp = await send(hdrs)
             except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
-                raise TransportError(str(exc) or type(exc).__name__, sent=False) from None
+                raise TransportError(http_hints.connect_fault(self._url, exc),
+                                     sent=False) from None
             except (aiohttp.ClientError, OSError) as exc:
-                raise TransportError(str(exc) or type(exc).__name__, sent=True) from None
+                raise TransportError(http_hints.exchange_fault(self._url, exc),
+                                     sent=True) from None
             if attempt == MAX_AUTH_RETRIES or not await self._reauthorized(resp):
                 return resp
         raise AssertionError("unreachable: the last attempt returns")

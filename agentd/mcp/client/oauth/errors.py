@@ -10,9 +10,13 @@ from agentd.errors import MCPError
 if TYPE_CHECKING:
     from agentd.mcp.client.oauth.challenge import Challenge
 
-__all__ = ["OAuthError", "OAuthKind", "authorization_required"]
+__all__ = ["STATIC_TOKEN_FIX", "OAuthError", "OAuthKind", "authorization_required"]
 
 OAuthKind = Literal["failed", "refused", "required"]
+# Where a server's static token goes, named by every auth failure that it would fix:
+# OAuth's own (a server with no `auth` table) and a plain 401 (agentd.mcp.client.http_hints).
+STATIC_TOKEN_FIX = ('the server\'s headers in --config (mcp_servers = [{name, url, headers = '
+                    '{Authorization = "Bearer {{secret:NAME}}"}}])')
 
 
 class OAuthError(MCPError):

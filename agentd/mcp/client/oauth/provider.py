@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Final
 from agentd.errors import HandshakeError
 from agentd.log import log, register_secret
 from agentd.mcp.client.oauth.challenge import Challenge, parse_challenge
-from agentd.mcp.client.oauth.errors import OAuthError, authorization_required
+from agentd.mcp.client.oauth.errors import STATIC_TOKEN_FIX, OAuthError, authorization_required
 from agentd.mcp.client.oauth.store import TokenRecord, TokenStore
 
 if TYPE_CHECKING:
@@ -161,7 +161,10 @@ class OAuth:
             try:
                 return await self._authorize(status, challenge)
             except OAuthError as exc:
-                raise HandshakeError(f"{self.name}: authorization failed: {exc}") from None
+                # no `auth` table: OAuth was only tried; the server may take a static token
+                hint = "" if self.spec.auth is not None else \
+                    f"; if it takes a static token, set {STATIC_TOKEN_FIX}"
+                raise HandshakeError(f"{self.name}: authorization failed: {exc}{hint}") from None
 
     async def _discover(self, challenge: Challenge | None) -> ASMetadata:
         from agentd.mcp.client.oauth.discovery import (

@@ -131,8 +131,10 @@ class HTTPStatusError(MCPError):
     """An HTTP error status.  ``retry_after``: the server's ``Retry-After`` in
     seconds, parsed once where the answer was read (:func:`parse_retry_after`)."""
 
-    def __init__(self, status: int, body: str = "", *, retry_after: float | None = None) -> None:
-        super().__init__(f"HTTP {status}" + (f": {body}" if body else ""))
+    def __init__(self, status: int, body: str = "", *, retry_after: float | None = None,
+                 hint: str = "") -> None:  # hint: what fixes it (agentd.mcp.client.http_hints)
+        super().__init__(f"HTTP {status}" + (f": {body}" if body else "")
+                         + (f": {hint}" if hint else ""))
         self.status = status
         self.retry_after = retry_after
 
