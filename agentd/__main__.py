@@ -19,7 +19,7 @@ def _main() -> None:
         from agentd.app.child import main as child_main
 
         sys.exit(child_main(sys.argv[2:]))
-    from agentd.cli import main
+    from agentd.cli.main import main
 
     main()
 

@@ -40,7 +40,7 @@ class _Sink:
         self.run_id = ""
         self.secrets: set[str] = set()
         # a person's terminal beside a log file: the lines at `echo_level` and up,
-        # as text (a batch's live display, agentd.app.batch_progress)
+        # as text (a batch's live display, agentd.batch.progress)
         self.echo: Writer | None = None
         self.echo_level = LEVELS["warning"]
 
@@ -165,5 +165,5 @@ def secret_set() -> set[str]:
 
 def redact(text: str) -> str:
     """`text` with every registered secret replaced (what a log line gets; a batch
-    cassette too, agentd.app.cassette)."""
+    cassette too, agentd.batch.cassette)."""
     return _sink.redact(text)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from headless_chromium import browser, load  # noqa: E402
 
-from agentd.app.batch_report import write_report  # noqa: E402
+from agentd.batch.report import write_report  # noqa: E402
 
 STATUSES = ("completed",) * 8 + ("failed", "error")
 

@@ -22,8 +22,8 @@ from agentd.a2a.client import A2AClient
 from agentd.a2a.peers import A2APeers, WithPeers, task_uri
 from agentd.agent.a2a_delegate import install
 from agentd.agent.selftools import SelfTools
+from agentd.cli.flags import config_from_flags
 from agentd.config import ConfigError, ServerSpec
-from agentd.flags import config_from_flags
 
 DELEGATE = "agentd__a2a_delegate"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agentd.acp.agent import CANCELLED_NOTE, answered
 from agentd.acp.framing import LineFramer, Oversized
-from agentd.flags import config_from_flags
+from agentd.cli.flags import config_from_flags
 from agentd.intelligence.base import FunctionCall, Message, ToolCall, tool_result, user
 
 

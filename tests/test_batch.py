@@ -365,7 +365,7 @@ def log_line(line: str) -> dict:
 
 
 def cassette_of(rec: Path, sample_id: str) -> Path:
-    from agentd.app.cassette import cassette_path
+    from agentd.batch.cassette import cassette_path
 
     return rec / Path(cassette_path(str(rec), sample_id)).name
 

@@ -19,7 +19,7 @@ import pytest
 from agentd_proc import agentd_env, run_agentd
 from headless_chromium import browser, load
 
-from agentd.app.batch_report import Limits, build_report, render
+from agentd.batch.report import Limits, build_report, render
 from agentd.config import ConfigError
 
 pytestmark = pytest.mark.timeout(240)

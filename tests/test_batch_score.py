@@ -1,4 +1,4 @@
-"""agentd.app.batch_score: the built-in scorers, command scorers as real child
+"""agentd.batch.score: the built-in scorers, command scorers as real child
 processes (a good one and hostile ones, each written to misbehave one way), and
 pass@k / pass^k against hand-computed values."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.app.batch_files import ResultLine, TaskLine
-from agentd.app.batch_score import (
+from agentd.batch.files import ResultLine, TaskLine
+from agentd.batch.score import (
     SCORER_OUTPUT_BYTES,
     ScoreError,
     Scorer,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.app.batch_files import ResultsFile, load_tasks
-from agentd.app.cassette import Replay, cassette_path, first_difference
+from agentd.batch.cassette import Replay, cassette_path, first_difference
+from agentd.batch.files import ResultsFile, load_tasks
 from agentd.config import ConfigError
 from agentd.errors import TreeError
 
@@ -113,7 +113,7 @@ def test_a_recording_stops_at_the_cassette_bound(tmp_path):
     import errno
     import os
 
-    from agentd.app.cassette import Recorder, cassette_path
+    from agentd.batch.cassette import Recorder, cassette_path
 
     rec = Recorder(str(tmp_path), "s", [], None, max_bytes=400)
     written = 0
@@ -140,7 +140,7 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
 
 
 def test_a_replayed_answer_is_held_to_the_smaller_of_its_kinds_bound_and_the_frame():
-    from agentd.app.cassette import AnswerBounds
+    from agentd.batch.cassette import AnswerBounds
     from agentd.tree.control import ENVELOPE_HEADROOM
 
     bounds = AnswerBounds(completion=100, observation=1 << 30, frame=4096 + ENVELOPE_HEADROOM)
@@ -152,7 +152,7 @@ def test_a_replayed_answer_is_held_to_the_smaller_of_its_kinds_bound_and_the_fra
 
 
 def test_lines_within_reads_at_most_one_byte_past_its_bound(tmp_path):
-    from agentd.app.batch_files import lines_within
+    from agentd.batch.files import lines_within
 
     f = tmp_path / "f"
     f.write_bytes(b"ab\ncd\n")

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from logcapture import events
 
 from agentd import log
+from agentd.cli.flags import config_from_flags
 from agentd.config import Config, ConfigError, RunLimits, ServerSpec
-from agentd.flags import config_from_flags
 from agentd.mcp.client.call_watch import CallWatches
 from agentd.mcp.client.rules.call_limits import (
     CallDeadline,

@@ -10,7 +10,7 @@ import pytest
 
 from agentd import config as cfg
 from agentd import log as agentd_log
-from agentd.flags import config_from_flags
+from agentd.cli.flags import config_from_flags
 from agentd.output import RunResult, Usage, print_result
 
 

@@ -168,6 +168,8 @@ async def test_an_exec_child_started_without_site_runs_a_turn(tmp_path, monkeypa
         warm = await sup.spawn("0", SpawnRequest("session", mode="warm"))
         assert await until(lambda: sup.process(warm.handle) is not None)
         pid = sup.process(warm.handle).pid
+        # the spawn answers once the child is started: its exec may still be under way
+        assert await until(lambda: proc_file(pid, "cmdline") != b"")
         argv = proc_file(pid, "cmdline").split(b"\0")
         environ = dict(kv.split(b"=", 1) for kv in proc_file(pid, "environ").split(b"\0")
                        if b"=" in kv)

@@ -14,8 +14,8 @@ from agentd_proc import agentd_env, run_agentd
 from gateway import Gateway, Reply
 from peers import free_port
 
+from agentd.cli.flags import config_from_flags
 from agentd.errors import ConfigError
-from agentd.flags import config_from_flags
 from agentd.intelligence_config import Sampling, gateway, gateway_key
 
 KEY = "sk-test-secret-4242"

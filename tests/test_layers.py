@@ -72,18 +72,15 @@ LAYERS: dict[str, int] = {
     # side): both sit on the tree and neither imports the other; app composes them
     "agentd.reactive": 7,
     "agentd.served": 7,
-    # 8: app (entry points, composition roots, demo, terminal views)
+    # 8: app (entry points, composition roots, demo)
     "agentd.app": 8,
     "agentd.demo": 8,
-    "agentd.top": 8,
     "agentd.acp": 8,  # `agentd acp`: composes a run per prompt, as app.run does
-    # 9: cli
-    "agentd.cli": 9,
-    "agentd.auth_cli": 9,
-    "agentd.batch_cli": 9,
-    "agentd.acp_cli": 9,
-    "agentd.flags": 9,
-    "agentd.__main__": 9,
+    # 9: batch runs, a composition root of their own (on app's run pieces)
+    "agentd.batch": 9,
+    # 10: cli (click: flags -> one validated config -> app; terminal views)
+    "agentd.cli": 10,
+    "agentd.__main__": 10,
 }
 
 
@@ -309,7 +306,7 @@ def test_folder_checker_reports_a_circle_a_rank_exception_and_an_upward_import()
 def test_directory_checker_sees_a_sub_folder_circle() -> None:
     graph = {"agentd.m": set(), "agentd.m.client": {"agentd.m.sub.auth"},
              "agentd.m.sub": set(), "agentd.m.sub.auth": {"agentd.m.session"},
-             "agentd.m.session": set(), "agentd.top": {"agentd.m.client"}}
+             "agentd.m.session": set(), "agentd.cli.top": {"agentd.m.client"}}
     assert directory_circles(graph) == [["agentd.m", "agentd.m.sub"]]
     graph["agentd.m.sub.auth"] = {"agentd.top2"}  # the cure: the shared piece moves out
     graph["agentd.top2"] = set()

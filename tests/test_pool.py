@@ -298,7 +298,7 @@ def test_pool_from_the_config_file(tmp_path, monkeypatch) -> None:
     """The Kubernetes manifest's shape: pool_key as a secret reference, pool_peers
     listing every member (this worker too, which is left out of its own peers)."""
     from agentd import config as cfg
-    from agentd.flags import config_from_flags
+    from agentd.cli.flags import config_from_flags
 
     monkeypatch.setenv("AGENTD_SECRET_POOL_KEY", POOL_KEY)
     path = tmp_path / "pool.toml"

@@ -24,8 +24,8 @@ from test_pool import POOL_KEY, Pool, _book, client
 from test_reactive_cli import Agentd
 
 from agentd import config as cfg
+from agentd.cli.flags import config_from_flags
 from agentd.errors import PoolError
-from agentd.flags import config_from_flags
 from agentd.pool import handles
 from agentd.pool.discovery import MAX_ADDRESSES, Discovery, address_url
 from agentd.pool.dns import DnsRefresher, SystemResolver

@@ -21,7 +21,7 @@ import pytest
 from test_pool import POOL_KEY, TOKENS, Pool, client, httpx2, pool_of_three
 
 from agentd import config as cfg
-from agentd.flags import config_from_flags
+from agentd.cli.flags import config_from_flags
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
 

@@ -6,7 +6,7 @@ agentd.tree.broker) and closes what it opened.  Three owners:
 
 * a run (`start_supervisor`, from agentd.app.run): the root's own provider and
   Toolbox, already open, shared with the root's loop;
-* the batch runner (agentd.app.batch): its recording/replaying broker;
+* the batch runner (agentd.batch.runner): its recording/replaying broker;
 * `open_supervisor(config)`: a Supervisor on its own (the pool worker's tests,
   benchmarks), with a provider and a Toolbox built from its config.
 

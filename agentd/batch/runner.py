@@ -16,7 +16,7 @@ failure is its result line, never the batch's. A sample that failed of an
 infrastructure fault (a request of its subtree met the gateway failing past
 its retries or an MCP server given up, or its child died without its result)
 is `error`, not `failed`: run again up to `--retry-errors` times at once, and
-by `--resume`. Each result line is scored (agentd.app.batch_score), appended
+by `--resume`. Each result line is scored (agentd.batch.score), appended
 and flushed as its sample ends; the exit code is the results' final state.
 
 Signals: the first SIGINT/SIGTERM starts no new sample and gives those in
@@ -38,19 +38,19 @@ from typing import Any, NamedTuple
 import msgspec
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
-from agentd.app.batch_broker import SampleBroker
-from agentd.app.batch_files import ResultLine, ResultsFile, TaskLine
-from agentd.app.batch_progress import progress
-from agentd.app.batch_score import (
+from agentd.app.compose import metered_provider, open_toolbox
+from agentd.app.run import new_run_id
+from agentd.batch.broker import SampleBroker
+from agentd.batch.cassette import AnswerBounds
+from agentd.batch.files import ResultLine, ResultsFile, TaskLine
+from agentd.batch.progress import progress
+from agentd.batch.score import (
     Scorer,
     contract_met,
     score_line,
     summarize,
 )
-from agentd.app.batch_trajectories import SampleTrajectories
-from agentd.app.cassette import AnswerBounds
-from agentd.app.compose import metered_provider, open_toolbox
-from agentd.app.run import new_run_id
+from agentd.batch.trajectories import SampleTrajectories
 from agentd.config import DEFAULT_SCORER_TIMEOUT, Config
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
@@ -76,7 +76,7 @@ class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     read for `--resume` before it runs, by the CLI)."""
 
     out: str
-    record: str | None = None  # a directory: one cassette per sample (agentd.app.cassette)
+    record: str | None = None  # a directory: one cassette per sample (agentd.batch.cassette)
     replay: str | None = None  # a directory of cassettes: no network at all
     trajectories: str | None = None  # a directory: one ATIF trajectory per sample
     log_file: str | None = None  # where the CLI sent the log (None: stderr)

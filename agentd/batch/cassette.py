@@ -29,7 +29,7 @@ written: `scrubbed_line`, the results file's scrubber too. A cassette is
 written to a fresh temporary file beside it and renamed into place when the
 sample ends (never through a link planted at its predictable name), and read
 only if it is a regular file, not a link, within `--cassette-bytes` whatever
-`stat` says (agentd.app.batch_files). A recorded answer larger than the live
+`stat` says (agentd.batch.files). A recorded answer larger than the live
 bound of its kind (`AnswerBounds`) is not replayed: that sample fails naming
 the bound, as a live answer past it would. Replay looks a request up by `(handle, step)`: every handle's
 requests are sequential, so the lookup does not depend on how the subtree's
@@ -54,7 +54,7 @@ import msgspec
 import orjson
 
 from agentd.a2a.client import DEFAULT_MAX_BYTES as A2A_MAX_BYTES
-from agentd.app.batch_files import lines_within, open_regular, scrubbed_line
+from agentd.batch.files import lines_within, open_regular, scrubbed_line
 from agentd.config import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
 from agentd.errors import TreeError
 from agentd.intelligence_config import DEFAULT_INTELLIGENCE_MAX_BYTES

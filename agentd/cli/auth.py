@@ -25,14 +25,14 @@ _SHARED = ("config_file", "mcp", "secrets_dir", "state_dir")
 
 def _flags(ctx: click.Context, local: dict[str, Any]) -> dict[str, Any]:
     """The root flags with this command's own over them (either place works)."""
-    from agentd.flags import over_root
+    from agentd.cli.flags import over_root
 
     return over_root(ctx.find_root().obj or {}, local, _SHARED)
 
 
 def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]:
     from agentd import log as _log
-    from agentd.flags import config_from_flags
+    from agentd.cli.flags import config_from_flags
     from agentd.mcp.client import oauth
 
     flags = _flags(ctx, local)

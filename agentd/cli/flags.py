@@ -1,6 +1,6 @@
 """Flags -> one validated, frozen Config: the merge of `--config` and the flags.
 
-Shared by the root command (agentd/cli.py) and `agentd auth` (agentd/auth_cli.py),
+Shared by the root command (agentd/cli/main.py) and `agentd auth` (agentd/cli/auth.py),
 which registers itself on the root: in `cli.py` it made the two import each
 other. Every problem raises `ConfigError` (exit 2, one line) before any socket
 is opened or process started.

@@ -32,7 +32,7 @@ REFRESH_S = 0.2  # the live display's redraw period
 
 
 class Counts(Protocol):
-    """What the progress reads of a batch's stats (agentd.app.batch.Stats)."""
+    """What the progress reads of a batch's stats (agentd.batch.runner.Stats)."""
 
     total: int
     skipped: int

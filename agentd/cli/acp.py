@@ -58,7 +58,7 @@ def acp(ctx: click.Context, max_line_bytes: int | None, **local: Any) -> None:
     from agentd import log as _log
     from agentd.acp.framing import DEFAULT_MAX_LINE
     from agentd.acp.stdio import claim_stdout, serve
-    from agentd.flags import check_intelligence, config_from_flags, over_root
+    from agentd.cli.flags import check_intelligence, config_from_flags, over_root
 
     flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
     if flags.get("instruction"):

@@ -14,12 +14,12 @@ import click
 
 from agentd import __version__
 from agentd import config as cfg
-from agentd.acp_cli import acp as acp_command
-from agentd.auth_cli import auth as auth_commands
-from agentd.batch_cli import batch as batch_command
-from agentd.batch_cli import share_run_flags
+from agentd.cli.acp import acp as acp_command
+from agentd.cli.auth import auth as auth_commands
+from agentd.cli.batch import batch as batch_command
+from agentd.cli.batch import share_run_flags
+from agentd.cli.flags import check_intelligence, config_from_flags, parse_log_level
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
-from agentd.flags import check_intelligence, config_from_flags, parse_log_level
 from agentd.netaddr import is_loopback_host
 
 # Help sections, in order; each option names its section via `section=`.
@@ -271,7 +271,7 @@ def top_cmd(ctx: click.Context, url: str, bearer: str | None, ca_file: str | Non
 
     from agentd import log as _log
     from agentd import runtime
-    from agentd.top import run_top
+    from agentd.cli.top import run_top
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -313,9 +313,9 @@ def demo_cmd(ctx: click.Context) -> None:
     ctx.exit(runtime.run(demo_main(level=level)))
 
 
-cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/auth_cli.py)
-cli.add_command(batch_command)  # agentd batch (agentd/batch_cli.py)
-cli.add_command(acp_command)  # agentd acp (agentd/acp_cli.py)
+cli.add_command(auth_commands)  # agentd auth login|status|logout (agentd/cli/auth.py)
+cli.add_command(batch_command)  # agentd batch (agentd/cli/batch.py)
+cli.add_command(acp_command)  # agentd acp (agentd/cli/acp.py)
 share_run_flags(cli.params)  # every run flag after `batch` too
 
 

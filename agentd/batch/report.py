@@ -2,7 +2,7 @@
 
 A results file (and, with `--trajectories`, one ATIF trajectory per sample) is
 read, summarised and embedded in a copy of the page template shipped beside
-this module (`batch_report.html`, `batch_report.js`). The page needs nothing
+this module (`report.html`, `report.js`). The page needs nothing
 else: no server, no network, no external script, style or font; its Content
 Security Policy allows only its own script (by hash) and inline style.
 
@@ -37,8 +37,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from agentd.app.batch_files import lines_within, open_regular
-from agentd.app.cassette import cassette_path
+from agentd.batch.cassette import cassette_path
+from agentd.batch.files import lines_within, open_regular
 from agentd.config import ConfigError
 from agentd.wire.guard import loads_peer
 
@@ -420,9 +420,9 @@ def _embedded_json(data: Any) -> str:
 
 def render(report: Report) -> str:
     """The page: the template with its script (allowed by hash) and the data."""
-    pkg = resources.files("agentd.app")
-    page = (pkg / "batch_report.html").read_text(encoding="utf-8")
-    script = (pkg / "batch_report.js").read_text(encoding="utf-8")
+    pkg = resources.files("agentd.batch")
+    page = (pkg / "report.html").read_text(encoding="utf-8")
+    script = (pkg / "report.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     page = page.replace("{{script_hash}}", f"'sha256-{digest}'", 1)
     page = page.replace("{{script}}", script, 1)

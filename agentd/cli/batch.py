@@ -120,9 +120,9 @@ def batch(ctx: click.Context, **local: Any) -> None:
                               "are required (or a subcommand: agentd batch report --help)")
     from agentd import log as _log
     from agentd import runtime
-    from agentd.app.batch import BatchOptions, run_batch
-    from agentd.app.batch_files import ResultsFile, load_tasks, open_regular
-    from agentd.flags import check_intelligence, config_from_flags, over_root
+    from agentd.batch.files import ResultsFile, load_tasks, open_regular
+    from agentd.batch.runner import BatchOptions, run_batch
+    from agentd.cli.flags import check_intelligence, config_from_flags, over_root
 
     for name in ("tasks", "out"):
         if not local[name]:
@@ -207,7 +207,7 @@ def report(results: str, trajectories: str | None, out: str) -> None:
     """Write one self-contained HTML page of a results file: the summary, a sortable
     table of the samples, each sample's trajectory. Lines that are not result lines
     are named on stderr and in the page; the rest is reported (exit 0)."""
-    from agentd.app.batch_report import write_report
+    from agentd.batch.report import write_report
 
     written = write_report(results, out, trajectories)
     for problem in written.problems:
@@ -217,7 +217,7 @@ def report(results: str, trajectories: str | None, out: str) -> None:
 
 def _scorers(local: dict[str, Any]) -> tuple[tuple[Any, ...], float]:
     """The parsed --scorer values and --scorer-timeout (ConfigError for a bad one)."""
-    from agentd.app.batch_score import parse_scorer
+    from agentd.batch.score import parse_scorer
 
     scorers = tuple(parse_scorer(s) for s in local["scorers"])
     timeout = local["scorer_timeout"]
@@ -255,8 +255,8 @@ def score_cmd(results_path: str, tasks: str, out: str | None, **local: Any) -> N
     Exit 0, or 2 for bad input (a line whose id --tasks lacks) before anything."""
     from agentd import log as _log
     from agentd import runtime
-    from agentd.app.batch_files import ResultsFile, load_tasks, read_results
-    from agentd.app.batch_score import rescore
+    from agentd.batch.files import ResultsFile, load_tasks, read_results
+    from agentd.batch.score import rescore
 
     scorers, timeout = _scorers(local)
     by_id = {t.id: t for t in load_tasks(tasks)}

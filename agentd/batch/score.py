@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 
 from agentd.agent.loop import wants_json
-from agentd.app.batch_files import ResultLine, TaskLine
+from agentd.batch.files import ResultLine, TaskLine
 from agentd.config import ConfigError
 from agentd.mcp.client.rules.schema import schemas
 from agentd.tree.procs import scrub_env
