@@ -155,3 +155,15 @@ async def test_harbors_acp_runner_drives_agentd(agentd_bin, sdk, tmp_path,
     assert tags == ["agent_message_chunk", "tool_call", "tool_call_update",
                     "tool_call_update", "agent_message_chunk"]
     check_trajectory(out_dir, summary["session"]["sessionId"], harbor_validate)
+
+
+async def test_trajectories_dir_that_cannot_be_made_is_exit_2(agentd_bin, tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = await asyncio.create_subprocess_exec(
+        agentd_bin, "acp", "--intelligence", playback(tmp_path), "--trajectories",
+        str(blocker / "sub"), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=agentd_env())
+    out, err = await proc.communicate()
+    assert proc.returncode == 2 and out == b""
+    assert f"--trajectories {blocker / 'sub'}" in err.decode() and b"Traceback" not in err
