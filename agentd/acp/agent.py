@@ -25,6 +25,14 @@ the kill ladder, and the prompt answers `cancelled` once they are gone.
 Sessions live as long as the process (`session/load` replays what agentd still
 holds: at most `MAX_REPLAY` updates of each, the oldest dropped first), at
 most `MAX_SESSIONS` at once; they share nothing but the process.
+
+With `--trajectories DIR` each session is also recorded as an ATIF v1.8
+trajectory (agentd.trajectory.recorder, the recorder a CLI or batch run uses),
+fed by the same hooks as its updates (`Tracers`): `DIR/<sessionId>.json`,
+rewritten whole after every prompt, however it ended (`extra.status`: the last
+prompt's stop reason). Its subagents' own runs are not nested in it: each
+prompt has its own tree, whose handles the next prompt's tree reuses, so they
+could not be told apart; their spawn calls and results are there.
 """
 
 from __future__ import annotations
@@ -39,13 +47,15 @@ from typing import Any, Final
 
 import msgspec
 
-from agentd.agent.loop import LoopState
+from agentd.agent.loop import LoopState, Tracers
 from agentd.app.run import RunContext, execute, new_run_id
 from agentd.config import Config, ServerSpec
 from agentd.errors import RPCError
 from agentd.intelligence.base import Message, tool_result
 from agentd.log import log
 from agentd.output import RunResult
+from agentd.trajectory.files import sample_file, write_document
+from agentd.trajectory.recorder import TrajectoryRecorder
 from agentd.wire.guard import decode_peer
 from agentd.wire.jsonrpc import (
     INTERNAL_ERROR,
@@ -79,6 +89,7 @@ class Session:
         "interrupt",
         "log",
         "model",
+        "recorder",
         "replay",
         "running",
         "servers",
@@ -97,13 +108,16 @@ class Session:
         self.running: asyncio.Task[Any] | None = None
         self.interrupt: Callable[[], None] | None = None  # set once the run is composed
         self.log = log.bind(session=sid)
+        self.recorder: TrajectoryRecorder | None = None  # with --trajectories
 
 
 class Agent:
     """The methods over `config` (the flags of `agentd acp`); `send` writes a frame."""
 
-    def __init__(self, config: Config, send: Send, *, version: str) -> None:
+    def __init__(self, config: Config, send: Send, *, version: str,
+                 trajectories: str | None = None) -> None:
         self.config = config
+        self.trajectories = trajectories  # --trajectories DIR
         self.send = send
         self.version = version
         self.sessions: dict[str, Session] = {}
@@ -174,6 +188,8 @@ class Agent:
             raise RPCError(INVALID_REQUEST, f"this agentd holds {MAX_SESSIONS} sessions, its "
                            "bound; start another `agentd acp` for more", side="local")
         session = Session(uuid.uuid4().hex, p.cwd, servers, self.config.model)
+        if self.trajectories is not None:
+            session.recorder = TrajectoryRecorder(session_id=session.id)
         self.sessions[session.id] = session
         session.log.info("acp.session.new", servers=[s.name for s in servers])
         return S.NewSessionResult(session.id, self._options(session))
@@ -248,6 +264,9 @@ class Agent:
             self.send_update(session.id, update)
 
         updates = Updates(emit, observation_bytes=self.config.observation_bytes)
+        recorder = session.recorder
+        if recorder is not None:
+            recorder.model = session.model
         config = self._run_config(session, instruction)
         ctx_box: list[RunContext] = []
         prior = session.history
@@ -261,7 +280,8 @@ class Agent:
         session.log.info("acp.prompt.start", run_id=run_id, bytes=len(instruction),
                          turns_before=len(prior or ()))
         run = session.running = asyncio.create_task(
-            execute(config, run_id=run_id, tracer=updates, serve=False, signals=False,
+            execute(config, run_id=run_id, serve=False, signals=False,
+                    tracer=updates if recorder is None else Tracers(updates, recorder),
                     extra=setup), name=f"agentd-acp-{session.id}")
         cancelled = False
         try:
@@ -280,7 +300,11 @@ class Agent:
                 else state.usage.total_tokens
         if state.messages:
             session.history = answered(state.messages)
-        reason = self._stop_reason(result, state, config, updates, cancelled)
+        try:
+            reason = self._stop_reason(result, state, config, updates, cancelled)
+        finally:
+            if recorder is not None:
+                self._record(session, recorder, result, cancelled)
         session.log.info("acp.prompt.end", run_id=run_id, stop_reason=reason,
                          status=result.status if result is not None else "cancelled",
                          steps=state.steps)
@@ -308,6 +332,26 @@ class Agent:
         raise RPCError(INTERNAL_ERROR, f"the run failed: {failure.get('error') or 'see the log'}",
                        {k: v for k, v in failure.items() if k in ("server", "fault")} or
                        msgspec.UNSET, side="local")
+
+    def _record(self, session: Session, recorder: TrajectoryRecorder,
+                result: RunResult | None, cancelled: bool) -> None:
+        """The session's trajectory so far, rewritten whole; a file that cannot be
+        written is an error line, never a different answer to the prompt."""
+        assert self.trajectories is not None
+        status = "cancelled" if cancelled or result is None else result.status
+        failure = result.result.get("error") if result is not None and isinstance(
+            result.result, dict) else None
+        recorder.extra.pop("reason", None)
+        recorder.end(status, reason=str(failure) if failure else None)
+        path = sample_file(self.trajectories, session.id)
+        try:
+            write_document(path, recorder.dump())
+        except OSError as exc:
+            session.log.error("trajectory.write_failed", path=path,
+                              error=exc.strerror or str(exc),
+                              fix="agentd acp --trajectories: a writable directory")
+            return
+        session.log.info("trajectory.written", path=path, steps=len(recorder.steps))
 
     def cancel(self, sid: str) -> None:
         session = self.sessions.get(sid)

@@ -97,11 +97,12 @@ async def _reader(fd: int) -> Any:
 
 
 async def serve(config: Config, *, out_fd: int, in_fd: int = 0, max_line: int,
-                version: str) -> int:
-    """Speak ACP until end of input or a signal; returns the exit code (0)."""
+                version: str, trajectories: str | None = None) -> int:
+    """Speak ACP until end of input or a signal; returns the exit code (0).
+    `trajectories`: the directory of the sessions' trajectories, if any."""
     out = Output(out_fd)
     await out.open()
-    agent = Agent(config, out.send, version=version)
+    agent = Agent(config, out.send, version=version, trajectories=trajectories)
     framer = LineFramer(max_line)
     read = await _reader(in_fd)
     loop = asyncio.get_running_loop()

@@ -98,6 +98,32 @@ class Tracer:
         pass
 
 
+class Tracers(Tracer):
+    """Several tracers fed the same hooks, in the order given: a run has one
+    tracer slot, and an ACP session fills it with its `session/update` stream
+    and its trajectory at once (composed, not subclassed)."""
+
+    def __init__(self, *parts: Tracer) -> None:
+        self.parts = parts
+
+    def prompt(self, text: str) -> None:
+        for t in self.parts:
+            t.prompt(text)
+
+    def turn(self, step: int, completion: Completion) -> None:
+        for t in self.parts:
+            t.turn(step, completion)
+
+    def call(self, step: int, name: str, arguments: str, *, call_id: str = "") -> None:
+        for t in self.parts:
+            t.call(step, name, arguments, call_id=call_id)
+
+    def result(self, step: int, name: str, text: str, is_error: bool, size: int,
+               duration_ms: float, note: str | None, *, call_id: str = "") -> None:
+        for t in self.parts:
+            t.result(step, name, text, is_error, size, duration_ms, note, call_id=call_id)
+
+
 class Actions:
     """The action space: MCP tools (the Toolbox) plus the `agentd__*` self-tools."""
 

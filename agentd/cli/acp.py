@@ -8,6 +8,7 @@ is read: a bad flag is exit 2 with one line on stderr.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -28,6 +29,9 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
 @click.option("--max-line-bytes", type=int, metavar="N",
               help="longest ACP frame (one line) read from stdin; a longer one is answered "
                    "with a JSON-RPC error  [default: 16777216]")
+@click.option("--trajectories", metavar="DIR",
+              help="write each session's ATIF v1.8 trajectory to DIR/<sessionId>.json, "
+                   "rewritten after every prompt (created if missing)")
 @click.option("--config", "config_file", metavar="FILE", help="as for a run")
 @click.option("--intelligence", metavar="URL|playback:PATH",
               help="as for a run  [env fallback: OPENAI_BASE_URL]")
@@ -50,7 +54,8 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
 @click.option("--log-level", help="debug, info, warning or error  [default: info]")
 @click.option("--secrets-dir", metavar="DIR", help="as for a run")
 @click.pass_context
-def acp(ctx: click.Context, max_line_bytes: int | None, **local: Any) -> None:
+def acp(ctx: click.Context, max_line_bytes: int | None, trajectories: str | None,
+        **local: Any) -> None:
     """Speak the Agent Client Protocol (v1) on stdin/stdout: newline-delimited JSON-RPC,
     stdout for protocol frames only, the log on stderr. Each session/prompt runs the
     loop with these flags' limits; exit 0 at end of input or on SIGINT/SIGTERM."""
@@ -72,10 +77,16 @@ def acp(ctx: click.Context, max_line_bytes: int | None, **local: Any) -> None:
     max_line = DEFAULT_MAX_LINE if max_line_bytes is None else max_line_bytes
     if max_line < 1024:
         raise cfg.ConfigError(f"--max-line-bytes {max_line}: at least 1024")
+    if trajectories is not None:
+        try:
+            os.makedirs(trajectories, exist_ok=True)
+        except OSError as exc:
+            raise cfg.ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc} "
+                                  "(give a directory agentd can create and write)") from None
     out_fd = claim_stdout()
     _log.configure(fmt=config.log_format, level=config.log_level or "info")
     from agentd.log_bridge import route_stdlib
 
     route_stdlib()
     ctx.exit(runtime.run(serve(config, out_fd=out_fd, max_line=max_line,
-                               version=__version__)))
+                               version=__version__, trajectories=trajectories)))
