@@ -3,9 +3,10 @@ argument parser and backend call of each, and the words of every refusal.
 
 Two surfaces offer these tools over the one `SubagentBackend`: the agent loop's
 self-tools (`agent/selftools.py`; the model sees `agentd__subagent_spawn`, ...)
-and the self-MCP served to peers (`tree/selfmcp.py`; spec §2.2: `subagent.spawn`,
-...). Both take their table from `tools(modes)` and answer with the words made
-here, so the model and a peer are told the same thing for the same mistake.
+and the self-MCP served to peers (`served/selfmcp.py` through `served/backend.py`;
+spec §2.2: `subagent.spawn`, ...). Both take their table from `tools(modes)` and
+answer with the words made here, so the model and a peer are told the same
+thing for the same mistake.
 
 The surfaces differ only where the spec makes them differ: `detach` is an
 in-loop orchestrator disposition, not offered on the served socket (spec

@@ -16,7 +16,7 @@ import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentd.agent.subagents import SubagentBackend
+from agentd.agent.subagents import SubagentBackend, Unavailable
 from agentd.config import Config, ServeSpec, resolve_bearers
 from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.http.server import Limits, Runner
@@ -25,7 +25,8 @@ from agentd.obs import http as obs_http
 from agentd.pool.session_relay import session_middleware
 from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.served.a2a import A2AServed
-from agentd.served.pool import PoolServed
+from agentd.served.backend import LocalServed
+from agentd.served.pool import PoolBackend, PoolServed
 from agentd.served.selfmcp import SelfMCP
 
 __all__ = ["serve", "serve_self_mcp"]
@@ -42,19 +43,23 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
         raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
     ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
         if spec.scheme == "https" and spec.cert and spec.key else None
-    handler = SelfMCP(backend, run_id=run_id, mode=mode, pool=pool)
+    backend = backend if backend is not None else Unavailable()
+    # pool mode: the handler's backend routes each handle to its owner
+    routed = PoolBackend(LocalServed(backend), pool) if pool is not None else None
+    handler = SelfMCP(backend, run_id=run_id, mode=mode, served=routed)
 
     def mount(server: Any) -> None:
         _mount_obs(server)
-        if pool is not None:  # POST /pool/relay: the pool key is its credential
-            pool.relay.mount(server.app, handler, authenticated=server.guard.authenticated,
-                             body_timeout=server.limits.body_timeout)
+        if routed is not None:  # POST /pool/relay: the pool key is its credential
+            relay = routed.pool.relay
+            relay.mount(server.app, routed, authenticated=server.guard.authenticated,
+                        body_timeout=server.limits.body_timeout)
             # 2025-11-25 sessions: ids name their owner; a peer's are proxied to it
             server.app.middlewares.append(session_middleware(
-                pool.relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
+                relay, server.guard, ("/mcp", "/"), max_body=server.limits.max_body,
                 body_timeout=server.limits.body_timeout))
     if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
-        served = A2AServed(handler.backend)
+        served = A2AServed(backend)
         base = mount
 
         def mount(server: Any) -> None:

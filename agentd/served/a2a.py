@@ -46,13 +46,13 @@ from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, SubagentB
 from agentd.errors import RPCError
 from agentd.log import log
 from agentd.mcp.server.handler import current_principal
+from agentd.served.backend import SERVED_CALLER
 from agentd.wire import a2a as w
 from agentd.wire.guard import PEER_FAULTS, fault_text
 
 __all__ = ["PATH", "A2AServed"]
 
 PATH: Final = "/a2a"
-SERVED_CALLER: Final = "served"
 KEEP_OWNED: Final = 4096  # task owners remembered (oldest finished forgotten first)
 CANCEL_WAIT: Final = 5.0  # how long CancelTask waits for the run to reach its end
 

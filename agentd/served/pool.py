@@ -1,5 +1,13 @@
 """The self-MCP in pool mode: owner-naming handles outside, ``served.N`` inside.
 
+:class:`PoolBackend` is the served face's backend in a pool
+(:class:`agentd.served.backend.ServedBackend`): it wraps the worker's
+:class:`~agentd.served.backend.LocalServed`, routes each operation by the
+handle's owner (here, relayed, or lost), places a spawn this worker is too full
+for on the peer with the most room, watches peers' runs for this worker's
+subscribers, and answers peers' relayed operations
+(:class:`agentd.pool.relay.RelayTarget`).  The self-MCP handler only calls it.
+
 The backend keeps minting ``served.{n}``; this object gives each served run a
 pool handle (:func:`agentd.pool.handles.mint_handle`, bound to the spawning
 principal) and decides, for a handle a caller names, whether it is this
@@ -16,8 +24,11 @@ import contextlib
 import os
 import ssl
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
+import msgspec
+
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.config import PoolSpec
 from agentd.errors import PoolError
 from agentd.log import log
@@ -29,12 +40,21 @@ from agentd.pool.dns import DnsRefresher
 from agentd.pool.membership import Membership
 from agentd.pool.prober import Prober
 from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
+from agentd.served.backend import SERVED_CALLER, Body, LocalServed, Subscribed, spawn_body
+from agentd.tree.ownership import top_of
+from agentd.wire.guard import convert_peer
 
-__all__ = ["HANDLE_HEADER", "HANDLE_TOOLS", "PoolServed", "Where", "lost_body",
+__all__ = ["HANDLE_HEADER", "HANDLE_TOOLS", "PoolBackend", "PoolServed", "Where", "lost_body",
            "with_handle_header"]
 
 HANDLE_HEADER = "Handle"  # SEP-2243: 2026-07-28 clients send it as Mcp-Param-Handle
 HANDLE_TOOLS = frozenset({"subagent.status", "subagent.send", "subagent.cancel"})
+WAIT_POLL: Final = 20.0  # a peer's relayed wait for a run's end answers at least this often
+
+
+class _PlacedSpawn(SpawnRequest, frozen=True, forbid_unknown_fields=True):
+    """A peer's placement as this worker decodes it: a member it does not know (a
+    newer peer's, or a caller's word like ``async``) is refused, never dropped."""
 
 
 def _top(handle: str) -> str:
@@ -249,3 +269,168 @@ class PoolServed:
     def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`agentd top`'s rows with pool handles for served runs."""
         return [{**r, "handle": self.external(r["handle"])} for r in rows]
+
+
+class PoolBackend:
+    """The served face's backend of a pool worker: this worker's runs through
+    ``local`` under their pool names, every other member's relayed to its owner
+    (docs/operations.md "Pool")."""
+
+    def __init__(self, local: LocalServed, pool: PoolServed) -> None:
+        self.local = local
+        self.pool = pool
+        self._waiters: dict[str, asyncio.Event] = {}  # served.N -> a peer waits on its end
+        self._log = log.bind(component="selfmcp")
+        local.on_terminal(self._ended)
+        local.backend.on_evicted(self._forget)
+
+    def _ended(self, state: HandleState) -> None:
+        waiting = self._waiters.pop(state.handle, None)
+        if waiting is not None:  # peers' subscribers, over the relay
+            waiting.set()
+
+    def _forget(self, handle: str) -> None:
+        """The backend no longer retains ``handle``: an evicted run's pool name is
+        forgotten with it."""
+        if handle.startswith(SERVED_CALLER + ".") and handle == top_of(handle):
+            self.pool.forget(handle)
+
+    # ------------------------------------------------- the served face
+    async def spawn(self, request: SpawnRequest, principal: str) -> Body | Refusal:
+        body = await self._spawn_here(request, principal)
+        if not isinstance(body, Refusal):
+            return body
+        peer = self._placement()
+        if peer is None:
+            return body
+        # this worker is at its caps: the spawn runs on the peer with the most room
+        self._log.info("pool.placed", peer=peer)
+        try:
+            answer = await self.pool.call(peer, "spawn", "", None, principal,
+                                          arguments=msgspec.to_builtins(request))
+        except PoolError:  # the peer went away: this worker's refusal stands
+            return body
+        if answer.kind != "body" or answer.body is None:
+            return Refusal(answer.text or "spawn refused")
+        return answer.body
+
+    def _placement(self) -> str | None:
+        """The peer a refused spawn goes to: only when this worker has no free slot
+        left (a scope refusal stays a refusal)."""
+        if self.pool.probe_answer(self.local.counts()).free > 0:
+            return None
+        return self.pool.membership.place()
+
+    async def _spawn_here(self, request: SpawnRequest, principal: str) -> Body | Refusal:
+        state = await self.local.spawned(request, principal)
+        if isinstance(state, Refusal):
+            return state
+        return spawn_body(state, self.pool.name(state.handle, principal))
+
+    async def operate(self, op: str, handle: str, message: str | None,
+                      principal: str) -> Body | Refusal | Unknown:
+        """The operation wherever the handle lives: here, relayed to its owner, or
+        the lost body; `Unknown` by the name the caller used."""
+        where = self.pool.where(handle, principal)
+        if where is None:
+            return Unknown(handle)
+        if where.lost is not None:
+            return where.lost
+        if where.owner is not None:
+            answer = await self.pool.call(where.owner, op, handle, message, principal)
+            if answer.kind == "refused":
+                return Refusal(answer.text or "spawn refused")
+            if answer.kind != "body" or answer.body is None:
+                return Unknown(handle)
+            return answer.body
+        assert where.internal is not None
+        body = await self.local.operate(op, where.internal, message, principal)
+        return self.pool.body(body) if isinstance(body, dict) else Unknown(handle)
+
+    def subscribe(self, uri: str, handle: str, principal: str, verdict: object,
+                  ended: Callable[[str], None]) -> Subscribed:
+        where = self.pool.where(handle, principal)
+        if where is None:
+            return "refused"  # unknown, evicted or another's
+        if where.lost is not None:
+            return "ended"
+        if where.owner is not None:  # the owner's verdict, fanned in by admit()
+            if isinstance(verdict, RelayAnswer):
+                if verdict.kind != "body" or verdict.body is None:
+                    return "refused"  # unknown there (evicted): as on one worker
+                if verdict.body.get("done"):
+                    return "ended"
+            # running there, or no answer in time: held and watched until the
+            # owner answers terminal or is called dead (the lost-owner rule)
+            return "held" if self.pool.watch(uri, handle, where.owner, principal, ended) \
+                else "refused"
+        assert where.internal is not None
+        return self.local.subscribe(uri, where.internal, principal, verdict, ended)
+
+    async def admit(self, wanted: dict[str, str], principal: str) -> dict[str, Any]:
+        return await self.pool.admit(wanted, principal)
+
+    def shown(self, handle: str) -> str:
+        return self.pool.external(handle)
+
+    def on_terminal(self, callback: Callable[[HandleState], None]) -> None:
+        self.local.on_terminal(callback)
+
+    def on_spawned(self, callback: Callable[[], None]) -> None:
+        self.local.on_spawned(callback)
+
+    def retained(self, handle: str) -> float | None:
+        return self.local.retained(self.pool.internal(handle) or "")
+
+    def counts(self) -> dict[str, int]:
+        return self.local.counts()
+
+    def rows(self, principal: str | None) -> list[dict[str, Any]]:
+        return self.pool.rows(self.local.rows(principal))
+
+    def status_extra(self) -> dict[str, Any]:
+        return {"pool": self.pool.share(self.local.counts())}  # this worker's share
+
+    def tool_schema(self, name: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return with_handle_header(schema) if name in HANDLE_TOOLS else schema
+
+    # ------------------------------------------ the relay's target
+    def probe_answer(self) -> ProbeAnswer:
+        """A peer's liveness probe (agentd.pool.relay.RelayTarget)."""
+        return self.pool.probe_answer(self.local.counts())
+
+    async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
+        """A peer's relayed operation (agentd.pool.relay.RelayTarget): only on this
+        worker's own handles (a relayed handle is never relayed on)."""
+        if request.op == "spawn":  # placed here by a peer at its caps: never placed on
+            try:
+                spawn = convert_peer(request.arguments or {}, _PlacedSpawn, ValueError)
+            except ValueError as exc:
+                return RelayAnswer("refused", text=f"spawn refused: bad relayed request: {exc}")
+            placed = await self._spawn_here(spawn, principal)
+            if isinstance(placed, Refusal):
+                return RelayAnswer("refused", text=placed.text)
+            return RelayAnswer("body", body=placed)
+        where = self.pool.where(request.handle, principal)
+        if where is not None and where.lost is not None:
+            return RelayAnswer("body", body=where.lost)
+        if where is None or where.internal is None:  # unknown, or a third member's
+            return RelayAnswer("unknown")
+        if request.op == "wait":  # a peer's subscriber: answered at the terminal state
+            body = await self._wait_terminal(where.internal, principal)
+        else:
+            body = await self.local.operate(request.op, where.internal, request.message,
+                                            principal)
+        if not isinstance(body, dict):
+            return RelayAnswer("unknown")
+        return RelayAnswer("body", body=self.pool.body(body))
+
+    async def _wait_terminal(self, internal: str, principal: str) -> Body | Unknown:
+        """The run's body once it is terminal, or as it is after ``WAIT_POLL`` s."""
+        state = self.local.state(internal, principal)
+        if isinstance(state, HandleState) and not state.done:
+            event = self._waiters.setdefault(internal, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), WAIT_POLL)
+            state = self.local.state(internal, principal)
+        return state if isinstance(state, Unknown) else state.body()
