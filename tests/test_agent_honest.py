@@ -159,3 +159,23 @@ async def test_fences_are_compact_labelled_and_the_prefix_is_stable(
     for before, after in ((first, second), (second, third)):
         assert after["tools"] == before["tools"]
         assert after["messages"][:len(before["messages"])] == before["messages"]
+
+
+async def test_the_config_file_chooses_the_set_and_the_image_mode(
+        agentd_bin, everything, tmp_path) -> None:
+    conf = tmp_path / "agentd.toml"
+    conf.write_text('self_tools = "spawn"\ntool_images = "text"\n')
+
+    def first(body: dict) -> Reply:
+        return Reply.tools((image_tool(body), {}, "i1"))
+
+    async with Gateway([first, Reply.text("ok")]) as gw:
+        done = await run_agentd(agentd_bin, args(gw, everything, "--config", str(conf)))
+    assert done.rc == 0, done.stderr
+    assert own_tools(gw.bodies[0]) == SPAWN
+    assert gw.bodies[1]["messages"][-1]["role"] == "tool"  # no image message: text mode
+    conf.write_text('tool_images = "png"\n')
+    bad = await run_agentd(agentd_bin, args(gw, everything, "--config", str(conf)))
+    assert bad.rc == 2
+    assert "--tool-images 'png': expected one of parts, text (config key `tool_images`)" \
+        in bad.stderr
