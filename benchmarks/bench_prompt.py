@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,19 +23,21 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from agentd_proc import agentd_env, run_agentd  # noqa: E402
 from gateway import Gateway, Reply  # noqa: E402
-from peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer  # noqa: E402
+from peers import everything_peer, python_peer  # noqa: E402
 
 
 def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def _common(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False))
+                 if x != y), min(len(a), len(b)))
+
+
 async def main(extra: list[str]) -> None:
-    bin_dir = ensure_npm_peers("mcp-server-everything", "node")
-    port = free_port()
-    everything = PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
-                             env=npm_env({"PORT": str(port)}))
-    with everything, python_peer("sdk_servers.py") as sdk:
+    with everything_peer() as everything, python_peer("sdk_servers.py") as sdk:
         script = [Reply.tools(("everything__echo", {"message": "hi"}, "c1")),
                   Reply.tools(("sdk__echo", {"text": "hello"}, "c2")),
                   Reply.text("done")]
@@ -51,7 +52,7 @@ async def main(extra: list[str]) -> None:
     before = None
     for turn, body in enumerate(gw.bodies, 1):
         rendered = _compact(body.get("tools", [])) + _compact(body["messages"])
-        repeated = len(os.path.commonprefix([before, rendered])) if before else 0
+        repeated = _common(before, rendered) if before else 0
         print(_compact({"bench": "prompt", "args": " ".join(extra), "turn": turn,
                         "body_bytes": len(_compact(body)),
                         "tools_bytes": len(_compact(body.get("tools", []))),

@@ -16,7 +16,7 @@ import re
 import pytest
 from agentd_proc import run_agentd
 from gateway import Gateway, Reply
-from peers import PEERS_DIR, PeerProcess, ensure_npm_peers, free_port, npm_env
+from peers import PEERS_DIR, PeerProcess, everything_peer
 
 from agentd.agent import images
 from agentd.agent.prompt import FENCE_CLOSE, fence_inline
@@ -27,11 +27,7 @@ SPAWN = {"agentd__subagent_spawn", "agentd__subagent_send", "agentd__subagent_st
 
 @pytest.fixture(scope="module")
 def everything() -> PeerProcess:
-    bin_dir = ensure_npm_peers("mcp-server-everything", "node")
-    port = free_port()
-    peer = PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
-                       env=npm_env({"PORT": str(port)}))
-    with peer:
+    with everything_peer() as peer:
         yield peer
 
 

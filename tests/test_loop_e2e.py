@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from agentd_proc import agentd_env, run_agentd
 from gateway import Gateway, Reply
-from peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer
+from peers import PeerProcess, everything_peer, free_port, python_peer
 
 from agentd.agent.prompt import fence, fence_inline
 
@@ -24,11 +24,7 @@ def sdk() -> PeerProcess:
 
 @pytest.fixture(scope="module")
 def everything() -> PeerProcess:
-    bin_dir = ensure_npm_peers("mcp-server-everything", "node")
-    port = free_port()
-    peer = PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
-                       env=npm_env({"PORT": str(port)}))
-    with peer:
+    with everything_peer() as peer:
         yield peer
 
 
