@@ -13,7 +13,6 @@ registers each value for log redaction.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 from pathlib import Path
@@ -51,7 +50,6 @@ DEFAULT_LOG_FORMAT = "json"
 # this directory; env AGENTD_TLS_DIR moves the directory (docs/cli.md).
 DEFAULT_TLS_DIR = "/etc/agentd/tls"
 TLS_DIR_ENV = "AGENTD_TLS_DIR"
-BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SERVE_FILE_KEYS = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer",
                    "serve_bearers")
 # --config's names for the --pool-* flags
@@ -244,6 +242,8 @@ class Config(RunLimits, frozen=True):
     intelligence_max_bytes: int = _model.DEFAULT_INTELLIGENCE_MAX_BYTES
     sampling: _model.Sampling = _model.Sampling()  # --temperature ... (agentd.intelligence_config)
     output_contract: str | None = None
+    self_tools: str = "all"  # --self-tools (agentd.agent.selftools.OFFERS)
+    tool_images: str = "parts"  # --tool-images (agentd.agent.images.MODES)
     trajectory: str | None = None  # --trajectory FILE: the run's ATIF trajectory (agentd.trajectory)
     mcp: tuple[ServerSpec, ...] = ()
     serve: ServeSpec | None = None
@@ -333,24 +333,6 @@ def parse_mcp_flag(value: str) -> ServerSpec:
 
 def default_tls_file(name: str) -> str:
     return str(Path(os.environ.get(TLS_DIR_ENV) or DEFAULT_TLS_DIR) / name)
-
-
-def check_bearers(bearers: object, secrets_dir: str) -> dict[str, str]:
-    """Named bearers from the config file: each value exactly one {{secret:NAME}},
-    resolvable now (exit 2 before any side effect), kept unresolved."""
-    if not isinstance(bearers, dict):
-        raise ConfigError("serve_bearers: expected a table of name = \"{{secret:NAME}}\"")
-    out: dict[str, str] = {}
-    for name, ref in bearers.items():
-        if not isinstance(name, str) or not BEARER_NAME_RE.fullmatch(name):
-            raise ConfigError(f"serve_bearers: bad bearer name {name!r} "
-                              "(letters, digits, _ . -)")
-        if not isinstance(ref, str) or not SECRET_RE.fullmatch(ref.strip()):
-            raise ConfigError(f"serve_bearers.{name}: the token must be a {{{{secret:NAME}}}} "
-                              "reference, never the token itself")
-        resolve_secret(SECRET_RE.fullmatch(ref.strip()).group(1), secrets_dir)  # type: ignore[union-attr]
-        out[name] = ref.strip()
-    return out
 
 
 def resolve_bearers(spec: ServeSpec, secrets_dir: str = DEFAULT_SECRETS_DIR) -> dict[str, str]:

@@ -233,6 +233,14 @@ def python_peer(script: str, *args: str, port: int | None = None) -> PythonPeer:
     return PythonPeer(script, *args, port=port)
 
 
+def everything_peer() -> PeerProcess:
+    """server-everything (the official npm server) over Streamable HTTP on loopback."""
+    bin_dir = ensure_npm_peers("mcp-server-everything", "node")
+    port = free_port()
+    return PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
+                       env=npm_env({"PORT": str(port)}))
+
+
 class NodePeer(PythonPeer):
     """A Node script from tests/ run with the npm peers' Node 22 (``script PORT args``)."""
 

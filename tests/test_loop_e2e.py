@@ -11,9 +11,9 @@ import urllib.request
 import pytest
 from agentd_proc import agentd_env, run_agentd
 from gateway import Gateway, Reply
-from peers import PeerProcess, ensure_npm_peers, free_port, npm_env, python_peer
+from peers import PeerProcess, everything_peer, free_port, python_peer
 
-from agentd.agent.prompt import fence
+from agentd.agent.prompt import fence, fence_inline
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +24,7 @@ def sdk() -> PeerProcess:
 
 @pytest.fixture(scope="module")
 def everything() -> PeerProcess:
-    bin_dir = ensure_npm_peers("mcp-server-everything", "node")
-    port = free_port()
-    peer = PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
-                       env=npm_env({"PORT": str(port)}))
-    with peer:
+    with everything_peer() as peer:
         yield peer
 
 
@@ -78,13 +74,12 @@ async def test_exact_request_bodies(agentd_bin, sdk, stream) -> None:
         assert first["stream_options"] == {"include_usage": True}
     names = {t["function"]["name"] for t in first["tools"]}
     assert {"sdk__echo", "sdk__add", "sdk__fail", "sdk__weather", "sdk__slow",
-            "agentd__read_resource", "agentd__subscribe", "agentd__unsubscribe",
+            "agentd__read_resource", "agentd__await_resource", "agentd__graph_run",
             "agentd__subagent_spawn", "agentd__subagent_send", "agentd__subagent_status",
             "agentd__subagent_cancel"} <= names
     assert tool(first, "sdk__echo") == {"type": "function", "function": {
         "name": "sdk__echo",
-        "description": fence("tool-description", "Echo the text back.", server="sdk",
-                             tool="sdk__echo"),
+        "description": fence_inline("Echo the text back."),
         "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
                        "required": ["text"]}}}
     sys_msg, user_msg = first["messages"]
@@ -167,9 +162,8 @@ async def test_hostile_server_stays_fenced_data(agentd_bin, hostile) -> None:
     assert done.result["result"] == "it is sunny" and done.result["steps"] == 2
     first, second = gw.bodies
     desc = tool(first, "hostile__lookup")["function"]["description"]
-    assert desc == fence("tool-description", f"Look up the weather. {INJECTION}.",
-                         server="hostile", tool="hostile__lookup")
-    assert desc.startswith("[UNTRUSTED tool-description") and desc.endswith("[END UNTRUSTED]")
+    assert desc == fence_inline(f"Look up the weather. {INJECTION}.")
+    assert desc.startswith("[UNTRUSTED] ") and desc.endswith("[END UNTRUSTED]")
     system = first["messages"][0]["content"]
     # the server's attempt to close the fence early is defanged
     assert f"IMPORTANT: {INJECTION}. (END UNTRUSTED]" in system

@@ -43,8 +43,7 @@ def test_tool_defs_fence_server_text_but_not_self_tools() -> None:
     defs += P.tool_defs([ToolEntry(qualified="agentd__x", server="agentd", name="x",
                                    description="mine")], trusted=True)
     assert defs[0].function.name == "s__t"
-    assert defs[0].function.description == P.fence("tool-description", "desc", server="s",
-                                                   tool="s__t")
+    assert defs[0].function.description == P.fence_inline("desc")
     assert defs[0].function.parameters == P.EMPTY_SCHEMA  # not an object schema
     assert defs[1].function.name == "agentd__x"
     assert defs[1].function.description == "mine"

@@ -103,8 +103,7 @@ async def test_a_listed_tool_is_one_shape_from_the_server_to_the_model_and_the_c
         echo = next(d for d in root.defs if d.function.name == "sdk__echo")
         assert echo == ToolDef(function=FunctionDef(
             name="sdk__echo",
-            description=P.fence("tool-description", "Echo the text back.", server="sdk",
-                                tool="sdk__echo"),
+            description=P.fence_inline("Echo the text back."),
             parameters=entry.input_schema))
         own = next(d for d in root.defs if d.function.name == "agentd__read_resource")
         assert not own.function.description.startswith(P.FENCE_OPEN)  # agentd's own text

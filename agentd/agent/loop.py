@@ -15,6 +15,12 @@ the client's decision under the one fault policy, agentd.mcp.client.rules.faults
 re-send is already made) is never shown as tool output: the model gets an
 `[agentd]` notice that the call failed, outside any fence.
 
+Images a tool returns go to the model as image parts of a user message after
+the step's tool messages (agentd.agent.images), unless `tool_images="text"`.
+
+A partial result carries what was learned (`LoopState.partial_result`): the
+model's last text, or else the last step's observations, bounded.
+
 Logs: `intelligence.turn`, `tool.call`, `tool.result` (sizes, durations, no
 bodies at info level; bodies at debug for audit).
 """
@@ -30,13 +36,16 @@ import msgspec
 import orjson
 
 from agentd.agent import prompt as P
+from agentd.agent.images import ImageBudget, images_message
 from agentd.agent.selftools import SelfTools
 from agentd.config import RunLimits
 from agentd.errors import IntelligenceError, ToolFault
 from agentd.intelligence.base import (
     Completion,
+    ImagePart,
     Intelligence,
     Message,
+    TextPart,
     ToolCall,
     ToolDef,
     is_ceiling,
@@ -48,6 +57,7 @@ from agentd.intelligence.base import (
 from agentd.log import log
 from agentd.obs import metrics, trace
 from agentd.output import Usage
+from agentd.wire import mcp_types as mt
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.shapes import ResourceInfo, ToolEntry
 
@@ -56,19 +66,48 @@ if TYPE_CHECKING:  # types only: a brokered child runs this loop without the HTT
 
 # The loop's budgets are the run's limits (max_steps, token_ceiling, observation_bytes).
 Budgets = RunLimits
+# A partial result without the model's text: the last step's observations, at most
+# this many, each text cut to this many bytes (README, docs/agent.md)
+PARTIAL_OBSERVATIONS = 16
+PARTIAL_OBSERVATION_BYTES = 4096
 
 
 class LoopState:
     """What a run has done so far; survives cancellation for the partial result."""
 
-    __slots__ = ("calls", "last_content", "messages", "steps", "usage")
+    __slots__ = ("calls", "images", "last_content", "last_observations", "messages", "steps",
+                 "usage")
 
     def __init__(self) -> None:
         self.steps = 0
         self.calls = 0
         self.usage = Usage()
         self.last_content: str | None = None
+        self.last_observations: list[dict[str, Any]] = []  # the last step's, bounded
         self.messages: list[Message] = []
+        self.images = ImageBudget()
+
+    def partial_result(self) -> Any:
+        """What a run that ends early hands back: the model's last text, else
+        `{"observations": [{"step", "tool", "is_error", "bytes", "text"}]}` of the last
+        step (None when nothing was learned)."""
+        if self.last_content is not None:
+            return self.last_content
+        if self.last_observations:
+            return {"observations": list(self.last_observations)}
+        return None
+
+    def observed(self, step: int, tool: str, text: str, *, is_error: bool) -> None:
+        """Keep one observation of `step` for the partial result (bounded)."""
+        if self.last_observations and self.last_observations[0]["step"] != step:
+            self.last_observations.clear()
+        if len(self.last_observations) >= PARTIAL_OBSERVATIONS:
+            return
+        cut, size = P.cut_utf8(text, PARTIAL_OBSERVATION_BYTES)
+        self.last_observations.append({
+            "step": step, "tool": tool, "is_error": is_error,
+            "bytes": size if size >= 0 else len(text.encode("utf-8", "surrogatepass")),
+            "text": cut})
 
 
 class Outcome(msgspec.Struct):
@@ -212,8 +251,10 @@ class Loop:
     def __init__(self, intelligence: Intelligence, actions: Actions, *, budgets: Budgets,
                  state: LoopState | None = None, tracer: Tracer | None = None,
                  on_step: Callable[[LoopState], None] | None = None,
-                 spent: Callable[[], int] | None = None) -> None:
+                 spent: Callable[[], int] | None = None,
+                 tool_images: str = "parts") -> None:
         self.intelligence = intelligence
+        self.tool_images = tool_images
         self.actions = actions
         self.budgets = budgets
         self.state = state if state is not None else LoopState()
@@ -229,7 +270,8 @@ class Loop:
                      toolbox: AgentToolbox | None = None) -> list[Message]:
         sys_text = P.system_prompt(instructions=toolbox_instructions(toolbox),
                                    resources=toolbox_resources(toolbox),
-                                   output_contract=output_contract)
+                                   output_contract=output_contract,
+                                   reads="agentd__read_resource" in self.actions.selftools)
         return [system(sys_text), user(P.user_instruction(instruction))]
 
     async def run(self, messages: list[Message], *, output_contract: str | None = None
@@ -301,11 +343,15 @@ class Loop:
                                result=distil(completion.content or "", output_contract))
             calls = completion.tool_calls
             if len(calls) == 1:
-                messages.append(await self._call(step, calls[0]))
+                answers = [await self._call(step, calls[0])]
             else:
                 async with asyncio.TaskGroup() as tg:
                     tasks = [tg.create_task(self._call(step, c)) for c in calls]
-                messages.extend(t.result() for t in tasks)
+                answers = [t.result() for t in tasks]
+            messages.extend(m for m, _ in answers)
+            images = [p for _, parts in answers for p in parts]
+            if images:  # after every tool message of the step, as Chat Completions wants
+                messages.append(images_message(images))
 
     def _tell_dropped(self, messages: list[Message]) -> None:
         """Optional servers the fault policy left out since the last step: the
@@ -320,9 +366,11 @@ class Loop:
         log.warning("budget.exhausted", reason=reason, steps=self.state.steps,
                     total_tokens=self.state.usage.total_tokens)
         return Outcome(status="budget_exhausted", partial=True,
-                       result=self.state.last_content, reason=reason)
+                       result=self.state.partial_result(), reason=reason)
 
-    async def _call(self, step: int, call: ToolCall) -> Message:
+    async def _call(self, step: int, call: ToolCall
+                    ) -> tuple[Message, list[TextPart | ImagePart]]:
+        """The tool message of one call, and the parts that carry its images."""
         name = call.function.name
         raw = call.function.arguments
         self.state.calls += 1
@@ -336,6 +384,7 @@ class Loop:
         note: str | None = None
         text = ""
         is_error = True
+        images: list[TextPart | ImagePart] = []
         try:
             # msgspec keeps an integer beyond 64 bits exact (orjson would make it a
             # float): the client then refuses it by the wire's bound, visibly
@@ -359,6 +408,10 @@ class Loop:
                             fault=_fault_text(exc), retryable=exc.retryable, cause=exc.cause)
             else:
                 text = obs.text or ""
+                blocks = getattr(obs, "content", ())  # an MCP server's raw blocks, if any
+                if self.tool_images == "parts" and any(
+                        isinstance(b, mt.ImageContent) for b in blocks):
+                    text, images = self.state.images.render(blocks, call.id, name)
                 structured = obs.structured
                 if not text and structured is not None:
                     text = orjson.dumps(structured, default=str).decode()
@@ -381,7 +434,9 @@ class Loop:
         if self.tracer is not None:
             self.tracer.result(step, name, text, is_error, size, duration_ms, note,
                                call_id=call.id)
-        return tool_result(call.id, content)
+        self.state.observed(step, name, P.notice(note) if note is not None else text,
+                            is_error=is_error)
+        return tool_result(call.id, content), images
 
 
 def _fault_text(exc: BaseException) -> str:
@@ -395,13 +450,14 @@ async def run_task(intelligence: Intelligence, toolbox: AgentToolbox | None,
                    state: LoopState, tracer: Tracer | None = None,
                    history: Sequence[Message] = (),
                    on_step: Callable[[LoopState], None] | None = None,
-                   spent: Callable[[], int] | None = None) -> Outcome:
+                   spent: Callable[[], int] | None = None,
+                   tool_images: str = "parts") -> Outcome:
     """One task: build the prompt, then loop to an outcome."""
     if tracer is not None:
         tracer.prompt(instruction)
     actions = Actions(toolbox, selftools)
     loop = Loop(intelligence, actions, budgets=budgets, state=state, tracer=tracer,
-                on_step=on_step, spent=spent)
+                on_step=on_step, spent=spent, tool_images=tool_images)
     messages = loop.conversation(instruction, output_contract=output_contract,
                                  toolbox=toolbox)
     messages.extend(history)

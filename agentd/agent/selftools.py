@@ -12,7 +12,8 @@ are its self/control primitives"):
 * `agentd__subscribe {uri, server?}` / `agentd__unsubscribe {uri}` —
   self-scheduling (spec §2.4): the request is queued, bounded per run, and
   applied by the daemon after the run; `isError` only for an empty URI or the
-  cap;
+  cap. Offered in reactive mode only: a task run has no daemon to apply them,
+  and a tool that answers "queued" for nothing tells the model what is not so;
 * `agentd__subagent_spawn/_send/_status/_cancel` — the one table of
   `agentd.agent.spawn_tools` (the self-MCP serves it too), routed to the one
   `SubagentBackend` (the tree's chokepoint); a refusal is an `isError` result
@@ -20,6 +21,10 @@ are its self/control primitives"):
 
 Hook: other layers add tools with `SelfTools.add(SelfTool(...))` — the tree adds
 `graph.run`, the reactive layer `await_resource` — before the loop starts.
+
+Which are offered is the operator's choice (`--self-tools`, `OFFERS`): all of
+them, only the four subagent tools, or none; a tool outside the set is never
+added, so the model neither sees nor can call it (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -38,10 +43,25 @@ from agentd.agent.subagents import (
     Unavailable,
     Unknown,
 )
+from agentd.errors import ConfigError
 from agentd.mcp.selftool import SelfTool, error, ok
 from agentd.wire.shapes import Observed, ToolEntry
 
 AGENT_SCHEME = "agent://"
+# --self-tools: the sets offered (the subagent tools are spawn_tools' table)
+OFFERS = ("all", "spawn", "none")
+DEFAULT_OFFER = "all"
+SPAWN_NAMES = frozenset(("subagent.spawn", "subagent.send", "subagent.status",
+                         "subagent.cancel"))
+SUBSCRIBE_NAMES = frozenset(("subscribe", "unsubscribe"))
+
+
+def check_offer(value: object) -> str:
+    """`--self-tools` / config `self_tools`, validated (exit 2 on anything else)."""
+    if value not in OFFERS:
+        raise ConfigError(f"--self-tools {value!r}: expected one of {', '.join(OFFERS)} "
+                          "(config key `self_tools`)")
+    return str(value)
 
 
 def _json(value: Any) -> str:
@@ -81,7 +101,8 @@ class SelfTools:
                  backend: SubagentBackend | None = None, caller: str = "0",
                  max_subscriptions: int = 64,
                  status_body: Callable[[], dict[str, Any]] | None = None,
-                 subagents: bool = True) -> None:
+                 subagents: bool = True, offer: str = DEFAULT_OFFER,
+                 subscriptions: bool = True) -> None:
         self.resources = resources
         self.backend: SubagentBackend = backend if backend is not None else Unavailable()
         self.caller = caller
@@ -92,20 +113,20 @@ class SelfTools:
         self.unsubscriptions: list[str] = []
         self.subscription_servers: dict[str, str] = {}  # a queued URI -> the server named
         self._tools: dict[str, SelfTool] = {}
+        self.offer = offer
+        self.offers_subscriptions = subscriptions
         self.add(SelfTool(
             "read_resource",
-            "Read the current body of a resource by URI (one from the resource catalogue, "
-            "or agent://status / agent://subagent/{handle}). `server` names the MCP server "
-            "that owns it when several could.",
+            "Read a resource by URI (from the catalogue, or agent://status, "
+            "agent://subagent/{handle}). server: its MCP server, if ambiguous.",
             _URI_SERVER, self._read_resource))
         self.add(SelfTool(
             "subscribe",
-            "Subscribe this agent to an MCP resource URI: the subscription is queued and "
-            "applied after this run, so a later change wakes the agent (reactive mode). "
-            "`server` names the MCP server that owns it when several could.",
+            "Subscribe to a resource URI: applied when this run ends; a later change "
+            "wakes the agent. server: its MCP server, if ambiguous.",
             _URI_SERVER, self._subscribe))
         self.add(SelfTool(
-            "unsubscribe", "Drop a subscription to a resource URI (queued like subscribe).",
+            "unsubscribe", "Drop a subscription to a resource URI (applied when this run ends).",
             _URI, self._unsubscribe))
         if subagents:
             self._add_subagent_tools()
@@ -113,8 +134,16 @@ class SelfTools:
     # -- registry ------------------------------------------------------------
 
     def add(self, tool: SelfTool) -> None:
-        """Add (or replace) a self-tool: the hook for graph.run, await_resource, ..."""
-        self._tools[tool.qualified] = tool
+        """Add (or replace) a self-tool: the hook for graph.run, await_resource, ...;
+        one outside the offered set is left out."""
+        if self.offers(tool.name):
+            self._tools[tool.qualified] = tool
+
+    def offers(self, name: str) -> bool:
+        """Whether the tool of spec name `name` is in this run's set."""
+        if self.offer == "none" or (self.offer == "spawn" and name not in SPAWN_NAMES):
+            return False
+        return self.offers_subscriptions or name not in SUBSCRIBE_NAMES
 
     def __contains__(self, qualified: str) -> bool:
         return qualified in self._tools

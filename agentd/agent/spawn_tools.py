@@ -232,28 +232,27 @@ def tools(modes: Sequence[str] = LOOP_MODES) -> dict[str, SpawnTool]:
     for m in modes:
         props[m] = {"type": "boolean", "default": False}
     about = {
-        "async": "async returns a handle at once (poll its status, or read or subscribe "
-                 "agent://subagent/<handle>)",
-        "warm": "warm keeps it alive as a session driven by subagent.send",
-        "detach": "detach lets it run on its own",
+        "async": "async returns a handle at once (see its status)",
+        "warm": "warm keeps a session for subagent.send",
+        "detach": "detach runs on its own",
     }
     spawn = SpawnTool(
         "subagent.spawn",
-        "Delegate a task to a fresh subagent and get its distilled result. sync (default) "
-        "blocks until it is done; " + "; ".join(about[m] for m in modes)
-        + ". tool_scope narrows the MCP servers it may use.",
+        "Run a task in a new subagent and return its result. sync (default) waits; "
+        + "; ".join(about[m] for m in modes)
+        + ". tool_scope: the MCP servers it may use.",
         {"type": "object", "properties": props, "required": ["instruction"]},
         _spawn_parser(tuple(modes)), _spawn)
     send = SpawnTool(
-        "subagent.send", "Send another message into a warm subagent session; returns its state.",
+        "subagent.send", "Send a message to a warm subagent; returns its state.",
         {"type": "object",
          "properties": {"handle": {"type": "string"}, "message": {"type": "string"}},
          "required": ["handle", "message"]},
         _parse_send, _send)
     status = SpawnTool(
-        "subagent.status", "Read a subagent's status (and its result once done).",
+        "subagent.status", "A subagent's status, and its result once done.",
         dict(_HANDLE_SCHEMA), _handle_parser("subagent.status"), _status)
     cancel = SpawnTool(
-        "subagent.cancel", "Cancel a subagent and its whole subtree (the kill ladder).",
+        "subagent.cancel", "Cancel a subagent and its subtree.",
         dict(_HANDLE_SCHEMA), _handle_parser("subagent.cancel"), _cancel)
     return {t.name: t for t in (spawn, send, status, cancel)}

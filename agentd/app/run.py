@@ -117,7 +117,8 @@ class RunContext:
                               instruction=instruction,
                               output_contract=self.config.output_contract,
                               budgets=self.budgets, state=self.state, tracer=self.tracer,
-                              history=history or (), on_step=self.on_step, spent=self.spent)
+                              history=history or (), on_step=self.on_step, spent=self.spent,
+                              tool_images=self.config.tool_images)
 
     async def resume(self, messages: list[Message], message: str) -> Outcome:
         """Continue a conversation with another user message (warm sessions)."""
@@ -127,7 +128,8 @@ class RunContext:
             self.tracer.prompt(message)
         loop = Loop(self.intelligence, Actions(self.toolbox, self.selftools),
                     budgets=self.budgets, state=self.state, tracer=self.tracer,
-                    on_step=self.on_step, spent=self.spent)
+                    on_step=self.on_step, spent=self.spent,
+                    tool_images=self.config.tool_images)
         return await loop.run(messages, output_contract=self.config.output_contract)
 
 
@@ -165,7 +167,9 @@ async def _open_a2a(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
 def make_selftools(ctx: RunContext) -> SelfTools:
     """The run's `agentd__*` self-tools: the built-in ones plus `graph.run` (the tree)."""
     tools = SelfTools(resources=ctx.toolbox, backend=ctx.backend, caller=ctx.handle,
-                      max_subscriptions=ctx.config.max_subscriptions)
+                      max_subscriptions=ctx.config.max_subscriptions,
+                      offer=ctx.config.self_tools,
+                      subscriptions=ctx.config.mode == "reactive")
     from agentd.tree.brokered import BrokeredToolbox
 
     brokered = ctx.toolbox if isinstance(ctx.toolbox, BrokeredToolbox) else None
@@ -227,12 +231,8 @@ async def _run_mode(ctx: RunContext) -> Outcome | RunResult:
     async with watch_updates(ctx.toolbox) as waiters:
         if ctx.selftools is not None:
             ctx.selftools.add(await_resource_tool(ctx.toolbox, waiters))
-        outcome = await _unless_lost(ctx.toolbox, ctx.resume(ctx.prior, instruction)
-                                     if ctx.prior is not None else ctx.task(instruction))
-    if ctx.selftools is not None and ctx.selftools.subscriptions:
-        log.info("subscribe.unapplied", uris=ctx.selftools.subscriptions,
-                 reason="task mode: subscriptions apply in reactive mode")
-    return outcome
+        return await _unless_lost(ctx.toolbox, ctx.resume(ctx.prior, instruction)
+                                  if ctx.prior is not None else ctx.task(instruction))
 
 
 async def _unless_lost(toolbox: AgentToolbox | None, work: Awaitable[Outcome]) -> Outcome:
@@ -305,11 +305,11 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
         except TimeoutError:
             if ctx.interrupted:
                 return Outcome(status="interrupted", partial=True,
-                               result=ctx.state.last_content, reason="signal")
+                               result=ctx.state.partial_result(), reason="signal")
             if not scope.expired():
                 raise
             log.warning("run.deadline", deadline_s=config.deadline, steps=ctx.state.steps)
-            return Outcome(status="deadline", partial=True, result=ctx.state.last_content,
+            return Outcome(status="deadline", partial=True, result=ctx.state.partial_result(),
                            reason=f"deadline={config.deadline}s passed")
         finally:
             ctx.scope = None
@@ -447,16 +447,16 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         if body.done() and not body.cancelled() and (failed := body.exception()) is not None:
             log.warning("run.drain.error", error=repr(leaf_error(failed)))
         log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
-        return (_result(run_id, "interrupted", True, state.last_content, state),
+        return (_result(run_id, "interrupted", True, state.partial_result(), state),
                 ExitCode.INTERRUPTED, state)
     if body.cancelled() and hard.done() and hard.result() == "deadline":
         log.warning("run.end", status="deadline", steps=state.steps,
                     exit_code=int(ExitCode.DEADLINE), reason="the drain overran")
-        return (_result(run_id, "deadline", True, state.last_content, state),
+        return (_result(run_id, "deadline", True, state.partial_result(), state),
                 ExitCode.DEADLINE, state)
     if body.cancelled():
         log.error("run.cancelled", steps=state.steps)
-        return (_result(run_id, "interrupted", True, state.last_content, state),
+        return (_result(run_id, "interrupted", True, state.partial_result(), state),
                 ExitCode.INTERRUPTED, state)
     err = body.exception()
     if err is None and isinstance(reported := body.result(), RunResult):

@@ -8,10 +8,14 @@ is opened or process started.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agentd import config as cfg
 from agentd import intelligence_config, secrets
+from agentd.agent import images, selftools
+
+BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def parse_log_level(level: Any) -> str | None:
@@ -38,6 +42,24 @@ def over_root(root: dict[str, Any], local: dict[str, Any], keys: Any) -> dict[st
         if value is not None and value != ():
             flags[key] = tuple(flags.get(key) or ()) + tuple(value) if key == "mcp" else value
     return flags
+
+
+def check_bearers(bearers: object, secrets_dir: str) -> dict[str, str]:
+    """Named bearers from the config file: each value exactly one {{secret:NAME}},
+    resolvable now (exit 2 before any side effect), kept unresolved."""
+    if not isinstance(bearers, dict):
+        raise cfg.ConfigError("serve_bearers: expected a table of name = \"{{secret:NAME}}\"")
+    out: dict[str, str] = {}
+    for name, ref in bearers.items():
+        if not isinstance(name, str) or not BEARER_NAME_RE.fullmatch(name):
+            raise cfg.ConfigError(f"serve_bearers: bad bearer name {name!r} "
+                              "(letters, digits, _ . -)")
+        if not isinstance(ref, str) or not secrets.SECRET_RE.fullmatch(ref.strip()):
+            raise cfg.ConfigError(f"serve_bearers.{name}: the token must be a {{{{secret:NAME}}}} "
+                              "reference, never the token itself")
+        secrets.resolve_secret(secrets.SECRET_RE.fullmatch(ref.strip()).group(1), secrets_dir)  # type: ignore[union-attr]
+        out[name] = ref.strip()
+    return out
 
 
 def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) -> cfg.Config:
@@ -70,7 +92,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     serve = {k: flags.pop(k, None) or values.pop(k, None) for k in serve_keys}
     bearers = values.pop("serve_bearers", None)
     if bearers is not None:
-        bearers = cfg.check_bearers(bearers, flags.get("secrets_dir")
+        bearers = check_bearers(bearers, flags.get("secrets_dir")
                                     or values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR)
     if serve["serve_bearer"]:
         from agentd.log import register_secret
@@ -109,6 +131,8 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     values.update({k: v for k, v in flags.items() if v is not None})
     intelligence_config.gateway(values)  # flag > file > AGENTD_* env > OPENAI_* env
     values["log_level"] = parse_log_level(values.get("log_level"))
+    values["self_tools"] = selftools.check_offer(values.get("self_tools", "all"))
+    values["tool_images"] = images.check_mode(values.get("tool_images", "parts"))
     values["mcp"] = servers
     secrets_dir = values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR
     # a required server's header {{secret:…}} that is not set: exit 2 now, not at connect

@@ -93,6 +93,12 @@ def _secs(text: str) -> str:
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @opt("--instruction", section="RUN", help="the task for this agent (required for a run)")
 @opt("--output-contract", section="RUN", help="exactly what the result must be (e.g. a JSON shape)")
+@opt("--self-tools", section="RUN", metavar="all|spawn|none",
+     help="agentd's own tools offered to the model: all, the four subagent tools, or "
+          "none  [default: all]")
+@opt("--tool-images", section="INTELLIGENCE", metavar="parts|text",
+     help="images from tools reach the model as image parts, or as text placeholders "
+          "(for text-only models)  [default: parts]")
 @opt("--mode", section="RUN", type=str, help="task (run once) or reactive (wake on --subscribe)  [default: task]")
 @opt("--config", "config_file", section="RUN", metavar="FILE",
      help="TOML file: mcp_servers = [{name, url, required, headers}] and any flag by its name")

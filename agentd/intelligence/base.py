@@ -32,9 +32,12 @@ __all__ = [
     "Completion",
     "FunctionCall",
     "FunctionDef",
+    "ImagePart",
+    "ImageURL",
     "Intelligence",
     "IntelligenceUnavailable",
     "Message",
+    "TextPart",
     "ToolCall",
     "ToolDef",
     "Usage",
@@ -83,11 +86,30 @@ class ToolCall(Struct):
         return self.function.name
 
 
+class TextPart(Struct, tag="text", tag_field="type"):
+    """A text part of a user message's content (`{"type": "text", "text": ...}`)."""
+
+    text: str
+
+
+class ImageURL(Struct):
+    url: str  # a `data:<mime>;base64,<data>` URL: the bytes travel in the request
+
+
+class ImagePart(Struct, tag="image_url", tag_field="type"):
+    """An image part (`{"type": "image_url", "image_url": {"url": ...}}`): a tool
+    message cannot carry one in Chat Completions, so a user message after the
+    step's tool messages does (agentd.agent.images)."""
+
+    image_url: ImageURL
+
+
 class Message(Struct, omit_defaults=True):
-    """One chat message (system, user, assistant or tool)."""
+    """One chat message (system, user, assistant or tool); a user message's
+    content may be parts (text and images)."""
 
     role: str
-    content: str | UnsetType | None = UNSET
+    content: str | list[TextPart | ImagePart] | UnsetType | None = UNSET
     tool_calls: list[ToolCall] | UnsetType = UNSET
     tool_call_id: str | UnsetType = UNSET
 

@@ -200,9 +200,8 @@ def await_resource_tool(toolbox: AgentToolbox | None, waiters: Waiters) -> SelfT
 
     return SelfTool(
         "await_resource",
-        "Block until the resource at `uri` is updated (or `timeout` seconds pass), then "
-        "return its current state. Subscribes to it first if it is not watched yet; "
-        "`server` names the MCP server that owns it when several could.",
+        "Wait until the resource at uri is updated (or timeout seconds pass); returns "
+        "its current state. server: its MCP server, if ambiguous.",
         AWAIT_SCHEMA, handler)
 
 

@@ -172,7 +172,6 @@ def install(selftools: SelfTools, backend: SubagentBackend, caller: str) -> None
 
     selftools.add(SelfTool(
         "graph.run",
-        "Run a small DAG of subagent tasks: each node {id, instruction, output_contract?, "
-        "tool_scope?, after?[ids]} runs once all nodes it comes after are done, and gets "
-        "their results; independent nodes run concurrently. Cycles are refused.",
+        "Run a DAG of subagent tasks: a node runs once the nodes in its `after` are done, "
+        "and gets their results; independent nodes run concurrently.",
         SCHEMA, handler))

@@ -7,6 +7,7 @@ payloads described by kind, MIME type and size, never inlined.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agentd.wire import mcp_types as mt
@@ -14,12 +15,19 @@ from agentd.wire import mcp_types as mt
 __all__ = ["render_content", "render_item"]
 
 
-def render_content(blocks: list) -> str:
-    """One text for the model from content blocks (Structs, UnknownContent or dicts)."""
+def render_content(blocks: list, image: Callable[[mt.ImageContent], str | None] | None = None
+                   ) -> str:
+    """One text for the model from content blocks (Structs, UnknownContent or dicts).
+
+    `image`, when given, words each image block (the loop sends the image itself
+    as a part and writes where it went); None from it keeps the placeholder."""
     parts: list[str] = []
     for b in blocks:
         if isinstance(b, mt.TextContent):
             parts.append(b.text)
+        elif image is not None and isinstance(b, mt.ImageContent) \
+                and (said := image(b)) is not None:
+            parts.append(said)
         elif isinstance(b, (mt.ImageContent, mt.AudioContent)):
             kind = "image" if isinstance(b, mt.ImageContent) else "audio"
             parts.append(f"[{kind} {b.mimeType}, {len(b.data) * 3 // 4} bytes]")
