@@ -73,7 +73,7 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     """
     code = ("import sys\n"
             "before = set(sys.modules)\n"
-            "from agentd.app.forkserver import _preload\n"
+            "from agentd.child.forkserver import _preload\n"
             "_preload()\n"
             "print(' '.join(sorted(set(sys.modules) - before)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

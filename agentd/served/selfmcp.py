@@ -72,6 +72,7 @@ from agentd.agent.subagents import (
     SubagentBackend,
     Unavailable,
     Unknown,
+    top_of,
 )
 from agentd.errors import PoolError, RPCError
 from agentd.log import log
@@ -79,7 +80,6 @@ from agentd.mcp.server.handler import CallContext, Handler
 from agentd.obs import health
 from agentd.pool.relay import ProbeAnswer, RelayAnswer, RelayRequest
 from agentd.served.pool import HANDLE_TOOLS, PoolServed, with_handle_header
-from agentd.tree.ownership import top_of
 from agentd.wire import mcp2026
 from agentd.wire import mcp_types as t
 from agentd.wire.guard import convert_peer
