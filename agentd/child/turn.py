@@ -81,13 +81,18 @@ class ChildLoop:
 
         body = asyncio.create_task(self._body(message, prior, state, scope, interrupted),
                                    name=f"agentd-run-{cfg.handle}")
-        hard = loop.create_future()
+        hard: asyncio.Future[None] = loop.create_future()
+
+        def drain_over() -> None:
+            if not hard.done():
+                hard.set_result(None)
+
         timer = None
         if cfg.deadline:  # a deadline exit drains within drain_timeout too
-            timer = loop.call_later(cfg.deadline + cfg.drain_timeout,
-                                    lambda: hard.done() or hard.set_result(None))
+            timer = loop.call_later(cfg.deadline + cfg.drain_timeout, drain_over)
         try:
-            await asyncio.wait({body, hard}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {body, hard}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:  # child/cancel
             interrupt()  # soft first: in-flight calls get notifications/cancelled
             await asyncio.wait({body}, timeout=cfg.drain_timeout)
