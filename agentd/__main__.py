@@ -7,16 +7,16 @@ control frame as early as possible.
 
 import sys
 
-from agentd.tree.boot import CHILD_FLAG, FORKSERVER_FLAG
+from agentd.child.boot import CHILD_FLAG, FORKSERVER_FLAG
 
 
 def _main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
         if FORKSERVER_FLAG in sys.argv:
-            from agentd.app.forkserver import serve
+            from agentd.child.forkserver import serve
 
             sys.exit(serve(sys.argv[2:]))
-        from agentd.app.child import main as child_main
+        from agentd.child.entry import main as child_main
 
         sys.exit(child_main(sys.argv[2:]))
     from agentd.cli.main import main

@@ -209,7 +209,7 @@ class StreamBounds(msgspec.Struct, frozen=True):
 
 class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
     """The bounds of a run, declared once: the root's `Config` and a child's
-    `ChildConfig` (agentd.tree.control) both embed them, as flat fields (the flags,
+    `ChildConfig` (agentd.child.control) both embed them, as flat fields (the flags,
     the config-file keys and the control wire keep one name per limit)."""
 
     max_depth: int = DEFAULT_MAX_DEPTH

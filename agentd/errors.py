@@ -39,6 +39,7 @@ tree's) hang under these nodes beside the code that raises them.
 
 from __future__ import annotations
 
+from asyncio import CancelledError
 from typing import Any, Literal
 
 from msgspec import UNSET
@@ -77,6 +78,14 @@ class ConfigError(AgentdError):
 
     exit_code = ExitCode.USAGE
     event = "config.invalid"
+
+
+def leaf_error(exc: BaseException) -> BaseException:
+    """The first meaningful exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, CancelledError)]
+        exc = (inner or list(exc.exceptions))[0]
+    return exc
 
 
 def classify(exc: BaseException) -> tuple[ExitCode, str, str]:

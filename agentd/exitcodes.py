@@ -14,6 +14,16 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # SIGINT/SIGTERM; drained
 
 
+# A run's exit code by its result's status (the root's run and a subagent's turn).
+EXIT_BY_STATUS = {
+    "completed": ExitCode.COMPLETED,
+    "budget_exhausted": ExitCode.BUDGET,
+    "deadline": ExitCode.DEADLINE,
+    "interrupted": ExitCode.INTERRUPTED,
+    "failed": ExitCode.FAILED,
+}
+
+
 EXIT_CODE_HELP = """\
 Exit codes:
   0    completed

@@ -61,8 +61,8 @@ from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
 from agentd.agent.subagents import SpawnRequest  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
+from agentd.child.boot import FAULT_ENV  # noqa: E402
 from agentd.config import Config  # noqa: E402
-from agentd.tree.boot import FAULT_ENV  # noqa: E402
 from agentd.tree.forkserver import ForkserverSpawner  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
@@ -483,11 +483,11 @@ async def fanout_io(cfg: Config, mode: str, n: int, via: str) -> dict:
 async def broker_call_cost(reps: int = 20000) -> dict:
     """Parent CPU per brokered call, beyond the provider's own work: decode the
     child's io/request, ledger + gate + broker dispatch, encode the answer."""
+    from agentd.child.control import ControlSession, IoComplete
     from agentd.intelligence.base import Completion, Usage, user
     from agentd.intelligence.flow import FlowGate
     from agentd.intelligence.ledger import Ledger, Metered
     from agentd.tree.broker import Broker
-    from agentd.tree.control import ControlSession, IoComplete
 
     class Instant:
         name = "instant"

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgspec
 
 from agentd.a2a.client import A2AClient
+from agentd.child.control import ControlSession
 from agentd.config import ServerSpec, check_endpoint
 from agentd.errors import AgentdError, RPCError
 from agentd.intelligence.openai import OpenAICompatible
@@ -39,7 +40,6 @@ from agentd.mcp.client.rules.schema import Validator, schemas
 from agentd.mcp.client.rules.session import ClientSession
 from agentd.mcp.server.rules import stateless
 from agentd.pool import relay
-from agentd.tree.control import ControlSession
 from agentd.wire import a2a as w
 from agentd.wire import codec
 from agentd.wire import mcp_types as t

@@ -16,7 +16,7 @@ from batch_helpers import SAMPLE_RE, read_results, write_tasks
 from gateway import Gateway, Reply
 from waiting import until
 
-from agentd.tree.control import answer_limit
+from agentd.child.control import answer_limit
 from agentd_native import MAX_FRAME
 
 pytestmark = pytest.mark.timeout(180)

@@ -141,7 +141,7 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
 
 def test_a_replayed_answer_is_held_to_the_smaller_of_its_kinds_bound_and_the_frame():
     from agentd.batch.cassette import AnswerBounds
-    from agentd.tree.control import ENVELOPE_HEADROOM
+    from agentd.child.control import ENVELOPE_HEADROOM
 
     bounds = AnswerBounds(completion=100, observation=1 << 30, frame=4096 + ENVELOPE_HEADROOM)
     assert bounds.of("complete") == (100, "--intelligence-max-bytes=100")

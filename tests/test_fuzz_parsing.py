@@ -30,10 +30,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd import log as agentd_log
+from agentd.child.control import ControlSession
 from agentd.errors import TreeError
 from agentd.mcp.server.handler import Handler
 from agentd.mcp.server.http.server import Limits, serve
-from agentd.tree.control import ControlSession
 from agentd_native import encode_frame
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

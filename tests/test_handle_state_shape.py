@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from agentd.agent.subagents import HandleState
-from agentd.tree.control import ControlSession, Reply
+from agentd.child.control import ControlSession, Reply
 from agentd_native import encode_frame
 
 

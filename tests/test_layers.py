@@ -66,21 +66,24 @@ LAYERS: dict[str, int] = {
     # 5: agent (with the tree's contract: agent.subagents, agent.spawn_tools)
     "agentd.agent": 5,
     "agentd.trajectory": 5,  # ATIF: fed by the loop's hooks, carried by the control wire
-    # 6: tree
-    "agentd.tree": 6,
-    # 7: reactive, and the served endpoints (self-MCP, served A2A, the pool's served
-    # side): both sit on the tree and neither imports the other; app composes them
-    "agentd.reactive": 7,
-    "agentd.served": 7,
-    # 8: app (entry points, composition roots, demo)
-    "agentd.app": 8,
-    "agentd.demo": 8,
-    "agentd.acp": 8,  # `agentd acp`: composes a run per prompt, as app.run does
-    # 9: batch runs, a composition root of their own (on app's run pieces)
-    "agentd.batch": 9,
-    # 10: cli (click: flags -> one validated config -> app; terminal views)
-    "agentd.cli": 10,
-    "agentd.__main__": 10,
+    # 6: reactive (the wake loop and the await tool, on the agent: a child uses them too)
+    "agentd.reactive": 6,
+    # 7: the child process (entry, runtime, forkserver's own side, brokered I/O, remote
+    # backend) and the control wire's contract both sides use (boot, control, channel)
+    "agentd.child": 7,
+    # 8: tree (the parent side: supervision, processes, the broker)
+    "agentd.tree": 8,
+    # 9: the served endpoints (self-MCP, served A2A, the pool's served side), on the tree
+    "agentd.served": 9,
+    # 10: app (entry points, composition roots, demo)
+    "agentd.app": 10,
+    "agentd.demo": 10,
+    "agentd.acp": 10,  # `agentd acp`: composes a run per prompt, as app.run does
+    # 11: batch runs, a composition root of their own (on app's run pieces)
+    "agentd.batch": 11,
+    # 12: cli (click: flags -> one validated config -> app; terminal views)
+    "agentd.cli": 12,
+    "agentd.__main__": 12,
 }
 
 

@@ -597,9 +597,9 @@ def test_the_encoder_scrubs_a_secret_registered_after_a_value_was_cached() -> No
 def test_relay_in_skips_malformed_records_and_scrubs(monkeypatch) -> None:
     """What a subagent relays is checked again in the root: malformed records are
     skipped, ids bounded, names and errors cut, secrets scrubbed."""
+    from agentd.child.control import SpanRecord
     from agentd.log import register_secret
     from agentd.obs import trace
-    from agentd.tree.control import SpanRecord
 
     got: list[tuple] = []
 

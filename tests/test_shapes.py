@@ -24,12 +24,12 @@ from peers import python_peer, require_modules
 from agentd.agent import prompt as P
 from agentd.agent.loop import Actions, toolbox_resources
 from agentd.agent.selftools import SelfTools
+from agentd.child.brokered import BrokeredToolbox
+from agentd.child.control import ChildConfig, ControlSession, Incoming, IoCall, Reply
 from agentd.config import ServerSpec
 from agentd.intelligence.base import FunctionDef, ToolDef
 from agentd.mcp.client.toolbox import Toolbox
 from agentd.tree.broker import Broker
-from agentd.tree.brokered import BrokeredToolbox
-from agentd.tree.control import ChildConfig, ControlSession, Incoming, IoCall, Reply
 from agentd.wire.shapes import Observation, Observed, ResourceInfo, ToolEntry
 
 SCOPE = frozenset({"sdk"})
@@ -48,7 +48,7 @@ def configure_frame(catalogue) -> tuple[bytes, ChildConfig]:
     """The `child/configure` frame a parent sends, and what the child decodes of it."""
     parent, child = ControlSession("parent"), ControlSession("child")
     _, frame = parent.request("child/configure", ChildConfig(
-        handle="0.1", depth=1, instruction="x", brokered=True, catalogue=catalogue))
+        handle="0.1", depth=1, catalogue=catalogue))
     (event,) = child.feed(frame)
     assert isinstance(event, Incoming) and isinstance(event.params, ChildConfig)
     return frame, event.params

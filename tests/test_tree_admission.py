@@ -12,10 +12,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agentd.agent.subagents import SpawnRequest
+from agentd.agent.subagents import SpawnRequest, depth_of, top_of, within
 from agentd.tree.admission import Admitted, CallerView, Denied, TreeView, admit
 from agentd.tree.child_run import ChildRun
-from agentd.tree.ownership import Owners, depth_of, top_of, within
+from agentd.tree.ownership import Owners
 from agentd.tree.registry import Registry, Retention
 
 TREE = TreeView(max_depth=4, max_children=2, max_subagents=3, live=0, tokens=0, ceiling=100)

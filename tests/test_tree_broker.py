@@ -21,9 +21,9 @@ from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
+from agentd.child.control import IO_SCOPE, IoCall, IoRead, IoSubscribe
 from agentd.config import ServerSpec
 from agentd.errors import ToolFault
-from agentd.tree.control import IO_SCOPE, IoCall, IoRead, IoSubscribe
 from agentd.wire.jsonrpc import ErrorObject
 
 SECRET_KEY = "sk-test-intelligence-0f9a8b7c6d5e"

@@ -1,6 +1,6 @@
 """A cancel that arrives in the same read as the run it cancels (issue 21).
 
-The child runtime (`agentd.app.childrt.serve`) over real pipes: `child/run`
+The child runtime (`agentd.child.runtime.serve`) over real pipes: `child/run`
 and `child/cancel` are written in one write, so the child reads both in one
 chunk and cancels its turn task before that task's first step -- a task
 cancelled then never enters its coroutine, so the answer must come from the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from agentd.app import childrt
-from agentd.tree.control import ChildConfig, ControlSession, MessageParams, Reply
+from agentd.child import runtime as childrt
+from agentd.child.control import ChildConfig, ControlSession, MessageParams, Reply
 
 
 async def _replies(fd: int, parent: ControlSession, want: int) -> list[Reply]:
@@ -34,7 +34,7 @@ async def test_cancel_read_with_its_run_is_answered_at_once():
     run_id, run = parent.request("child/run", MessageParams("think for a long time"))
     cancel_id, cancel = parent.request("child/cancel", {})
     os.write(to_child_w, run + cancel)  # one chunk: both frames in one read
-    cfg = ChildConfig(handle="0.1", depth=2, instruction="think for a long time")
+    cfg = ChildConfig(handle="0.1", depth=2)
     child = asyncio.create_task(childrt.serve(cfg, to_child_r, from_child_w))
     try:
         async with asyncio.timeout(30):  # hang guard (the bug: never answered)

@@ -6,8 +6,7 @@ import pytest
 from msgspec import UNSET
 
 from agentd.agent.subagents import HandleState
-from agentd.errors import ToolFault, TreeError
-from agentd.tree.control import (
+from agentd.child.control import (
     IO_FAULT,
     IO_SCOPE,
     ChildConfig,
@@ -21,6 +20,7 @@ from agentd.tree.control import (
     fault_error,
     fault_of,
 )
+from agentd.errors import ToolFault, TreeError
 from agentd_native import encode_frame
 
 
@@ -30,8 +30,7 @@ def pair():
 
 def test_request_response_roundtrip_typed():
     parent, child = pair()
-    rid, frame = parent.request("child/configure", ChildConfig(handle="0.1", depth=2,
-                                                               instruction="hi"))
+    rid, frame = parent.request("child/configure", ChildConfig(handle="0.1", depth=2))
     [ev] = child.feed(frame)
     assert isinstance(ev, Incoming) and ev.method == "child/configure" and ev.id == rid
     assert ev.params.handle == "0.1" and ev.params.depth == 2
@@ -107,7 +106,7 @@ async def test_channel_pipelines_requests_over_real_pipes():
     import asyncio
     import os
 
-    from agentd.tree.procs import Channel
+    from agentd.child.channel import Channel
 
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
@@ -124,8 +123,7 @@ async def test_channel_pipelines_requests_over_real_pipes():
     await parent.start()
     await child.start()
     try:
-        configured = parent.request("child/configure", ChildConfig(handle="0.1", depth=1,
-                                                                  instruction="x"))
+        configured = parent.request("child/configure", ChildConfig(handle="0.1", depth=1))
         ran = parent.request("child/run", MessageParams("go"))
         shut = parent.request("child/shutdown")
         await asyncio.wait_for(reached[3].wait(), 10)

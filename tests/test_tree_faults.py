@@ -21,7 +21,7 @@ from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
-from agentd.tree.boot import FAULT_ENV
+from agentd.child.boot import FAULT_ENV
 from agentd.tree.procs import child_argv, child_env
 
 pytestmark = pytest.mark.timeout(180)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from tree_helpers import make_config, precompile
 
+from agentd.agent.graph import install, order, run_graph
 from agentd.agent.selftools import SelfTools
 from agentd.agent.subagents import Refusal
 from agentd.app.compose import open_supervisor
-from agentd.tree.graph import install, order, run_graph
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -24,9 +24,9 @@ from waiting import until
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.compose import open_supervisor
+from agentd.child.boot import FAULT_ENV
 from agentd.obs import metrics
 from agentd.tree import forkserver, procs
-from agentd.tree.boot import FAULT_ENV
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -23,7 +23,7 @@ from gateway import Gateway, Reply
 from test_reactive_cli import Agentd
 from waiting import until
 
-from agentd.tree.control import answer_limit
+from agentd.child.control import answer_limit
 from agentd_native import MAX_FRAME
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")

@@ -1,7 +1,7 @@
 """A run is terminal when its result is known, not when its process is gone.
 
 The children here answer their run and then linger (the test-only
-`linger:FIFO` fault, agentd.tree.boot): they ignore SIGTERM and EOF
+`linger:FIFO` fault, agentd.child.boot): they ignore SIGTERM and EOF
 until this test opens the FIFO for writing.  So the process cannot have
 exited before the test releases it, and each assertion below is one of event
 order: the sync spawn's answer, the `on_terminal` callback and the self-MCP's
@@ -21,8 +21,8 @@ from tree_helpers import make_config, precompile, running
 from agentd.agent.subagents import SpawnRequest
 from agentd.app import serving
 from agentd.app.compose import open_supervisor
+from agentd.child.boot import FAULT_ENV, LINGER
 from agentd.config import parse_serve
-from agentd.tree.boot import FAULT_ENV, LINGER
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]

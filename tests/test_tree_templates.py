@@ -73,7 +73,7 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     """
     code = ("import sys\n"
             "before = set(sys.modules)\n"
-            "from agentd.app.forkserver import _preload\n"
+            "from agentd.child.forkserver import _preload\n"
             "_preload()\n"
             "print(' '.join(sorted(set(sys.modules) - before)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -82,9 +82,9 @@ def test_the_lean_template_imports_only_what_a_child_without_http_runs():
     # the warm-up (a child's whole turn, tool step included) ran to its end
     assert "warm-up skipped" not in proc.stderr, proc.stderr
     imported = set(proc.stdout.split())
-    assert {"agentd.app.run", "agentd.intelligence.playback", "uvloop"} <= imported
+    assert {"agentd.child.turn", "uvloop"} <= imported
     assert not imported & {"aiohttp", "jsonschema_rs", "importlib.metadata", "tomllib",
-                           "hashlib"}
+                           "hashlib", "agentd.app", "agentd.tree"}
 
 
 def _environ(pid: int) -> list[str]:
@@ -121,7 +121,7 @@ async def test_a_forked_child_has_the_default_sigchld_and_bound_symbols(tmp_path
 
 _BARE_FORK = """
 import os, random, threading, time
-from agentd.app import forkserver
+from agentd.child import forkserver
 
 fork = forkserver.forker()
 print(fork is not os.fork)

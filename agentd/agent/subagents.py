@@ -30,6 +30,28 @@ TERMINAL = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "d
 TOOL_SCOPE_SCHEMA: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 
 
+# --- handle naming (the module docstring): a handle says where it sits in the tree
+
+def depth_of(handle: str) -> int:
+    """A handle's depth: its number of dotted components (the root has depth 1)."""
+    return handle.count(".") + 1
+
+
+def within(handle: str, ancestor: str) -> bool:
+    """Is `handle` strictly under `ancestor` (so `ancestor`'s to touch)?"""
+    return handle.startswith(ancestor + ".")
+
+
+def top_of(handle: str) -> str:
+    """The run a served handle belongs to: `served.N` of anything in its subtree."""
+    return ".".join(handle.split(".")[:2])
+
+
+def mint(caller: str, n: int) -> str:
+    """The `n`-th handle minted under `caller`."""
+    return f"{caller}.{n}"
+
+
 class SpawnRequest(msgspec.Struct, frozen=True):
     """A spawn as a caller asks for it; depth is never taken from here."""
 

@@ -8,7 +8,7 @@
 * `forkserver` — the forkserver process (`--forkserver`): preload, warm up,
   fork children on request.
 
-Kept import-free, like `agentd.tree`: `agentd.app.child` runs in a freshly
+Kept import-free, like `agentd.tree`: `agentd.child.entry` runs in a freshly
 exec'd subagent that must answer its first control frame before anything heavy
 is imported.
 """

@@ -18,8 +18,8 @@ SIGINT/SIGTERM cancel the run and drain it (close MCP sessions, stop the
 self-MCP and the tree) within `--drain-timeout`; the result says
 `interrupted`, exit 130. A second signal stops waiting for the drain.
 
-`run_child(...)` is the same for a subagent process: no stdout object (the
-child entry reports the result over the control wire).
+A subagent process composes its own turns (agentd.child.turn): it is always
+brokered, so none of this composition is a child's.
 """
 
 from __future__ import annotations
@@ -31,14 +31,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from agentd.agent.loop import Actions, Loop, LoopState, Outcome, Tracer, run_task
 from agentd.agent.selftools import SelfTools
 from agentd.agent.subagents import SubagentBackend, Unavailable
 from agentd.config import Config, ConfigError
-from agentd.errors import classify
-from agentd.exitcodes import ExitCode
+from agentd.errors import classify, leaf_error
+from agentd.exitcodes import EXIT_BY_STATUS, ExitCode
 from agentd.intelligence import for_config
 from agentd.intelligence.base import Intelligence, Message, user
 from agentd.log import configure, log
@@ -48,7 +46,6 @@ from agentd.obs import health, metrics, trace
 from agentd.output import RunResult, Usage, print_result
 from agentd.trajectory.files import write_document
 from agentd.trajectory.recorder import TrajectoryRecorder
-from agentd.tree.control import ChildConfig
 
 if TYPE_CHECKING:  # imported where they are used: a child loads neither
     from agentd.a2a.peers import A2APeers
@@ -57,15 +54,6 @@ if TYPE_CHECKING:  # imported where they are used: a child loads neither
 # The share of --drain-timeout a reactive wake in flight at a signal may use to
 # finish; the rest is for the kill ladder and closing connections.
 REACTIVE_WAKE_SHARE = 0.5
-
-EXIT_BY_STATUS = {
-    "completed": ExitCode.COMPLETED,
-    "budget_exhausted": ExitCode.BUDGET,
-    "deadline": ExitCode.DEADLINE,
-    "interrupted": ExitCode.INTERRUPTED,
-    "failed": ExitCode.FAILED,
-}
-
 
 def new_run_id() -> str:
     return uuid.uuid4().hex
@@ -100,7 +88,6 @@ class RunContext:
         self.scope: asyncio.Timeout | None = None
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
         self.peers: A2APeers | None = None  # --a2a-peer: the A2A peers (a2a.delegate)
-        self.overran = False  # the drain ran past --drain-timeout: the process ends hard
 
     def interrupt(self) -> None:
         """Cancel the run's work now (signals); the drain then runs normally."""
@@ -170,18 +157,11 @@ def make_selftools(ctx: RunContext) -> SelfTools:
                       max_subscriptions=ctx.config.max_subscriptions,
                       offer=ctx.config.self_tools,
                       subscriptions=ctx.config.mode == "reactive")
-    from agentd.tree.brokered import BrokeredToolbox
-
-    brokered = ctx.toolbox if isinstance(ctx.toolbox, BrokeredToolbox) else None
     if ctx.peers is not None:  # --features a2a with --a2a-peer: a2a.delegate
         from agentd.agent.a2a_delegate import install
 
         install(tools, ctx.peers)
-    elif brokered is not None and brokered.a2a_peers:  # a subagent's, via the root
-        from agentd.agent.a2a_delegate import install
-
-        install(tools, brokered.a2a_peers, perform=brokered.a2a_delegate)
-    from agentd.tree import graph
+    from agentd.agent import graph
 
     graph.install(tools, ctx.backend, ctx.handle)
     return tools
@@ -257,16 +237,7 @@ async def _unless_lost(toolbox: AgentToolbox | None, work: Awaitable[Outcome]) -
 
 # --- the run ------------------------------------------------------------------------
 
-def leaf_error(exc: BaseException) -> BaseException:
-    """The first meaningful exception inside (possibly nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
-        exc = (inner or list(exc.exceptions))[0]
-    return exc
-
-
 async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None,
-                io: tuple[Any, Any] | None = None,
                 extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
                 | None = None) -> Outcome | RunResult:
     config = ctx.config
@@ -287,7 +258,7 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
                 if serve and config.metrics_listen:
                     await _serve_metrics(stack, config)
                 ctx.toolbox = await stack.enter_async_context(
-                    _open_toolbox(config, ctx.run_id) if io is None else io[1])
+                    _open_toolbox(config, ctx.run_id))
                 if serve:
                     stack.callback(health.add_check("mcp", lambda: _required_down(ctx.toolbox)))
                 if config.a2a_peers:
@@ -350,26 +321,27 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                   backend: SubagentBackend | None = None,
                   extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
                   | None = None,
-                  io: tuple[Any, Any] | None = None) -> tuple[RunResult, ExitCode, LoopState]:
-    """Run to an outcome and classify it; no printing (shared by run and run_child).
+                  on_overrun: Callable[[], None] | None = None
+                  ) -> tuple[RunResult, ExitCode, LoopState]:
+    """Run to an outcome and classify it; no printing (shared by run, acp and the demo).
 
     `backend=None` starts the tree's Supervisor for this run (the root);
-    a subagent passes its remote backend. `extra` is called once everything is
+    a caller may pass a backend of its own. `extra` is called once everything is
     connected, before the loop (the demo and the reactive work hook in here).
-    `io` is a brokered subagent's (intelligence, toolbox): both over its control
-    wire (agentd.tree.brokered) instead of a provider and a Toolbox of its own.
+    `on_overrun()` is called when the drain ran past
+    --drain-timeout (the root process then ends hard, once its result is out).
     """
     state = LoopState()
     try:
         # Unset tunables fall back to AGENTD_INTELLIGENCE_* env, then the provider defaults.
-        intelligence = io[0] if io is not None else for_config(config)
+        intelligence = for_config(config)
     except ConfigError as exc:
         log.error("config.invalid", error=str(exc))
         return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state
     ctx = RunContext(config, run_id=run_id, handle=handle, intelligence=intelligence,
                      state=state, tracer=tracer)
     loop = asyncio.get_running_loop()
-    body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra, io=io),
+    body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra),
                                name=f"agentd-run-{handle}")
     hard = loop.create_future()
     interrupted: list[str] = []
@@ -436,8 +408,8 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         _kill_lingering(ctx.backend)
         body.cancel()
         await asyncio.wait({body}, timeout=1.0)
-        ctx.overran = True
-        _overran.append(run_id)
+        if on_overrun is not None:
+            on_overrun()
     if interrupted and body.done() and not body.cancelled() and body.exception() is None \
             and isinstance(reported := body.result(), RunResult):
         # the reactive daemon drained and reported
@@ -520,8 +492,10 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
     recorder = None
     if config.trajectory is not None and tracer is None:
         recorder = tracer = TrajectoryRecorder(session_id=run_id, model=config.model)
+    overran: list[bool] = []
     with trace.run_span("agentd.run", run_id, **{"agentd.mode": config.mode}) as span:
-        result, code, _state = await execute(config, run_id=run_id, tracer=tracer)
+        result, code, _state = await execute(config, run_id=run_id, tracer=tracer,
+                                             on_overrun=lambda: overran.append(True))
         span.set(**{"agentd.status": result.status, "agentd.steps": result.steps,
                     "agentd.exit_code": int(code)})
     metrics.RUNS.inc(result.status)
@@ -530,7 +504,8 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
         _write_trajectory(config.trajectory, recorder, result)
     if code != ExitCode.USAGE:
         print_result(result, stdout)
-    _end_hard_if_overran(code)
+    if overran:
+        _end_hard(code)
     return int(code)
 
 
@@ -549,22 +524,9 @@ def _write_trajectory(path: str, recorder: TrajectoryRecorder, result: RunResult
              subagents=len(recorder.subagents))
 
 
-def child_config(cfg: ChildConfig, *, instruction: str, output_contract: str | None
-                 ) -> Config:
-    """A subagent's Config from the `ChildConfig` its parent handed it: the same
-    limits (what is left of the tree's token ceiling), the task mode."""
-    return Config(
-        **msgspec.structs.asdict(cfg.limits),
-        instruction=instruction, intelligence=cfg.intelligence, model=cfg.model,
-        output_contract=output_contract, mcp=tuple(cfg.mcp), mode="task",
-        log_format=cfg.log_format, secrets_dir=cfg.secrets_dir)
-
-
-def _end_hard_if_overran(code: int) -> None:
+def _end_hard(code: int) -> None:
     """After a drain that overran --drain-timeout the result is out; whatever is
     still unwinding (a connection that never answers) does not hold the process."""
-    if not _overran:
-        return
     import os
     import sys
 
@@ -573,41 +535,3 @@ def _end_hard_if_overran(code: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(int(code))
-
-
-_overran: list[str] = []  # run ids whose drain overran (the root process ends hard)
-
-# A warm session's conversation, kept between its turns (one child process, one handle).
-_conversations: dict[str, list[Message]] = {}
-
-
-async def run_child(cfg: ChildConfig, *, handle: str, instruction: str,
-                    output_contract: str | None = None,
-                    backend: SubagentBackend | None = None,
-                    on_progress: Callable[[int, int], None] | None = None,
-                    first: bool = True, tracer: Tracer | None = None,
-                    io: tuple[Any, Any] | None = None) -> RunResult:
-    """One turn of a subagent (called by the child runtime, agentd.app.childrt).
-
-    `cfg` is the `ChildConfig` from the parent; `handle` the child's tree handle
-    (its self-tools spawn under it, through `backend`, the root's chokepoint);
-    `first=False` continues a warm session's conversation with `instruction` as
-    the next user message. `on_progress(steps, tokens)` is called after each
-    answer of the intelligence. No stdout object and no signal handlers: the
-    child entry owns the wire and the kill ladder. Returns the RunResult.
-    """
-    config = child_config(cfg, instruction=instruction, output_contract=output_contract)
-    prior = None if first else _conversations.get(handle)
-
-    async def setup(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
-        ctx.prior = prior
-        if on_progress is not None:
-            ctx.on_step = lambda st: on_progress(st.steps, st.usage.total_tokens)
-
-    result, _code, state = await execute(
-        config, run_id=cfg.run_id or new_run_id(), handle=handle,
-        serve=False, signals=False, tracer=tracer, backend=backend or Unavailable(),
-        extra=setup, io=io)
-    if cfg.mode == "warm" and state.messages:
-        _conversations[handle] = state.messages
-    return result

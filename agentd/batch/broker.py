@@ -29,13 +29,7 @@ from agentd.batch.cassette import (
     Replay,
     UpdateBody,
 )
-from agentd.config import DEFAULT_CASSETTE_BYTES
-from agentd.errors import TreeError
-from agentd.log import log
-from agentd.mcp.client.rules.faults import ABORT_CAUSES
-from agentd.output import Usage
-from agentd.tree.broker import Broker
-from agentd.tree.control import (
+from agentd.child.control import (
     IO_FAULT,
     IO_UNAVAILABLE,
     Catalogue,
@@ -49,6 +43,12 @@ from agentd.tree.control import (
     IoUpdated,
     io_error,
 )
+from agentd.config import DEFAULT_CASSETTE_BYTES
+from agentd.errors import TreeError
+from agentd.log import log
+from agentd.mcp.client.rules.faults import ABORT_CAUSES
+from agentd.output import Usage
+from agentd.tree.broker import Broker
 from agentd.wire.jsonrpc import ErrorObject
 
 

@@ -55,12 +55,7 @@ import orjson
 
 from agentd.a2a.client import DEFAULT_MAX_BYTES as A2A_MAX_BYTES
 from agentd.batch.files import lines_within, open_regular, scrubbed_line
-from agentd.config import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
-from agentd.errors import TreeError
-from agentd.intelligence_config import DEFAULT_INTELLIGENCE_MAX_BYTES
-from agentd.log import redact
-from agentd.output import Usage
-from agentd.tree.control import (
+from agentd.child.control import (
     ENVELOPE_HEADROOM,
     Catalogue,
     IoCompletion,
@@ -68,6 +63,11 @@ from agentd.tree.control import (
     IoResult,
     answer_limit,
 )
+from agentd.config import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
+from agentd.errors import TreeError
+from agentd.intelligence_config import DEFAULT_INTELLIGENCE_MAX_BYTES
+from agentd.log import redact
+from agentd.output import Usage
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd_native import MAX_FRAME
 

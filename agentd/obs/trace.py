@@ -451,7 +451,7 @@ class _Relay:
 
 
 def relay_in(records: list[Any], **attrs: Any) -> int:
-    """Export spans a subagent relayed (`agentd.tree.control.SpanRecord`s, or the
+    """Export spans a subagent relayed (`agentd.child.control.SpanRecord`s, or the
     same 9-tuples); returns how many were taken. Dropped unless this process
     exports. `attrs` (the child's handle) are added to each; every attribute is
     scrubbed again here, and a malformed record is skipped."""

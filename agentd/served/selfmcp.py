@@ -65,7 +65,13 @@ import orjson
 
 from agentd import __version__
 from agentd.agent import spawn_tools
-from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, SubagentBackend, Unknown
+from agentd.agent.subagents import (
+    HandleState,
+    Refusal,
+    SpawnRequest,
+    SubagentBackend,
+    Unknown,
+)
 from agentd.errors import PoolError, RPCError
 from agentd.log import log
 from agentd.mcp.server.handler import CallContext, Handler

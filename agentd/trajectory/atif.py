@@ -11,7 +11,7 @@ observation result's `source_call_id` names a tool call of its own step; every
 embedded subagent has a `trajectory_id`, unique among its siblings.
 
 The Structs also carry a child's trajectory up the control wire
-(`RunOutcome.trajectory`, agentd.tree.control), so they refuse unknown members
+(`RunOutcome.trajectory`, agentd.child.control), so they refuse unknown members
 like every Struct decoded there.
 """
 

@@ -30,8 +30,7 @@ from typing import get_args
 
 import msgspec
 
-from agentd.agent.subagents import SpawnMode, SpawnRequest
-from agentd.tree.ownership import depth_of, mint
+from agentd.agent.subagents import SpawnMode, SpawnRequest, depth_of, mint
 
 __all__ = ["Admitted", "CallerView", "Denied", "TreeView", "admit"]
 

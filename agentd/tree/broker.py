@@ -5,7 +5,7 @@ A child holds no server spec, no gateway URL and no secret: its first frame
 carries a `Catalogue` (the tools, resources and server instructions of the
 servers in its `tool_scope`, taken from the root's already-connected
 `Toolbox`: never re-listed), and everything it does goes up its control wire
-as `io/request` (a tagged union, `agentd.tree.control.IoRequest`). The
+as `io/request` (a tagged union, `agentd.child.control.IoRequest`). The
 `Broker` answers each on behalf of the handle *of the pipe that asked*:
 
 * `complete` — through the tree's `Metered` provider: the one token ledger and
@@ -19,7 +19,7 @@ as `io/request` (a tagged union, `agentd.tree.control.IoRequest`). The
   `UpdateQueue`, agentd.mcp.client.updates, which every MCP client puts updates on).
 
 A refusal is answered as the error object of the wire (codes IO_* of
-agentd.tree.control); a fault of the root's call as its `ToolFault`, carried
+agentd.child.control); a fault of the root's call as its `ToolFault`, carried
 whole in the error's data, so the child raises the fault the root's own call
 raised (`fault_error` / `fault_of`).
 
@@ -35,14 +35,7 @@ from typing import Any
 
 from agentd.a2a.delegation import DelegateArgs, delegate
 from agentd.a2a.peers import A2APeers, WithPeers
-from agentd.errors import IntelligenceError, ToolFault
-from agentd.intelligence.ledger import Metered
-from agentd.log import log
-from agentd.mcp.client.facade import MCPClient
-from agentd.mcp.client.seams import AgentToolbox
-from agentd.mcp.client.toolbox import Toolbox, Unowned, owner_of
-from agentd.mcp.client.updates import UpdateQueue
-from agentd.tree.control import (
+from agentd.child.control import (
     IO_CEILING,
     IO_FAULT,
     IO_SCOPE,
@@ -62,6 +55,13 @@ from agentd.tree.control import (
     fault_error,
     io_error,
 )
+from agentd.errors import IntelligenceError, ToolFault
+from agentd.intelligence.ledger import Metered
+from agentd.log import log
+from agentd.mcp.client.facade import MCPClient
+from agentd.mcp.client.seams import AgentToolbox
+from agentd.mcp.client.toolbox import Toolbox, Unowned, owner_of
+from agentd.mcp.client.updates import UpdateQueue
 from agentd.wire.jsonrpc import ErrorObject
 from agentd.wire.shapes import Observation, Observed
 
@@ -79,7 +79,7 @@ class Broker:
 
     `serve` answers every request with an `IoResult` or, when it is refused or
     the call faulted, the JSON-RPC error object the child gets (`ErrorObject`,
-    codes from agentd.tree.control): a refusal is an expected outcome, not an
+    codes from agentd.child.control): a refusal is an expected outcome, not an
     exception.
     """
 

@@ -28,15 +28,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from agentd.agent.subagents import HandleState, SpawnRequest
+from agentd.agent.subagents import HandleState, SpawnRequest, depth_of
+from agentd.child.boot import FAULT_ENV
+from agentd.child.channel import Channel, ChannelClosed
+from agentd.child.control import ChildConfig, MessageParams, RunOutcome
 from agentd.config import Config
 from agentd.errors import RPCError
 from agentd.log import Logger
 from agentd.obs import trace
-from agentd.tree.boot import FAULT_ENV
-from agentd.tree.control import ChildConfig, MessageParams, RunOutcome
-from agentd.tree.ownership import depth_of
-from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, exhausted
+from agentd.tree.procs import ChildProcess, exhausted
 
 __all__ = ["ChildRun", "RunHost"]
 

@@ -6,10 +6,10 @@ The forkserver is itself a re-exec of the trusted binary
 runtime once (asyncio, uvloop, msgspec, the agent loop), never starts an event
 loop or a thread, freezes its heap for the GC, and then serves fork requests
 on a private SOCK_SEQPACKET socket (it forks through libc, see
-`agentd.app.forkserver.forker`): each request carries the child's three
+`agentd.child.forkserver.forker`): each request carries the child's three
 pipe ends (SCM_RIGHTS); the forked child starts its own session, takes them
 as fds 0/1/2 and runs exactly what an exec'd child runs
-(`agentd.app.child.serve_wire`).  Nothing of the parent
+(`agentd.child.entry.serve_wire`).  Nothing of the parent
 agentd is ever in the forkserver, so nothing of it is inherited.
 
 One template, started on first use: the child runtime without the HTTP stack
@@ -24,7 +24,7 @@ die with it, so a SIGKILLed root still leaves nothing behind.  On EOF of its
 socket it kills what is left and exits.
 
 This module is the parent's side (`ForkserverSpawner`); the forkserver's own
-process code is `agentd.app.forkserver`.
+process code is `agentd.child.forkserver`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from agentd.child.boot import FAULT_ENV, FS_FD, FS_MSG_MAX
 from agentd.errors import TreeError
-from agentd.tree.boot import FAULT_ENV, FS_FD, FS_MSG_MAX
 
 if TYPE_CHECKING:  # asyncio itself is imported where it runs (a light module)
     import asyncio

@@ -16,27 +16,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["Owners", "depth_of", "mint", "top_of", "within"]
+from agentd.agent.subagents import top_of, within
 
-
-def depth_of(handle: str) -> int:
-    """A handle's depth: its number of dotted components (the root has depth 1)."""
-    return handle.count(".") + 1
-
-
-def within(handle: str, ancestor: str) -> bool:
-    """Is `handle` strictly under `ancestor` (so `ancestor`'s to touch)?"""
-    return handle.startswith(ancestor + ".")
-
-
-def top_of(handle: str) -> str:
-    """The run a served handle belongs to: `served.N` of anything in its subtree."""
-    return ".".join(handle.split(".")[:2])
-
-
-def mint(caller: str, n: int) -> str:
-    """The `n`-th handle minted under `caller`."""
-    return f"{caller}.{n}"
+__all__ = ["Owners"]
 
 
 class Owners:

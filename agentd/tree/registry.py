@@ -20,10 +20,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentd.agent.subagents import HandleState
+from agentd.agent.subagents import HandleState, within
 from agentd.log import log
 from agentd.tree.child_run import ChildRun
-from agentd.tree.ownership import within
 
 __all__ = ["DEFAULT_KEEP_TERMINAL", "DEFAULT_TERMINAL_TTL", "Registry", "Retention"]
 

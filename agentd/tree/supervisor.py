@@ -34,18 +34,17 @@ from typing import Any
 
 import msgspec
 
-from agentd.agent.subagents import TERMINAL, HandleState, Refusal, SpawnRequest, Unknown
-from agentd.config import Config
-from agentd.errors import RPCError, TreeError
-from agentd.intelligence.base import model_label
-from agentd.intelligence.ledger import Ledger
-from agentd.log import log
-from agentd.obs import health, metrics, trace
-from agentd.trajectory.atif import Trajectory
-from agentd.tree.admission import Admitted, CallerView, TreeView, admit
-from agentd.tree.broker import Broker
-from agentd.tree.child_run import ChildRun
-from agentd.tree.control import (
+from agentd.agent.subagents import (
+    TERMINAL,
+    HandleState,
+    Refusal,
+    SpawnRequest,
+    Unknown,
+    top_of,
+    within,
+)
+from agentd.child.channel import Channel, ChannelClosed
+from agentd.child.control import (
     CHILD_ERROR,
     IO_FAULT,
     IO_OVERSIZE,
@@ -63,9 +62,19 @@ from agentd.tree.control import (
     RunOutcome,
     answer_limit,
 )
+from agentd.config import Config
+from agentd.errors import RPCError, TreeError
+from agentd.intelligence.base import model_label
+from agentd.intelligence.ledger import Ledger
+from agentd.log import log
+from agentd.obs import health, metrics, trace
+from agentd.trajectory.atif import Trajectory
+from agentd.tree.admission import Admitted, CallerView, TreeView, admit
+from agentd.tree.broker import Broker
+from agentd.tree.child_run import ChildRun
 from agentd.tree.forkserver import ForkserverSpawner, available
-from agentd.tree.ownership import Owners, top_of, within
-from agentd.tree.procs import Channel, ChannelClosed, ChildProcess, ExecSpawner
+from agentd.tree.ownership import Owners
+from agentd.tree.procs import ChildProcess, ExecSpawner
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Registry, Retention
 from agentd.wire.jsonrpc import ErrorObject
 
@@ -404,13 +413,11 @@ class Supervisor:
         limits = msgspec.structs.asdict(cfg.limits) | {"token_ceiling": budget}
         return ChildConfig(
             **limits,
-            handle=run.handle, depth=run.depth, instruction=req.instruction,
-            output_contract=req.output_contract, mode=run.mode,
-            tool_scope=tuple(sorted(run.scope)), mcp=(), intelligence=None, model=None,
-            brokered=True, catalogue=self.broker.catalogue(run.scope),
+            handle=run.handle, depth=run.depth, output_contract=req.output_contract,
+            mode=run.mode, catalogue=self.broker.catalogue(run.scope),
             max_frame=self.max_frame, log_format=cfg.log_format,
             log_level=cfg.log_level or "info",
-            run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting,
+            run_id=self.run_id, tracing=trace.exporting,
             trajectory=self.trajectories is not None)
 
     # ------------------------------------------------------------- one run

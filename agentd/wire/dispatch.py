@@ -2,7 +2,7 @@
 
 Both wires that send requests and match answers by id use it: the MCP client
 (:mod:`agentd.mcp.client.facade`, over Streamable HTTP) and the control wire's
-:class:`agentd.tree.procs.Channel` (parent <-> subagent).  The protocol rules
+:class:`agentd.child.channel.Channel` (parent <-> subagent).  The protocol rules
 (which method an id was, whether an answer is well formed) stay in each
 wire's sans-IO session; this table is only the IO half of correlation:
 

@@ -1,7 +1,7 @@
 """What the agent loop and the reactive layer need from a toolbox, as types.
 
 Three objects play "the toolbox": the run's `agentd.mcp.client.toolbox.Toolbox`, a
-brokered child's `agentd.tree.brokered.BrokeredToolbox` (the same calls over
+brokered child's `agentd.child.brokered.BrokeredToolbox` (the same calls over
 the control wire) and `agentd.a2a.peers.WithPeers` (the Toolbox plus the A2A
 peers' task resources). They share no base class and should not: the loop
 (`agentd.agent.loop`), the self-tools and the reactive daemon name these

@@ -12,13 +12,13 @@ early as the interpreter allows.  Then it:
 * moves the control wire off fds 0/1 (so nothing printed can corrupt it: fd 1
   becomes a copy of stderr, fd 0 /dev/null);
 * imports the runtime and serves the wire: `child/run` runs the instruction
-  through the real agent loop (`agentd.app.run.run_child`), `child/send`
+  through the real agent loop (`agentd.child.turn.ChildLoop`), `child/send`
   runs another turn of a warm session, `child/cancel` cancels the turn,
   `child/shutdown` and EOF on the control pipe end the process.
 
 stderr is the child's log stream; the parent drains it as `subagent.stderr`.
 With `--forkserver` the same argv starts the forkserver instead
-(`agentd.__main__` dispatches to agentd.app.forkserver).
+(`agentd.__main__` dispatches to agentd.child.forkserver).
 
 `AGENTD_TEST_CHILD_FAULT` (test-only, operator env) makes a child misbehave
 on purpose: `crash`, `malformed`, `oversized`, `ignore_term`, `hang`.
@@ -27,7 +27,7 @@ on purpose: `crash`, `malformed`, `oversized`, `ignore_term`, `hang`.
 import os
 import sys
 
-from agentd.tree.boot import FAULT_ENV, ppid_of, set_pdeathsig
+from agentd.child.boot import FAULT_ENV, ppid_of, set_pdeathsig
 
 FIRST_FRAME_MAX = 16 * 1024 * 1024
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -110,7 +110,7 @@ def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
 
         from agentd import log as logmod
         from agentd import runtime
-        from agentd.tree.control import ChildConfig
+        from agentd.child.control import ChildConfig
 
         try:
             cfg = msgspec.convert(params, ChildConfig)
@@ -120,8 +120,7 @@ def _runtime(params: dict, wire_in: int, wire_out: int, fault: str) -> int:
         logmod.configure(fmt=cfg.log_format, run_id=cfg.run_id, level=cfg.log_level)
         if fault:
             _early_fault(fault, wire_out)
-        import agentd.app.run  # noqa: F401  (the agent loop: `serve` needs it first thing)
-        from agentd.app.childrt import serve
+        from agentd.child.runtime import serve
     finally:
         if collecting:
             gc.enable()

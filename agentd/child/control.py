@@ -4,7 +4,7 @@ Each frame is a 4-byte big-endian length and one JSON-RPC 2.0 message (the
 native codec `agentd_native`); the maximum frame is 16 MiB unless configured.
 This module turns bytes into typed messages and messages into bytes and keeps
 the request/response bookkeeping; it never touches a pipe (the transport is
-`agentd.tree.procs.Channel`).  The wire is never exposed outward: peers only
+`agentd.child.channel.Channel`).  The wire is never exposed outward: peers only
 ever see the `subagent.*` MCP tools.
 
 Methods (docs/subagents.md has the whole table):
@@ -61,10 +61,9 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import HandleState, SpawnRequest
-from agentd.config import DEFAULT_LOG_FORMAT, RunLimits, ServerSpec
+from agentd.config import DEFAULT_LOG_FORMAT, RunLimits
 from agentd.errors import RPCError, ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
-from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.trajectory.atif import Trajectory
 from agentd.wire import codec
 from agentd.wire.guard import decode_peer
@@ -87,7 +86,6 @@ __all__ = [
     "IO_OVERSIZE",
     "IO_SCOPE",
     "IO_UNAVAILABLE",
-    "PROTOCOL",
     "SPAWN_REFUSED",
     "UNKNOWN_HANDLE",
     "Catalogue",
@@ -118,8 +116,6 @@ __all__ = [
     "fault_of",
     "io_error",
 ]
-
-PROTOCOL: Final = 1
 
 # JSON-RPC error codes private to the control wire.
 SPAWN_REFUSED: Final = -32010  # message is the refusal text, "spawn refused: ..."
@@ -173,30 +169,25 @@ class Catalogue(Struct, kw_only=True, frozen=True):
 
 
 class ChildConfig(RunLimits, kw_only=True, frozen=True):
-    """The first frame: everything a child needs to run (child/configure params).
+    """The first frame: what a child needs to run (child/configure params), and
+    nothing its parent fixes for every child.
 
     The run's limits are the root's `RunLimits`, embedded (flat on the wire);
-    `token_ceiling` is what is left of the tree's ceiling at spawn time."""
+    `token_ceiling` is what is left of the tree's ceiling at spawn time. Every
+    child is brokered: its intelligence and MCP calls go up `io/request`, so it
+    holds no server spec, no gateway URL, no model name and no secret, only the
+    `catalogue` of the servers in its scope (the parent enforces the scope). The
+    instruction comes with `child/run`."""
 
     handle: str
     depth: int
-    instruction: str
     output_contract: str | None = None
     mode: str = "sync"  # sync | async | warm | detach
-    tool_scope: tuple[str, ...] = ()
-    mcp: tuple[ServerSpec, ...] = ()  # the declared servers in scope (headers unresolved)
-    intelligence: str | None = None
-    model: str | None = None
     max_frame: int = MAX_FRAME
     log_format: str = DEFAULT_LOG_FORMAT
     log_level: str = "info"
     run_id: str = ""
-    secrets_dir: str = DEFAULT_SECRETS_DIR
-    protocol: int = PROTOCOL
     tracing: bool = False  # record spans and relay them up (`child/spans`, agentd.obs.trace)
-    # Brokered I/O: the child's intelligence and MCP calls go up io/request; it holds
-    # no server spec, no gateway URL and no secret, only this catalogue.
-    brokered: bool = False
     catalogue: Catalogue | None = None
     # Record the run as an ATIF trajectory and return it in `RunOutcome.trajectory`.
     trajectory: bool = False

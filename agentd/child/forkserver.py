@@ -4,7 +4,7 @@ The code that runs *inside* the forkserver (agentd.tree.forkserver is the
 parent's side that starts and talks to it): import the child runtime's modules once,
 warm the child path up, freeze the heap, then fork subagents on request from a
 private SOCK_SEQPACKET socket (fd `FS_FD`), each forked child running exactly
-what an exec'd child runs (`agentd.app.child.serve_wire`).  It reaps its
+what an exec'd child runs (`agentd.child.entry.serve_wire`).  It reaps its
 children and reports each exit (`{"exit": pid, "code": rc}`); it dies with the
 parent and its children die with it.  See agentd.tree.forkserver for the whole
 design and docs/subagents.md for the figures behind it.
@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from agentd.tree.boot import (
+from agentd.child.boot import (
     FAULT_ENV,
     FS_FD,
     FS_MSG_MAX,
@@ -31,9 +31,8 @@ WARM_ROUNDS = 12  # warm-up runs of the child path (see _warm_up)
 FORK_BATCH = 16  # queued fork requests served back to back
 # What the template imports besides the child runtime (a missing optional one is
 # skipped); never the HTTP stack: a child's I/O is brokered (agentd.tree.broker).
-PRELOAD = ("agentd.app.run", "agentd.agent.loop", "agentd.intelligence",
-           "agentd.intelligence.playback", "agentd.mcp.client.toolbox", "agentd.tree.brokered",
-           "orjson", "agentd_native")
+PRELOAD = ("agentd.child.turn", "agentd.agent.loop", "agentd.intelligence",
+           "agentd.mcp.client.toolbox", "agentd.child.brokered", "orjson", "agentd_native")
 
 
 def _preload() -> None:
@@ -42,8 +41,6 @@ def _preload() -> None:
 
     import msgspec  # noqa: F401
 
-    import agentd.app.childrt
-    import agentd.tree.control  # noqa: F401
     from agentd import runtime
 
     runtime.loop_factory()
@@ -68,15 +65,13 @@ def _warm_up() -> None:
     """
     import asyncio
     import json
-    import tempfile
 
     import msgspec
 
     from agentd import log as logmod
     from agentd import runtime
     from agentd.agent.subagents import HandleState
-    from agentd.app.child import first_answer
-    from agentd.tree.control import (
+    from agentd.child.control import (
         Catalogue,
         ChildConfig,
         ControlSession,
@@ -85,10 +80,11 @@ def _warm_up() -> None:
         RunOutcome,
         SpawnParams,
     )
+    from agentd.child.entry import first_answer
     from agentd.wire.shapes import ToolEntry
 
     parent, child = ControlSession("parent"), ControlSession("child")
-    cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up")
+    cfg = ChildConfig(handle="0.0", depth=2)
     for method, params in (("child/configure", cfg), ("child/run", MessageParams("x"))):
         rid, frame = parent.request(method, params)
         child.feed(frame)
@@ -98,29 +94,23 @@ def _warm_up() -> None:
     parent.feed(frame)
     child.feed(parent.response(rid, HandleState(handle="0.0.1", status="running")))
     parent.feed(child.notification("child/progress", Progress(1, 1)))
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
-        json.dump({"playback": 1, "turns": [{"content": "{}"}]}, fh)
-        fh.flush()
-        # brokered, as every child is: its model call goes up the wire (io/request)
-        cfg = ChildConfig(handle="0.0", depth=2, instruction="warm-up",
-                          intelligence=f"playback:{fh.name}", brokered=True,
-                          catalogue=Catalogue(tools=(ToolEntry(
-                              qualified="warm__up", server="warm", name="up",
-                              input_schema={"type": "object"}),)))
-        configure = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "child/configure",
-                                "params": msgspec.to_builtins(cfg)}).encode()
-        logmod.configure(level="error")
-        try:
-            # Several rounds: CPython 3.11 quickens a function after a few calls and
-            # then specializes its instructions in place; done here, those writes to
-            # code objects are not redone on private copy-on-write pages by every child.
-            for _ in range(WARM_ROUNDS):
-                first, _answer = first_answer(configure)
-                cfg = msgspec.convert(first, ChildConfig)
-                with asyncio.Runner(loop_factory=runtime.loop_factory()) as runner:
-                    runner.run(_warm_wire(cfg))
-        finally:
-            logmod.configure(level="info")
+    # its model call goes up the wire (io/request), as every child's does
+    cfg = ChildConfig(handle="0.0", depth=2, catalogue=Catalogue(tools=(ToolEntry(
+        qualified="warm__up", server="warm", name="up", input_schema={"type": "object"}),)))
+    configure = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "child/configure",
+                            "params": msgspec.to_builtins(cfg)}).encode()
+    logmod.configure(level="error")
+    try:
+        # Several rounds: CPython 3.11 quickens a function after a few calls and
+        # then specializes its instructions in place; done here, those writes to
+        # code objects are not redone on private copy-on-write pages by every child.
+        for _ in range(WARM_ROUNDS):
+            first, _answer = first_answer(configure)
+            cfg = msgspec.convert(first, ChildConfig)
+            with asyncio.Runner(loop_factory=runtime.loop_factory()) as runner:
+                runner.run(_warm_wire(cfg))
+    finally:
+        logmod.configure(level="info")
 
 
 async def _warm_wire(cfg) -> None:
@@ -132,15 +122,15 @@ async def _warm_wire(cfg) -> None:
     """
     import asyncio
 
-    from agentd.app.childrt import serve as child_serve
-    from agentd.intelligence.base import Completion, FunctionCall, ToolCall, Usage
-    from agentd.tree.control import (
+    from agentd.child.channel import Channel
+    from agentd.child.control import (
         ControlSession,
         IoCall,
         IoCompletion,
         MessageParams,
     )
-    from agentd.tree.procs import Channel
+    from agentd.child.runtime import serve as child_serve
+    from agentd.intelligence.base import Completion, FunctionCall, ToolCall, Usage
     from agentd.wire.shapes import Observed
 
     down_r, down_w = os.pipe()
@@ -390,7 +380,7 @@ def _child(sock: socket.socket, fds: list[int], close: tuple[int, ...], fault: s
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        from agentd.app.child import serve_wire
+        from agentd.child.entry import serve_wire
 
         if fault:
             os.environ[FAULT_ENV] = fault

@@ -3,7 +3,7 @@
 The private argv flag that turns `python -m agentd` into a subagent, the
 forkserver's flags and fd, the test-only fault variable, and the
 parent-death signal both kinds of child arm.  A leaf (stdlib `os`/`sys` only):
-`agentd.__main__` and `agentd.app.child` import it before anything heavy, and
+`agentd.__main__` and `agentd.child.entry` import it before anything heavy, and
 the tree's spawners (`procs`, `forkserver`, `supervisor`) import it to build
 argv and environments, so neither side has to import the other.
 """

@@ -3,7 +3,7 @@
 Inside a child process every spawn/send/cancel goes up the wire to the root's
 `Supervisor` (`tree/spawn`, `tree/send`, `tree/cancel`): the ONE chokepoint,
 which knows which pipe asked, so a child can never claim another handle.  The
-child runtime (`agentd.app.childrt`) wires it into the child's self-tools.
+child runtime (`agentd.child.runtime`) wires it into the child's self-tools.
 The caller goes up as the pipe itself (the root applies the ownership rule to
 it); only the local mirror's `status` applies the rule here.
 """
@@ -14,16 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
-from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
-from agentd.errors import RPCError
-from agentd.obs import trace
-from agentd.tree.control import (
+from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown, within
+from agentd.child.channel import Channel
+from agentd.child.control import (
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
     SpawnParams,
 )
-from agentd.tree.ownership import within
-from agentd.tree.procs import Channel
+from agentd.errors import RPCError
+from agentd.obs import trace
 
 __all__ = ["RemoteBackend"]
 

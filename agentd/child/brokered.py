@@ -10,7 +10,7 @@ Each call is one `io/request` to the parent (agentd.tree.broker), which decides
 on it with this child's handle and scope. The catalogue came down in
 `child/configure` and is never re-listed here. A fault of the parent's call
 comes back as the same `ToolFault` (its server, words, retryability, code and
-cause ride in the error's data, `agentd.tree.control.IoFault`), so the child's
+cause ride in the error's data, `agentd.child.control.IoFault`), so the child's
 loop treats it exactly as the root's loop would.
 """
 
@@ -22,17 +22,8 @@ from typing import Any
 
 import orjson
 
-from agentd.errors import RPCError
-from agentd.intelligence.base import (
-    Completion,
-    IntelligenceUnavailable,
-    Message,
-    ToolDef,
-    ceiling_reached,
-)
-from agentd.intelligence.flow import FlowGate
-from agentd.obs import trace
-from agentd.tree.control import (
+from agentd.child.channel import Channel
+from agentd.child.control import (
     IO_CEILING,
     IO_UNAVAILABLE,
     Catalogue,
@@ -45,7 +36,16 @@ from agentd.tree.control import (
     IoUpdated,
     fault_of,
 )
-from agentd.tree.procs import Channel
+from agentd.errors import RPCError
+from agentd.intelligence.base import (
+    Completion,
+    IntelligenceUnavailable,
+    Message,
+    ToolDef,
+    ceiling_reached,
+)
+from agentd.intelligence.flow import FlowGate
+from agentd.obs import trace
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.shapes import Observed, ResourceInfo, ToolEntry
 

@@ -1,8 +1,8 @@
-"""The subagent's runtime, imported by `agentd.app.child` after its first answer.
+"""The subagent's runtime, imported by `agentd.child.entry` after its first answer.
 
 `serve()` drives the child end of the control wire: each `child/run` /
-`child/send` is one turn of the real agent loop (`run_child`), with a
-`RemoteBackend` (agentd.tree.remote) as its subagent backend, so the loop's `agentd__subagent_*`
+`child/send` is one turn of the real agent loop (`agentd.child.turn.ChildLoop`),
+with a `RemoteBackend` (agentd.child.remote) as its subagent backend, so the loop's `agentd__subagent_*`
 self-tools and `graph.run` reach the ONE chokepoint: the root's `Supervisor`
 (via `tree/spawn` etc.; the parent knows which pipe asked, so a child can
 never claim another handle).
@@ -20,33 +20,26 @@ from typing import Any
 
 import msgspec
 
-from agentd.log import log
-from agentd.obs import trace
-from agentd.output import RunResult
-from agentd.tree.boot import LINGER
-from agentd.tree.control import (
+from agentd.child.boot import LINGER
+from agentd.child.brokered import BrokeredIntelligence, BrokeredToolbox
+from agentd.child.channel import Channel
+from agentd.child.control import (
     BUSY,
     ChildConfig,
     ControlSession,
     Incoming,
-    Progress,
     RunOutcome,
     SpanBatch,
     answer_limit,
 )
-from agentd.tree.procs import Channel
-from agentd.tree.remote import RemoteBackend
+from agentd.child.remote import RemoteBackend
+from agentd.child.turn import ChildLoop
+from agentd.log import log
+from agentd.obs import trace
 
 __all__ = ["serve"]
 
 RESULT_FIX = "instruct the subagent to answer with less (a summary, an output_contract)"
-
-
-def _outcome(result: RunResult) -> RunOutcome:
-    tokens = result.usage.total_tokens
-    status = result.status if result.status != "interrupted" else "cancelled"
-    return RunOutcome(status=status, partial=result.partial, result=result.result,
-                      steps=result.steps, tokens=tokens)
 
 
 def _linger(fifo: str) -> None:
@@ -62,18 +55,13 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
     """Serve the control wire until shutdown, EOF, or (non-warm) the end of the run.
 
     `child/run` is the first turn, each `child/send` of a warm session another
-    (`run_child(first=False)` continues the conversation); one turn at a time.
+    (`ChildLoop.turn(first=False)` continues the conversation); one turn at a time.
     """
-    from agentd.app.run import run_child  # the one call site of the agent loop
-
     stop = asyncio.Event()
     turn: dict[str, asyncio.Task[None]] = {}
     logger = log.bind(handle=cfg.handle)
     started = time.monotonic()
     channel: Channel
-
-    def progress(steps: int, tokens: int) -> None:
-        channel.notify("child/progress", Progress(steps, tokens))
 
     async def do_turn(ev: Incoming) -> None:
         first = ev.method == "child/run"
@@ -83,14 +71,7 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
             attrs: dict[str, Any] = {"agentd.handle": cfg.handle, "agentd.depth": cfg.depth,
                                      "agentd.turn": "run" if first else "send"}
             with trace.span("agentd.child.run", parent=ev.params.traceparent, **attrs):
-                result = await run_child(cfg, handle=cfg.handle,
-                                         instruction=ev.params.message,
-                                         output_contract=cfg.output_contract,
-                                         backend=backend, first=first, io=io,
-                                         tracer=recorder,
-                                         # brokered: the parent's ledger has each call
-                                         on_progress=progress if io is None else None)
-            outcome = _outcome(result)
+                outcome = await agent.turn(ev.params.message, first=first)
         except asyncio.CancelledError:
             outcome = RunOutcome(status="cancelled", partial=True, reason="cancelled")
         except Exception as exc:  # a bug in the loop must not leave the parent waiting
@@ -151,8 +132,8 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
             stop.set()
         elif m == "child/terminal":
             backend.terminal(ev.params)
-        elif m == "io/updated" and io is not None:
-            io[1].updated(ev.params)
+        elif m == "io/updated":
+            toolbox.updated(ev.params)
         elif m == "child/configure":
             channel.error(ev.id, -32600, "already configured")
 
@@ -169,11 +150,9 @@ async def serve(cfg: ChildConfig, wire_in: int, wire_out: int, fault: str = "",
                     # the relay's 9-tuples encode as the array_like SpanRecords they stand for
                     relay=lambda recs: channel.notify("child/spans",
                                                       SpanBatch(recs)))  # type: ignore[arg-type]
-    io = None
-    if cfg.brokered:  # intelligence and MCP through the parent (agentd.tree.broker)
-        from agentd.tree.brokered import BrokeredIntelligence, BrokeredToolbox
-
-        io = (BrokeredIntelligence(channel), BrokeredToolbox(channel, cfg.catalogue))
+    # intelligence and MCP through the parent (agentd.tree.broker): its ledger has each call
+    toolbox = BrokeredToolbox(channel, cfg.catalogue)
+    agent = ChildLoop(cfg, BrokeredIntelligence(channel), toolbox, backend, recorder)
     async with asyncio.TaskGroup() as tg:
         await channel.start()
         ended = tg.create_task(channel.closed.wait())
