@@ -45,7 +45,7 @@ from agentd.log import configure, log
 from agentd.mcp.client.rules.faults import RequiredServerLost
 from agentd.mcp.client.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
-from agentd.output import RunResult, Usage, print_result
+from agentd.output import RunResult, Usage, WakeLine, print_result
 from agentd.trajectory.files import write_document
 from agentd.trajectory.recorder import TrajectoryRecorder
 from agentd.tree.control import ChildConfig
@@ -101,6 +101,7 @@ class RunContext:
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
         self.peers: A2APeers | None = None  # --a2a-peer: the A2A peers (a2a.delegate)
         self.overran = False  # the drain ran past --drain-timeout: the process ends hard
+        self.stdout: Any = None  # where a reactive daemon writes its wake lines (run())
 
     def interrupt(self) -> None:
         """Cancel the run's work now (signals); the drain then runs normally."""
@@ -213,8 +214,11 @@ async def _run_reactive(ctx: RunContext) -> RunResult:
                            output_contract=config.output_contract, budgets=ctx.budgets,
                            selftools=fresh_selftools, deadline=config.deadline,
                            tracer=ctx.tracer)
+    def emit(line: WakeLine) -> None:  # one JSON line per wake, flushed (docs/reactive.md)
+        print_result(line, ctx.stdout)
+
     result, _code = await run_reactive(config, toolbox, run_wake, ctx.stop,
-                                       run_id=ctx.run_id, waiters=waiters)
+                                       run_id=ctx.run_id, waiters=waiters, emit=emit)
     return result
 
 
@@ -350,7 +354,8 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                   backend: SubagentBackend | None = None,
                   extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
                   | None = None,
-                  io: tuple[Any, Any] | None = None) -> tuple[RunResult, ExitCode, LoopState]:
+                  io: tuple[Any, Any] | None = None,
+                  stdout: Any = None) -> tuple[RunResult, ExitCode, LoopState]:
     """Run to an outcome and classify it; no printing (shared by run and run_child).
 
     `backend=None` starts the tree's Supervisor for this run (the root);
@@ -368,6 +373,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state
     ctx = RunContext(config, run_id=run_id, handle=handle, intelligence=intelligence,
                      state=state, tracer=tracer)
+    ctx.stdout = stdout
     loop = asyncio.get_running_loop()
     body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra, io=io),
                                name=f"agentd-run-{handle}")
@@ -521,7 +527,8 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
     if config.trajectory is not None and tracer is None:
         recorder = tracer = TrajectoryRecorder(session_id=run_id, model=config.model)
     with trace.run_span("agentd.run", run_id, **{"agentd.mode": config.mode}) as span:
-        result, code, _state = await execute(config, run_id=run_id, tracer=tracer)
+        result, code, _state = await execute(config, run_id=run_id, tracer=tracer,
+                                             stdout=stdout)
         span.set(**{"agentd.status": result.status, "agentd.steps": result.steps,
                     "agentd.exit_code": int(code)})
     metrics.RUNS.inc(result.status)
