@@ -250,3 +250,49 @@ def test_reactive_template_is_usage_error(agentd_bin, flag) -> None:
     proc = subprocess.run([agentd_bin, "--instruction", "x", "--mode", "reactive", flag,
                            "watch://counter/{id}"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+EVERYTHING_DOCS = ["demo://resource/static/document/architecture.md",
+                   "demo://resource/static/document/features.md"]
+
+
+def test_server_everything_wake_on_start_then_one_line_per_wake(agentd_bin, tmp_path) -> None:
+    """server-everything sends `updated` only once a tool call has asked for them:
+    without `--wake-on-start` the daemon would idle. Wake 0 runs at start and its
+    model turns the updates on; their wake follows (its model turns them off
+    again). One stdout line per wake's run, the final object last."""
+    bin_dir = peers.ensure_npm_peers("mcp-server-everything", "node")
+    port = peers.free_port()
+    book = tmp_path / "everything.playback.json"
+    book.write_text(json.dumps({"playback": 1, "scripts": [{
+        "name": "toggle", "match": "server-everything", "turns": [
+            {"expect": ["reactive wake", EVERYTHING_DOCS[0]],
+             "tool_calls": [{"name": "ev__toggle-subscriber-updates", "arguments": {}}]},
+            {"content": "toggled"}]}]}))
+    srv = peers.PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
+                            env=peers.npm_env({"PORT": str(port)})).start()
+    try:
+        argv = [agentd_bin, "--instruction", "Toggle server-everything's updates",
+                "--intelligence", f"playback:{book}", "--mcp", f"ev={srv.url}",
+                "--mode", "reactive", "--wake-on-start", "--debounce", "0.2",
+                "--ping-interval", "60"]
+        for uri in EVERYTHING_DOCS:
+            argv += ["--subscribe", uri]
+        ag = Agentd(argv, tmp_path)
+        try:
+            ag.wait_until(lambda: len(ag.wake_lines()) >= 2)
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    finally:
+        srv.stop()
+    assert code == 130
+    lines, runs = ag.wake_lines(), ag.events("reactive.run")
+    assert len(lines) == len(runs) >= 2  # N wakes' runs -> N lines
+    assert [ln["wake"] for ln in lines] == [r["seq"] for r in runs]
+    first, second = lines[:2]
+    assert first["wake"] == 0 and sorted(first["uris"]) == sorted(EVERYTHING_DOCS)
+    assert second["wake"] == 1 and set(second["uris"]) <= set(EVERYTHING_DOCS)
+    assert all(ln["status"] == "completed" and ln["result"] == "toggled" for ln in lines)
+    assert ag.events("reactive.wake")[0]["seq"] == 1  # the first update came after wake 0
+    res = ag.result()
+    assert res["status"] == "interrupted" and res["steps"] == sum(ln["steps"] for ln in lines)
