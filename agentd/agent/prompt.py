@@ -109,9 +109,18 @@ answer as a plain message, without calling a tool."""
 def system_prompt(*, instructions: Mapping[str, str | None] | None = None,
                   resources: Sequence[ResourceInfo] = (),
                   output_contract: str | None = None,
-                  max_catalogue: int = MAX_CATALOGUE_ENTRIES) -> str:
-    """The system message: rules, output contract, servers, resource catalogue."""
+                  max_catalogue: int = MAX_CATALOGUE_ENTRIES,
+                  framing: str | None = None) -> str:
+    """The system message: rules, the operator's framing, output contract,
+    servers, resource catalogue.
+
+    `framing` is a serving worker's own `--instruction` for the runs it serves
+    (docs/server.md): trusted operator text, so it sits in the system message
+    right after the rules, while the peer's instruction stays the user's task."""
     parts = [PREAMBLE]
+    if framing:
+        parts.append("The operator's standing instruction for this agent (trusted; it "
+                     "frames the task, which is the user's message):\n" + framing.strip())
     if output_contract:
         parts.append("Output contract — your final answer must be exactly this:\n"
                      + output_contract.strip())

@@ -102,6 +102,7 @@ class RunContext:
         self.peers: A2APeers | None = None  # --a2a-peer: the A2A peers (a2a.delegate)
         self.overran = False  # the drain ran past --drain-timeout: the process ends hard
         self.stdout: Any = None  # where a reactive daemon writes its wake lines (run())
+        self.framing: str | None = None  # a served run's: its worker's own --instruction
 
     def interrupt(self) -> None:
         """Cancel the run's work now (signals); the drain then runs normally."""
@@ -118,7 +119,8 @@ class RunContext:
                               instruction=instruction,
                               output_contract=self.config.output_contract,
                               budgets=self.budgets, state=self.state, tracer=self.tracer,
-                              history=history or (), on_step=self.on_step, spent=self.spent)
+                              history=history or (), on_step=self.on_step, spent=self.spent,
+                              framing=self.framing)
 
     async def resume(self, messages: list[Message], message: str) -> Outcome:
         """Continue a conversation with another user message (warm sessions)."""
@@ -374,6 +376,17 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     ctx = RunContext(config, run_id=run_id, handle=handle, intelligence=intelligence,
                      state=state, tracer=tracer)
     ctx.stdout = stdout
+    result, code = await _drive(ctx, serve=serve, signals=signals, backend=backend,
+                                extra=extra, io=io)
+    return _with_served(result, ctx.backend), code, state
+
+
+async def _drive(ctx: RunContext, *, serve: bool, signals: bool,
+                 backend: SubagentBackend | None,
+                 extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
+                 | None, io: tuple[Any, Any] | None) -> tuple[RunResult, ExitCode]:
+    """`execute`'s run to an outcome, under signals, the deadline and the drain."""
+    config, run_id, handle, state = ctx.config, ctx.run_id, ctx.handle, ctx.state
     loop = asyncio.get_running_loop()
     body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra, io=io),
                                name=f"agentd-run-{handle}")
@@ -448,27 +461,27 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
             and isinstance(reported := body.result(), RunResult):
         # the reactive daemon drained and reported
         log.info("run.interrupted", signal=interrupted[0], steps=reported.steps)
-        return reported, ExitCode.INTERRUPTED, state
+        return reported, ExitCode.INTERRUPTED
     if interrupted:
         if body.done() and not body.cancelled() and (failed := body.exception()) is not None:
             log.warning("run.drain.error", error=repr(leaf_error(failed)))
         log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
-                ExitCode.INTERRUPTED, state)
+                ExitCode.INTERRUPTED)
     if body.cancelled() and hard.done() and hard.result() == "deadline":
         log.warning("run.end", status="deadline", steps=state.steps,
                     exit_code=int(ExitCode.DEADLINE), reason="the drain overran")
         return (_result(run_id, "deadline", True, state.last_content, state),
-                ExitCode.DEADLINE, state)
+                ExitCode.DEADLINE)
     if body.cancelled():
         log.error("run.cancelled", steps=state.steps)
         return (_result(run_id, "interrupted", True, state.last_content, state),
-                ExitCode.INTERRUPTED, state)
+                ExitCode.INTERRUPTED)
     err = body.exception()
     if err is None and isinstance(reported := body.result(), RunResult):
         code = EXIT_BY_STATUS.get(reported.status, ExitCode.FAILED)
         log.info("run.end", status=reported.status, steps=reported.steps, exit_code=int(code))
-        return reported, code, state
+        return reported, code
     if err is None:
         outcome = body.result()
         assert isinstance(outcome, Outcome)
@@ -478,7 +491,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                  tree_tokens=ctx.backend.tree_tokens, exit_code=int(code),
                  reason=outcome.reason or None)
         return (_result(run_id, outcome.status, outcome.partial, outcome.result, state),
-                code, state)
+                code)
     leaf = leaf_error(err)
     code, event, message = classify(leaf)
     if code == ExitCode.FAILED:
@@ -488,7 +501,20 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     failure: dict[str, Any] = {"error": message}
     if isinstance(leaf, RequiredServerLost) and not leaf.handshake:  # name server and fault
         failure.update(server=leaf.server, fault=leaf.fault)
-    return _result(run_id, "failed", False, failure, state), code, state
+    return _result(run_id, "failed", False, failure, state), code
+
+
+def _with_served(result: RunResult, backend: SubagentBackend) -> RunResult:
+    """The exit line counts the runs this process served too (a worker's work is
+    theirs: spec §3, docs/server.md): their steps and usage, by the tree's ledger."""
+    steps, usage = backend.served_usage()
+    if not steps and not usage.total_tokens:
+        return result
+    log.info("run.served", steps=steps, total_tokens=usage.total_tokens)
+    total = Usage(result.usage.prompt_tokens, result.usage.completion_tokens,
+                  result.usage.total_tokens)
+    total.add(usage)
+    return msgspec.structs.replace(result, steps=result.steps + steps, usage=total)
 
 
 def _kill_lingering(backend: SubagentBackend) -> None:
@@ -608,6 +634,7 @@ async def run_child(cfg: ChildConfig, *, handle: str, instruction: str,
 
     async def setup(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
         ctx.prior = prior
+        ctx.framing = cfg.framing
         if on_progress is not None:
             ctx.on_step = lambda st: on_progress(st.steps, st.usage.total_tokens)
 

@@ -17,6 +17,7 @@ from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.errors import RPCError
 from agentd.obs import trace
+from agentd.output import Usage
 from agentd.tree.control import (
     SPAWN_REFUSED,
     UNKNOWN_HANDLE,
@@ -96,6 +97,9 @@ class RemoteBackend:
     @property
     def tree_tokens(self) -> int | None:
         return None  # the ledger is the root's
+
+    def served_usage(self) -> tuple[int, Usage]:
+        return 0, Usage()  # only the root serves
 
     def counts(self) -> dict[str, int]:
         out = dict(self._counts)
