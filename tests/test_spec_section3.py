@@ -34,6 +34,7 @@ import pytest
 from test_reactive_cli import Agentd
 
 TOKEN = "rev-tok-6a0e2d91c4"
+MODEL = "gw-model"  # the lines name no --model: the operator's environment does
 WORKER = ('agentd --instruction "Be a reusable code-review worker" '
           '--intelligence https://gw.example/v1 '
           '--mode reactive --subscribe file:///nowhere '
@@ -107,7 +108,7 @@ def test_section3_lines_as_printed(agentd_bin, tmp_path, netns):
         # the worker line exactly as printed (`exec`: the shell becomes agentd)
         worker = Agentd([*prefix, "sh", "-c", "exec " + WORKER], tmp_path, "worker",
                         env={"REVIEWER_TOKEN": TOKEN, "PATH": path,
-                             "SSL_CERT_FILE": str(ca_file)})
+                             "SSL_CERT_FILE": str(ca_file), "AGENTD_MODEL": MODEL})
         listening = worker.wait_event("mcp.serve.listening")[0]
         assert listening["url"].startswith("https://0.0.0.0:8443")
         # the parent line exactly as printed; its bearer for `reviewer` from the file
@@ -115,7 +116,7 @@ def test_section3_lines_as_printed(agentd_bin, tmp_path, netns):
             [*prefix, "sh", "-c", PARENT + f" --config {parent_cfg}"],
             capture_output=True, text=True, timeout=120,
             env={**os.environ, "PATH": path, "SSL_CERT_FILE": str(ca_file),
-                 "AGENTD_SECRET_REVIEWER_TOKEN": TOKEN})
+                 "AGENTD_SECRET_REVIEWER_TOKEN": TOKEN, "AGENTD_MODEL": MODEL})
     finally:
         code = worker.stop() if worker is not None else None
         gateway.terminate()
