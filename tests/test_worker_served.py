@@ -46,8 +46,8 @@ async def peer(url: str, bearer: str):
 
 
 def served_count(text: str, method: str, outcome: str) -> float:
-    found = re.search(r'^agentd_served_requests_total\{method="%s",outcome="%s"\} (\S+)$'
-                      % (re.escape(method), outcome), text, re.M)
+    line = f'agentd_served_requests_total{{method="{method}",outcome="{outcome}"}} '
+    found = re.search("^" + re.escape(line) + r"(\S+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
 
 

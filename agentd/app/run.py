@@ -365,6 +365,8 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     connected, before the loop (the demo and the reactive work hook in here).
     `io` is a brokered subagent's (intelligence, toolbox): both over its control
     wire (agentd.tree.brokered) instead of a provider and a Toolbox of its own.
+    `stdout` gets a reactive daemon's wake lines as they come (None: sys.stdout);
+    the result's `steps` and `usage` include the runs this process served.
     """
     state = LoopState()
     try:
