@@ -256,6 +256,7 @@ class Config(RunLimits, frozen=True):
     debounce: float = DEFAULT_DEBOUNCE
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     poll_interval: float = DEFAULT_POLL_INTERVAL  # --poll-interval (docs/reactive.md)
+    wake_on_start: bool = False  # --wake-on-start: run once at start (docs/reactive.md)
     spawn: str = DEFAULT_SPAWN
     max_inflight_intelligence: int = DEFAULT_MAX_INFLIGHT_INTELLIGENCE
     sse_event_bytes: int = DEFAULT_SSE_EVENT_BYTES
@@ -624,6 +625,8 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     if mode == "task" and subscribe:
         raise ConfigError("--subscribe needs --mode reactive (a task run wakes on nothing; "
                           "its model subscribes with the agentd__subscribe self-tool)")
+    if mode == "task" and values.get("wake_on_start"):
+        raise ConfigError("--wake-on-start needs --mode reactive (a task run runs once anyway)")
     for uri in subscribe:
         if not uri or "{" in uri or "}" in uri:
             raise ConfigError(f"--subscribe {uri!r}: a concrete URI is needed, not a template")

@@ -21,7 +21,8 @@ class Done:
 
     @property
     def result(self) -> dict[str, Any]:
-        lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        # a reactive daemon's wake lines come first (docs/reactive.md): the result is last
+        lines = [ln for ln in self.stdout.splitlines() if ln.strip() and '"wake":' not in ln]
         assert len(lines) == 1, f"expected one stdout object, got {self.stdout!r}\n{self.stderr}"
         return json.loads(lines[0])
 

@@ -77,13 +77,15 @@ class Recorder(Unavailable):
     def __init__(self) -> None:
         self.requests: list[tuple[str, SpawnRequest]] = []
 
-    async def spawn(self, caller: str, request: SpawnRequest) -> HandleState | Refusal:
+    async def spawn(self, caller: str, request: SpawnRequest, *,
+                    principal: str | None = None) -> HandleState | Refusal:
         self.requests.append((caller, request))
         if request.instruction == "refuse":
             return Refusal("spawn refused: max_depth=4 reached at handle 0.1.1.1")
         return HandleState(handle="0.1", status="completed", result={"x": 1})
 
-    def status(self, handle: str) -> HandleState | Unknown:
+    def status(self, caller: str, handle: str, *,
+               principal: str | None = None) -> HandleState | Unknown:
         if handle != "0.1":
             return Unknown(handle)
         return HandleState(handle="0.1", status="completed", result={"x": 1})

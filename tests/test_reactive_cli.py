@@ -79,9 +79,17 @@ class Agentd:
             raise
 
     def result(self) -> dict:
-        lines = [ln for ln in self.out.read_text().splitlines() if ln.strip()]
-        assert len(lines) == 1, lines
-        return json.loads(lines[0])
+        """The final result object: stdout's last line; every line before it is a
+        wake's (JSON Lines, docs/reactive.md)."""
+        lines = [json.loads(ln) for ln in self.out.read_text().splitlines() if ln.strip()]
+        assert lines and "wake" not in lines[-1], lines
+        assert all("wake" in ln for ln in lines[:-1]), lines
+        return lines[-1]
+
+    def wake_lines(self) -> list[dict]:
+        """The wake lines written so far (every stdout line carrying `wake`)."""
+        done = self.out.read_text().split("\n")[:-1]  # a line still being written: not yet
+        return [rec for ln in done if ln.strip() and "wake" in (rec := json.loads(ln))]
 
 
 def bump(port: int, uri: str, times: int = 1) -> None:
@@ -123,6 +131,9 @@ def test_reactive_mode_wakes_reads_fresh_and_self_subscribes(agentd_bin, tmp_pat
             ag.wait_event("reactive.ready")
             bump(srv.port, A, 1)
             ag.wait_event("reactive.run")
+            # the wake's line is on stdout while the daemon runs on (flushed per wake)
+            ag.wait_until(lambda: len(ag.wake_lines()) == 1)
+            assert ag.proc.poll() is None
             # the run's queued `subscribe B` was applied after it finished
             ag.wait_event("reactive.subscribed", lambda r: r["uri"] == B)
             bump(srv.port, B, 3)
@@ -146,9 +157,56 @@ def test_reactive_mode_wakes_reads_fresh_and_self_subscribes(agentd_bin, tmp_pat
     assert len(wakes) <= 2 + 20
     assert all(r["status"] == "completed" for r in runs)
     assert res["steps"] == 2 * len(runs)
+    # one JSON line per wake's run, in order, before the final object
+    lines = ag.wake_lines()
+    assert [ln["wake"] for ln in lines] == [r["seq"] for r in runs]
+    assert [ln["uris"] for ln in lines[:2]] == [[A], [B]]
+    for ln in lines:
+        assert set(ln) == {"run_id", "wake", "status", "partial", "result", "steps", "usage",
+                           "uris"}
+        assert ln["run_id"] == res["run_id"] and ln["status"] == "completed"
+        assert ln["result"] == "noted" and ln["steps"] == 2 and ln["partial"] is False
+    assert sum(ln["steps"] for ln in lines) == res["steps"]
     assert wire.get("resources/subscribe") == 2  # A (flag) and B (self), once each
     assert wire.get("resources/read", 0) >= len(runs)  # notify-then-read
     assert ag.events("reactive.drained")
+
+
+def test_wake_on_start_runs_once_before_any_update(agentd_bin, tmp_path) -> None:
+    """`--wake-on-start`: wake 0 runs the instruction on the watched state at once,
+    with no update sent; a later update is wake 1. One stdout line each."""
+    with peers.python_peer("reactive_peers.py") as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{playback(tmp_path)}",
+                     "--mcp", f"watched={srv.url}", "--mode", "reactive",
+                     "--subscribe", A, "--wake-on-start", "--debounce", "0.05",
+                     "--ping-interval", "60"], tmp_path)
+        try:
+            ag.wait_until(lambda: len(ag.wake_lines()) == 1)
+            (first,) = ag.wake_lines()
+            assert ag.events("reactive.wake") == []  # no update came
+            assert first["wake"] == 0 and first["uris"] == [A]
+            assert first["status"] == "completed" and first["result"] == "noted"
+            bump(srv.port, A, 1)
+            ag.wait_until(lambda: len(ag.wake_lines()) == 2)
+            wire = stats(srv.port)["wire"]
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    assert code == 130
+    assert [ln["wake"] for ln in ag.wake_lines()] == [0, 1]
+    (start,) = ag.events("reactive.wake.start")
+    assert start["uris"] == [A]
+    assert [r["seq"] for r in ag.events("reactive.run")] == [0, 1]
+    assert wire.get("resources/read", 0) >= 2  # the start's read, then the wake's
+    res = ag.result()
+    assert res["steps"] == 4 and res["status"] == "interrupted"
+
+
+def test_wake_on_start_in_task_mode_is_usage_error(agentd_bin) -> None:
+    proc = subprocess.run([agentd_bin, "--instruction", "x", "--wake-on-start"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--wake-on-start needs --mode reactive" in proc.stderr
 
 
 def test_worker_with_nowhere_and_no_mcp_stays_up_until_signalled(agentd_bin, tmp_path) -> None:
@@ -192,3 +250,49 @@ def test_reactive_template_is_usage_error(agentd_bin, flag) -> None:
     proc = subprocess.run([agentd_bin, "--instruction", "x", "--mode", "reactive", flag,
                            "watch://counter/{id}"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+EVERYTHING_DOCS = ["demo://resource/static/document/architecture.md",
+                   "demo://resource/static/document/features.md"]
+
+
+def test_server_everything_wake_on_start_then_one_line_per_wake(agentd_bin, tmp_path) -> None:
+    """server-everything sends `updated` only once a tool call has asked for them:
+    without `--wake-on-start` the daemon would idle. Wake 0 runs at start and its
+    model turns the updates on; their wake follows (its model turns them off
+    again). One stdout line per wake's run, the final object last."""
+    bin_dir = peers.ensure_npm_peers("mcp-server-everything", "node")
+    port = peers.free_port()
+    book = tmp_path / "everything.playback.json"
+    book.write_text(json.dumps({"playback": 1, "scripts": [{
+        "name": "toggle", "match": "server-everything", "turns": [
+            {"expect": ["reactive wake", EVERYTHING_DOCS[0]],
+             "tool_calls": [{"name": "ev__toggle-subscriber-updates", "arguments": {}}]},
+            {"content": "toggled"}]}]}))
+    srv = peers.PeerProcess([str(bin_dir / "mcp-server-everything"), "streamableHttp"], port,
+                            env=peers.npm_env({"PORT": str(port)})).start()
+    try:
+        argv = [agentd_bin, "--instruction", "Toggle server-everything's updates",
+                "--intelligence", f"playback:{book}", "--mcp", f"ev={srv.url}",
+                "--mode", "reactive", "--wake-on-start", "--debounce", "0.2",
+                "--ping-interval", "60"]
+        for uri in EVERYTHING_DOCS:
+            argv += ["--subscribe", uri]
+        ag = Agentd(argv, tmp_path)
+        try:
+            ag.wait_until(lambda: len(ag.wake_lines()) >= 2)
+        finally:
+            code = ag.stop(signal.SIGTERM)
+    finally:
+        srv.stop()
+    assert code == 130
+    lines, runs = ag.wake_lines(), ag.events("reactive.run")
+    assert len(lines) == len(runs) >= 2  # N wakes' runs -> N lines
+    assert [ln["wake"] for ln in lines] == [r["seq"] for r in runs]
+    first, second = lines[:2]
+    assert first["wake"] == 0 and sorted(first["uris"]) == sorted(EVERYTHING_DOCS)
+    assert second["wake"] == 1 and set(second["uris"]) <= set(EVERYTHING_DOCS)
+    assert all(ln["status"] == "completed" and ln["result"] == "toggled" for ln in lines)
+    assert ag.events("reactive.wake")[0]["seq"] == 1  # the first update came after wake 0
+    res = ag.result()
+    assert res["status"] == "interrupted" and res["steps"] == sum(ln["steps"] for ln in lines)

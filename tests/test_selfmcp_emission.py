@@ -28,6 +28,7 @@ from local_connection import LocalConnection
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
 from agentd.mcp.server.http.server import serve
+from agentd.output import Usage
 from agentd.served.selfmcp import SelfMCP
 from agentd.tree.ownership import Owners
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Retention
@@ -104,6 +105,9 @@ class ScriptedBackend:
 
     def counts(self):
         return {"spawned": self.n, "running": sum(not s.done for s in self.states.values())}
+
+    def served_usage(self):
+        return 0, Usage()
 
     def finish(self, handle, result, status="completed"):
         st = self.states[handle]

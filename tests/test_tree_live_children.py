@@ -102,12 +102,12 @@ async def test_a_spawn_overtaken_on_its_way_keeps_its_own_child(tmp_path, spawn,
             pa, pb = sup.process(a.handle), sup.process(b.handle)
             assert pa is not None and pb is not None and pa.pid != pb.pid
             assert _own_pid(pa.pid) and _own_pid(pb.pid)
-            cancelled = await sup.cancel(a.handle)
-            await until(lambda: sup.status(a.handle).done, what="a ended")
-            assert sup.status(a.handle).status == "cancelled"
+            cancelled = await sup.cancel("served", a.handle)
+            await until(lambda: sup.status("served", a.handle).done, what="a ended")
+            assert sup.status("served", a.handle).status == "cancelled"
             gate.set()
-            await until(lambda: sup.status(b.handle).done, what="b ended")
-            state = sup.status(b.handle)
+            await until(lambda: sup.status("served", b.handle).done, what="b ended")
+            state = sup.status("served", b.handle)
             assert (state.status, state.result) == ("completed", '{"b": "done"}'), \
                 f"b was ended with a's child: {state.status} {state.result}"
             assert cancelled is not None
@@ -140,7 +140,7 @@ async def test_hundreds_alive_at_once_each_result_arrives_once(tmp_path):
             assert sup.counts()["running"] == n
             gate.set()
             await until(lambda: len(ended) == n, limit=400, what="every run terminal")
-            states = [sup.status(x.handle) for x in acks]
+            states = [sup.status("served", x.handle) for x in acks]
     assert [h for h, k in ended.items() if k != 1] == []
     wrong = [(s.handle, s.status, s.result) for i, s in enumerate(states)
              if (s.status, s.result) != ("completed", f'{{"task": "task {i}"}}')]
@@ -181,11 +181,11 @@ async def test_out_of_fds_mid_fan_out_is_a_refusal_and_the_live_runs_go_on(
         for s in started:  # alive and untouched
             proc = sup.process(s.handle)
             assert proc is not None and proc.returncode is None
-            assert sup.status(s.handle).status == "running"
+            assert sup.status("served", s.handle).status == "running"
         again = await sup.spawn("served", SpawnRequest("after", mode="async"))
         assert isinstance(again, HandleState)  # fds back: spawns start again
         for s in [*started, again]:
-            await sup.cancel(s.handle)
+            await sup.cancel("served", s.handle)
         await until(lambda: len(ended) == len(started) + 1, what="every started run ended")
     assert sorted(s.handle for s in ended) == sorted(s.handle for s in [*started, again])
     assert {s.status for s in ended} == {"cancelled"}

@@ -267,10 +267,11 @@ class Loop:
         self._steps: trace.Steps | trace.NoSteps = trace.NOSTEPS
 
     def conversation(self, instruction: str, *, output_contract: str | None = None,
-                     toolbox: AgentToolbox | None = None) -> list[Message]:
+                     toolbox: AgentToolbox | None = None,
+                     framing: str | None = None) -> list[Message]:
         sys_text = P.system_prompt(instructions=toolbox_instructions(toolbox),
                                    resources=toolbox_resources(toolbox),
-                                   output_contract=output_contract,
+                                   output_contract=output_contract, framing=framing,
                                    reads="agentd__read_resource" in self.actions.selftools)
         return [system(sys_text), user(P.user_instruction(instruction))]
 
@@ -451,14 +452,15 @@ async def run_task(intelligence: Intelligence, toolbox: AgentToolbox | None,
                    history: Sequence[Message] = (),
                    on_step: Callable[[LoopState], None] | None = None,
                    spent: Callable[[], int] | None = None,
-                   tool_images: str = "parts") -> Outcome:
-    """One task: build the prompt, then loop to an outcome."""
+                   tool_images: str = "parts", framing: str | None = None) -> Outcome:
+    """One task: build the prompt (`framing`: a serving worker's own instruction,
+    agentd.agent.prompt.system_prompt), then loop to an outcome."""
     if tracer is not None:
         tracer.prompt(instruction)
     actions = Actions(toolbox, selftools)
     loop = Loop(intelligence, actions, budgets=budgets, state=state, tracer=tracer,
                 on_step=on_step, spent=spent, tool_images=tool_images)
     messages = loop.conversation(instruction, output_contract=output_contract,
-                                 toolbox=toolbox)
+                                 toolbox=toolbox, framing=framing)
     messages.extend(history)
     return await loop.run(messages, output_contract=output_contract)

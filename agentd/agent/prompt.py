@@ -117,13 +117,21 @@ answer as a plain message, without calling a tool."""
 def system_prompt(*, instructions: Mapping[str, str | None] | None = None,
                   resources: Sequence[ResourceInfo] = (),
                   output_contract: str | None = None,
-                  max_catalogue: int = MAX_CATALOGUE_ENTRIES, reads: bool = True) -> str:
-    """The system message: rules, output contract, servers, resource catalogue
-    (how to read a resource only when `reads`: agentd__read_resource is offered).
+                  max_catalogue: int = MAX_CATALOGUE_ENTRIES, reads: bool = True,
+                  framing: str | None = None) -> str:
+    """The system message: rules, the operator's framing, output contract,
+    servers, resource catalogue (how to read a resource only when `reads`:
+    agentd__read_resource is offered).
 
     Built once per conversation and never changed: with the tool list, it is the
-    prefix every request repeats (provider-side prompt caching keys on it)."""
+    prefix every request repeats (provider-side prompt caching keys on it).
+    `framing` is a serving worker's own `--instruction` for the runs it serves
+    (docs/server.md): trusted operator text, so it sits in the system message
+    right after the rules, while the peer's instruction stays the user's task."""
     parts = [PREAMBLE]
+    if framing:
+        parts.append("The operator's standing instruction for this agent (trusted; it "
+                     "frames the task, which is the user's message):\n" + framing.strip())
     if output_contract:
         parts.append("Output contract — your final answer must be exactly this:\n"
                      + output_contract.strip())

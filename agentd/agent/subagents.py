@@ -23,6 +23,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from agentd.output import Usage
+
 SpawnMode = Literal["sync", "async", "warm", "detach"]
 TERMINAL = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "deadline"})
 # The JSON schema of a `tool_scope` argument (SpawnRequest.tool_scope): the one
@@ -187,6 +189,12 @@ class SubagentBackend(Protocol):
         """The tree's tokens by its ledger; None where the ledger is not here."""
         ...
 
+    def served_usage(self) -> tuple[int, Usage]:
+        """The steps and usage of every run served here (the `served` subtree, its
+        model answers), since the process started: what a worker reports for
+        the work it did for its peers; zeros where no ledger is kept here."""
+        ...
+
 
 class Unavailable:
     """The backend where subagents are not available: refuses every spawn."""
@@ -230,3 +238,6 @@ class Unavailable:
     @property
     def tree_tokens(self) -> int | None:
         return None
+
+    def served_usage(self) -> tuple[int, Usage]:
+        return 0, Usage()

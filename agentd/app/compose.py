@@ -57,8 +57,11 @@ async def start_supervisor(stack: contextlib.AsyncExitStack, config: Config, *,
     """The root's Supervisor on the run's own metered provider and Toolbox (one
     ledger and one flow gate for the tree: the root's calls and every subagent's)."""
     broker = Broker(intelligence=provider, toolbox=toolbox)
-    return await stack.enter_async_context(Supervisor(config, run_id=run_id, broker=broker,
-                                                      ledger=provider.ledger))
+    sup = await stack.enter_async_context(Supervisor(config, run_id=run_id, broker=broker,
+                                                     ledger=provider.ledger))
+    if config.serve is not None:  # a worker: its instruction frames the runs it serves
+        sup.framing = config.instruction
+    return sup
 
 
 @contextlib.asynccontextmanager

@@ -31,6 +31,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from agentd.agent.loop import Actions, Loop, LoopState, Outcome, Tracer, run_task
 from agentd.agent.selftools import SelfTools
 from agentd.agent.subagents import SubagentBackend, Unavailable
@@ -43,7 +45,7 @@ from agentd.log import configure, log
 from agentd.mcp.client.rules.faults import RequiredServerLost
 from agentd.mcp.client.seams import AgentToolbox
 from agentd.obs import health, metrics, trace
-from agentd.output import RunResult, Usage, print_result
+from agentd.output import RunResult, Usage, WakeLine, print_result
 from agentd.trajectory.files import write_document
 from agentd.trajectory.recorder import TrajectoryRecorder
 
@@ -88,6 +90,7 @@ class RunContext:
         self.scope: asyncio.Timeout | None = None
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
         self.peers: A2APeers | None = None  # --a2a-peer: the A2A peers (a2a.delegate)
+        self.stdout: Any = None  # where a reactive daemon writes its wake lines (run())
 
     def interrupt(self) -> None:
         """Cancel the run's work now (signals); the drain then runs normally."""
@@ -197,8 +200,11 @@ async def _run_reactive(ctx: RunContext) -> RunResult:
                            output_contract=config.output_contract, budgets=ctx.budgets,
                            selftools=fresh_selftools, deadline=config.deadline,
                            tracer=ctx.tracer)
+    def emit(line: WakeLine) -> None:  # one JSON line per wake, flushed (docs/reactive.md)
+        print_result(line, ctx.stdout)
+
     result, _code = await run_reactive(config, toolbox, run_wake, ctx.stop,
-                                       run_id=ctx.run_id, waiters=waiters)
+                                       run_id=ctx.run_id, waiters=waiters, emit=emit)
     return result
 
 
@@ -321,8 +327,8 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                   backend: SubagentBackend | None = None,
                   extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
                   | None = None,
-                  on_overrun: Callable[[], None] | None = None
-                  ) -> tuple[RunResult, ExitCode, LoopState]:
+                  on_overrun: Callable[[], None] | None = None,
+                  stdout: Any = None) -> tuple[RunResult, ExitCode, LoopState]:
     """Run to an outcome and classify it; no printing (shared by run, acp and the demo).
 
     `backend=None` starts the tree's Supervisor for this run (the root);
@@ -330,6 +336,8 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     connected, before the loop (the demo and the reactive work hook in here).
     `on_overrun()` is called when the drain ran past
     --drain-timeout (the root process then ends hard, once its result is out).
+    `stdout` gets a reactive daemon's wake lines as they come (None: sys.stdout);
+    the result's `steps` and `usage` include the runs this process served.
     """
     state = LoopState()
     try:
@@ -340,6 +348,18 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
         return _result(run_id, "failed", False, None, state), ExitCode.USAGE, state
     ctx = RunContext(config, run_id=run_id, handle=handle, intelligence=intelligence,
                      state=state, tracer=tracer)
+    ctx.stdout = stdout
+    result, code = await _drive(ctx, serve=serve, signals=signals, backend=backend,
+                                extra=extra, on_overrun=on_overrun)
+    return _with_served(result, ctx.backend), code, state
+
+
+async def _drive(ctx: RunContext, *, serve: bool, signals: bool,
+                 backend: SubagentBackend | None,
+                 extra: Callable[[contextlib.AsyncExitStack, RunContext], Awaitable[None]]
+                 | None, on_overrun: Callable[[], None] | None) -> tuple[RunResult, ExitCode]:
+    """`execute`'s run to an outcome, under signals, the deadline and the drain."""
+    config, run_id, handle, state = ctx.config, ctx.run_id, ctx.handle, ctx.state
     loop = asyncio.get_running_loop()
     body = asyncio.create_task(_body(ctx, serve=serve, backend=backend, extra=extra),
                                name=f"agentd-run-{handle}")
@@ -414,27 +434,27 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
             and isinstance(reported := body.result(), RunResult):
         # the reactive daemon drained and reported
         log.info("run.interrupted", signal=interrupted[0], steps=reported.steps)
-        return reported, ExitCode.INTERRUPTED, state
+        return reported, ExitCode.INTERRUPTED
     if interrupted:
         if body.done() and not body.cancelled() and (failed := body.exception()) is not None:
             log.warning("run.drain.error", error=repr(leaf_error(failed)))
         log.info("run.interrupted", signal=interrupted[0], steps=state.steps)
         return (_result(run_id, "interrupted", True, state.partial_result(), state),
-                ExitCode.INTERRUPTED, state)
+                ExitCode.INTERRUPTED)
     if body.cancelled() and hard.done() and hard.result() == "deadline":
         log.warning("run.end", status="deadline", steps=state.steps,
                     exit_code=int(ExitCode.DEADLINE), reason="the drain overran")
         return (_result(run_id, "deadline", True, state.partial_result(), state),
-                ExitCode.DEADLINE, state)
+                ExitCode.DEADLINE)
     if body.cancelled():
         log.error("run.cancelled", steps=state.steps)
         return (_result(run_id, "interrupted", True, state.partial_result(), state),
-                ExitCode.INTERRUPTED, state)
+                ExitCode.INTERRUPTED)
     err = body.exception()
     if err is None and isinstance(reported := body.result(), RunResult):
         code = EXIT_BY_STATUS.get(reported.status, ExitCode.FAILED)
         log.info("run.end", status=reported.status, steps=reported.steps, exit_code=int(code))
-        return reported, code, state
+        return reported, code
     if err is None:
         outcome = body.result()
         assert isinstance(outcome, Outcome)
@@ -444,7 +464,7 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
                  tree_tokens=ctx.backend.tree_tokens, exit_code=int(code),
                  reason=outcome.reason or None)
         return (_result(run_id, outcome.status, outcome.partial, outcome.result, state),
-                code, state)
+                code)
     leaf = leaf_error(err)
     code, event, message = classify(leaf)
     if code == ExitCode.FAILED:
@@ -454,7 +474,21 @@ async def execute(config: Config, *, run_id: str, handle: str = "0",
     failure: dict[str, Any] = {"error": message}
     if isinstance(leaf, RequiredServerLost) and not leaf.handshake:  # name server and fault
         failure.update(server=leaf.server, fault=leaf.fault)
-    return _result(run_id, "failed", False, failure, state), code, state
+    return _result(run_id, "failed", False, failure, state), code
+
+
+def _with_served(result: RunResult, backend: SubagentBackend) -> RunResult:
+    """The exit line counts the runs this process served too (a worker's work is
+    theirs: spec §3, docs/server.md): their steps and usage, by the tree's ledger."""
+    steps, usage = backend.served_usage()
+    if not steps and not usage.total_tokens:
+        return result
+    log.info("run.served", steps=steps, total_tokens=usage.total_tokens)
+    total = Usage(result.usage.prompt_tokens, result.usage.completion_tokens,
+                  result.usage.total_tokens)
+    total.add(usage)
+    return msgspec.structs.replace(result, steps=result.steps + steps, usage=total)
+
 
 
 def _kill_lingering(backend: SubagentBackend) -> None:
@@ -495,7 +529,8 @@ async def run(config: Config, *, tracer: Tracer | None = None, stdout: Any = Non
     overran: list[bool] = []
     with trace.run_span("agentd.run", run_id, **{"agentd.mode": config.mode}) as span:
         result, code, _state = await execute(config, run_id=run_id, tracer=tracer,
-                                             on_overrun=lambda: overran.append(True))
+                                             on_overrun=lambda: overran.append(True),
+                                             stdout=stdout)
         span.set(**{"agentd.status": result.status, "agentd.steps": result.steps,
                     "agentd.exit_code": int(code)})
     metrics.RUNS.inc(result.status)

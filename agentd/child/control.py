@@ -191,6 +191,9 @@ class ChildConfig(RunLimits, kw_only=True, frozen=True):
     catalogue: Catalogue | None = None
     # Record the run as an ATIF trajectory and return it in `RunOutcome.trajectory`.
     trajectory: bool = False
+    # A served run's: the serving worker's own --instruction, in its system message
+    # (agentd.agent.prompt.system_prompt, docs/server.md); None for the others.
+    framing: str | None = None
 
 
 class MessageParams(Struct, frozen=True):

@@ -23,6 +23,7 @@ from agentd.child.control import (
 )
 from agentd.errors import RPCError
 from agentd.obs import trace
+from agentd.output import Usage
 
 __all__ = ["RemoteBackend"]
 
@@ -95,6 +96,9 @@ class RemoteBackend:
     @property
     def tree_tokens(self) -> int | None:
         return None  # the ledger is the root's
+
+    def served_usage(self) -> tuple[int, Usage]:
+        return 0, Usage()  # only the root serves
 
     def counts(self) -> dict[str, int]:
         out = dict(self._counts)

@@ -133,11 +133,11 @@ class ChildLoop:
             except TimeoutError:
                 if interrupted:
                     return Outcome(status="interrupted", partial=True,
-                                   result=state.last_content, reason="signal")
+                                   result=state.partial_result(), reason="signal")
                 if not scope.expired():
                     raise
                 log.warning("run.deadline", deadline_s=cfg.deadline, steps=state.steps)
-                return Outcome(status="deadline", partial=True, result=state.last_content,
+                return Outcome(status="deadline", partial=True, result=state.partial_result(),
                                reason=f"deadline={cfg.deadline}s passed")
 
     async def _loop(self, message: str, prior: list[Message] | None, state: LoopState,
@@ -146,7 +146,8 @@ class ChildLoop:
         if prior is None:
             return await run_task(self.intelligence, self.toolbox, selftools,
                                   instruction=message, output_contract=cfg.output_contract,
-                                  budgets=cfg.limits, state=state, tracer=self.tracer)
+                                  budgets=cfg.limits, state=state, tracer=self.tracer,
+                                  framing=cfg.framing)
         prior.append(user(message))
         if self.tracer is not None:
             self.tracer.prompt(message)
@@ -165,10 +166,10 @@ class ChildLoop:
         if body.cancelled() and hard.done():
             log.warning("run.end", status="deadline", steps=state.steps,
                         exit_code=int(ExitCode.DEADLINE), reason="the drain overran")
-            return answer("deadline", True, state.last_content)
+            return answer("deadline", True, state.partial_result())
         if body.cancelled():
             log.error("run.cancelled", steps=state.steps)
-            return answer("interrupted", True, state.last_content)
+            return answer("interrupted", True, state.partial_result())
         err = body.exception()
         if err is None:
             outcome = body.result()

@@ -218,6 +218,9 @@ def _secs(text: str) -> str:
 @opt("--poll-interval", section="REACTIVE", type=float,
      help=_secs("re-read a watched URI its server cannot push updates for this often; "
                 "0: refuse it instead (exit 6)  [default: 5]"))
+@opt("--wake-on-start", "wake_on_start", section="REACTIVE", is_flag=True, default=None,
+     help="run the instruction once at start, before any update (wake 0)  "
+          "[config key: wake_on_start]")
 @opt("--max-subscriptions", section="REACTIVE", type=int, help="self-subscriptions per run  [default: 64]")
 @opt("--trajectory", section="OUTPUT", metavar="FILE",
      help="write the run's ATIF v1.8 trajectory (subagents nested) to FILE at its end, "

@@ -21,7 +21,11 @@ the calls are alike; the hard bound stays `ceiling - 1 + M * T`.
 
 Counts are kept per handle (`by_handle`), for `agent://status`, the logs and
 `report()` from a source that counts by itself (a run's own total: max, so
-reporting the same tokens twice never double-counts).
+reporting the same tokens twice never double-counts). Each answered call is
+also tallied by its handle's first label (`tally`: `0` the root's tree,
+`served` the runs a worker served): steps and the usage split, which a
+long-lived worker reports for what it served (its exit line, `agent://status`)
+after the runs themselves are forgotten.
 """
 
 from __future__ import annotations
@@ -30,8 +34,19 @@ from collections.abc import Sequence
 
 from agentd.intelligence.base import Completion, Intelligence, Message, ToolDef, ceiling_reached
 from agentd.intelligence.flow import FlowGate
+from agentd.output import Usage
 
-__all__ = ["Ledger", "Metered"]
+__all__ = ["Ledger", "Metered", "Tally"]
+
+
+class Tally:
+    """Steps (answered calls) and usage of one group of handles."""
+
+    __slots__ = ("steps", "usage")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.usage = Usage()
 
 
 class Ledger:
@@ -44,6 +59,20 @@ class Ledger:
         self.inflight = 0
         self.largest = 0  # the largest single call so far: each call in flight reserves it
         self.refused = 0
+        self.tallies: dict[str, Tally] = {}  # by a handle's first label: a few keys
+
+    def answered(self, handle: str, usage: Usage) -> None:
+        """One call for `handle` was answered: a step and its usage, in its group."""
+        group = handle.split(".", 1)[0]
+        tally = self.tallies.get(group)
+        if tally is None:
+            tally = self.tallies[group] = Tally()
+        tally.steps += 1
+        tally.usage.add(usage)
+
+    def tally(self, group: str) -> Tally:
+        """The steps and usage of the calls answered for `group` (a first label)."""
+        return self.tallies.get(group) or Tally()
 
     @property
     def total(self) -> int:
@@ -126,6 +155,8 @@ class Metered:
             try:
                 completion = await self.provider.complete(messages, tools)
                 tokens = completion.usage.total_tokens or 0
+                ledger.answered(handle, Usage(completion.usage.prompt_tokens or 0,
+                                              completion.usage.completion_tokens or 0, tokens))
                 return completion
             finally:
                 ledger.settle(handle, tokens)

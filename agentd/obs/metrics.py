@@ -231,6 +231,11 @@ SUBAGENTS = _c("agentd_subagents_total",
                "Subagents by status: spawned, and each terminal status.", "status")
 REFUSALS = _c("agentd_spawn_refusals_total", "Spawns refused, by the cap that refused them.",
               "cap")
+SERVED = _c("agentd_served_requests_total",
+            "Requests this process's MCP server (--serve-mcp) answered, by JSON-RPC method "
+            "(one it does not serve: other) and outcome (ok|error|internal_error), and those "
+            "its guard refused before reading them (method \"-\", outcome "
+            "unauthorized: the 401s, or forbidden: the 403s).", "method", "outcome")
 WAKES = _c("agentd_reactive_wakes_total", "Reactive wakes of the loop.")
 COALESCED = _c("agentd_reactive_coalesced_total",
                "Resource updates folded into a wake that was already due.")

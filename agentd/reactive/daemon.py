@@ -24,6 +24,11 @@ watched changes, then run the loop once on its current state.
   coalesced per URI. For each wake the daemon reads every woken URI fresh
   (notify-then-read) and runs the loop once with the instruction and that
   current state. While a run is in flight further updates coalesce.
+  `--wake-on-start` runs it once first, before any update (wake 0: every
+  watched URI read; a server that sends updates only after a tool call, as
+  server-everything does, would otherwise leave the daemon idle).
+* Output. Each wake's run is written at once as one JSON line on stdout
+  (`on_run`, agentd.output.WakeLine); the final result object follows at exit.
 * Self-subscribe. A run's queued `agentd__subscribe` / `agentd__unsubscribe`
   requests (spec §2.4) are applied when it finishes, with the same ownership
   rule.
@@ -55,7 +60,7 @@ from agentd.mcp.client.rules.faults import kind as fault_kind
 from agentd.mcp.client.seams import AgentToolbox, Observed, ResourceServer
 from agentd.mcp.client.toolbox import Unowned, owner_of, resource_servers
 from agentd.obs import health, trace
-from agentd.output import RunResult, Usage
+from agentd.output import RunResult, Usage, WakeLine
 from agentd.reactive.polling import Poller
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.waiters import Waiters
@@ -103,6 +108,9 @@ class Read(msgspec.Struct):
 
 
 RunWake = Callable[[Wake, list[Read]], Awaitable[WakeRun]]
+OnRun = Callable[[Wake, list[Read], WakeRun], None]
+
+START_SEQ = 0  # the `--wake-on-start` wake's number (the router's count from 1)
 
 
 class ReactiveDaemon:
@@ -114,9 +122,12 @@ class ReactiveDaemon:
                  updates: asyncio.Queue[tuple[str, str]] | None = None,
                  waiters: Waiters | None = None, router: Router | None = None,
                  max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
-                 poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+                 poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 wake_on_start: bool = False, on_run: OnRun | None = None) -> None:
         self.toolbox = toolbox
         self.run_wake = run_wake
+        self.wake_on_start = wake_on_start
+        self.on_run = on_run  # told each wake's run as it ends (the stdout line)
         self.run_id = run_id
         self.drain_timeout = drain_timeout
         self.max_subscriptions = max_subscriptions
@@ -293,7 +304,7 @@ class ReactiveDaemon:
 
     async def handle(self, wake: Wake) -> WakeRun | None:
         reads = await self.read_fresh(wake)
-        if not reads:
+        if not reads and wake.seq != START_SEQ:  # the start wake runs on the instruction alone
             _log.info("reactive.wake.skipped", seq=wake.seq,
                       reason="nothing watched could be read")
             return None
@@ -313,6 +324,8 @@ class ReactiveDaemon:
         _log.info("reactive.run", seq=wake.seq, status=outcome.status, steps=outcome.steps,
                   uris=[r.uri for r in reads],
                   duration_ms=round((time.perf_counter() - t0) * 1000, 3))
+        if self.on_run is not None:
+            self.on_run(wake, reads, outcome)
         await self.apply_queued(outcome.subscribe, outcome.unsubscribe, outcome.servers)
         return outcome
 
@@ -359,6 +372,10 @@ class ReactiveDaemon:
             stopped = tg.create_task(stop.wait())
             polling = tg.create_task(self.poller.run()) if self.poller is not None else None
             try:
+                if self.wake_on_start and not stop.is_set():
+                    start = Wake(seq=START_SEQ, uris=tuple(self.watched), counts={})
+                    _log.info("reactive.wake.start", uris=list(start.uris))
+                    await self._run_drained(tg, start, stopped)
                 while not stop.is_set():
                     waiting = tg.create_task(self.router.next_wake())
                     await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -368,23 +385,28 @@ class ReactiveDaemon:
                     wake = waiting.result()
                     if wake is None:  # the router closed and nothing is left
                         break
-                    run = tg.create_task(self._traced(wake))
-                    await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
-                    if not run.done():  # signalled mid-run: bounded drain
-                        _log.info("reactive.draining", seq=wake.seq,
-                                  drain_timeout=self.drain_timeout)
-                        await asyncio.wait({run}, timeout=self.drain_timeout)
-                        if not run.done():
-                            run.cancel()
-                            _log.warning("reactive.drain.cancelled", seq=wake.seq)
-                    if run.done() and not run.cancelled() and run.exception() is not None:
-                        raise run.exception()  # type: ignore[misc]
+                    await self._run_drained(tg, wake, stopped)
             finally:
                 self.router.close()
                 pump.cancel()
                 stopped.cancel()
                 if polling is not None:
                     polling.cancel()
+
+
+    async def _run_drained(self, tg: asyncio.TaskGroup, wake: Wake,
+                           stopped: asyncio.Task[Any]) -> None:
+        """Run `wake`; a signal meanwhile gives it `drain_timeout` to finish."""
+        run = tg.create_task(self._traced(wake))
+        await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not run.done():  # signalled mid-run: bounded drain
+            _log.info("reactive.draining", seq=wake.seq, drain_timeout=self.drain_timeout)
+            await asyncio.wait({run}, timeout=self.drain_timeout)
+            if not run.done():
+                run.cancel()
+                _log.warning("reactive.drain.cancelled", seq=wake.seq)
+        if run.done() and not run.cancelled() and run.exception() is not None:
+            raise run.exception()  # type: ignore[misc]
 
 
 EXIT_INTERRUPTED = int(ExitCode.INTERRUPTED)
@@ -397,8 +419,14 @@ def wake_message(wake: Wake, reads: Sequence[Read], *, limit: int = 64 * 1024) -
     its current state read just now (fenced: server-controlled text)."""
     from agentd.agent import prompt as P
 
-    head = (f"[agentd] reactive wake #{wake.seq}: {len(reads)} watched resource(s) changed "
-            f"({wake.coalesced} update(s) coalesced). Their current state, read now:")
+    if wake.seq == START_SEQ:
+        head = (f"[agentd] reactive wake #{wake.seq} (--wake-on-start): the run at start, "
+                f"before any update; {len(reads)} watched resource(s). Their current "
+                "state, read now:")
+    else:
+        head = (f"[agentd] reactive wake #{wake.seq}: {len(reads)} watched resource(s) "
+                f"changed ({wake.coalesced} update(s) coalesced). Their current state, "
+                "read now:")
     parts = [head]
     for r in reads:
         text, size = P.cut_utf8(r.text, limit)
@@ -449,14 +477,24 @@ def loop_runner(intelligence: Intelligence, toolbox: AgentToolbox, *, instructio
 async def run_reactive(config: Config, toolbox: AgentToolbox, run_wake: RunWake,
                        stop: asyncio.Event, *,
                        run_id: str = "", waiters: Waiters | None = None,
-                       router: Router | None = None) -> tuple[RunResult, int]:
+                       router: Router | None = None,
+                       emit: Callable[[WakeLine], None] | None = None
+                       ) -> tuple[RunResult, int]:
     """The whole reactive mode for `agentd.app.run`: (the stdout object, exit code).
 
-    Returns when `stop` is set (the caller's SIGINT/SIGTERM handler), after the
-    bounded drain: status `interrupted`, exit 130."""
+    `emit` is given each wake's `WakeLine` as its run ends (the caller writes it
+    to stdout). Returns when `stop` is set (the caller's SIGINT/SIGTERM
+    handler), after the bounded drain: status `interrupted`, exit 130."""
+    def on_run(wake: Wake, reads: list[Read], run: WakeRun) -> None:
+        if emit is not None:
+            emit(WakeLine(run_id=run_id, wake=wake.seq, status=run.status,
+                          partial=run.partial, result=run.result, steps=run.steps,
+                          usage=run.usage, uris=[r.uri for r in reads]))
+
     daemon = ReactiveDaemon(toolbox, run_wake, run_id=run_id, debounce=config.debounce,
                             drain_timeout=config.drain_timeout, waiters=waiters,
                             router=router, max_subscriptions=config.max_subscriptions,
-                            poll_interval=config.poll_interval)
+                            poll_interval=config.poll_interval,
+                            wake_on_start=config.wake_on_start, on_run=on_run)
     result = await daemon.serve(stop, config.subscribe)
     return result, EXIT_INTERRUPTED

@@ -33,6 +33,7 @@ from agentd.agent.subagents import (
     Unknown,
 )
 from agentd.log import log
+from agentd.output import Usage
 
 __all__ = ["SERVED_CALLER", "SERVED_TOOLS", "Body", "LocalServed", "ServedBackend",
            "Subscribed", "spawn_body"]
@@ -103,6 +104,10 @@ class ServedBackend(Protocol):
 
     def counts(self) -> dict[str, int]:
         """This process's spawn counters (``agent://status``)."""
+        ...
+
+    def served_usage(self) -> tuple[int, Usage]:
+        """The steps and usage of the runs this process served (``agent://status``)."""
         ...
 
     def rows(self, principal: str | None) -> list[dict[str, Any]]:
@@ -180,6 +185,9 @@ class LocalServed:
 
     def counts(self) -> dict[str, int]:
         return self.backend.counts()
+
+    def served_usage(self) -> tuple[int, Usage]:
+        return self.backend.served_usage()
 
     def rows(self, principal: str | None) -> list[dict[str, Any]]:
         return self.backend.snapshot(principal)

@@ -34,6 +34,7 @@ from agentd.errors import PoolError
 from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.obs import metrics
+from agentd.output import Usage
 from agentd.pool import handles
 from agentd.pool.discovery import Discovery
 from agentd.pool.dns import DnsRefresher
@@ -384,6 +385,9 @@ class PoolBackend:
 
     def counts(self) -> dict[str, int]:
         return self.local.counts()
+
+    def served_usage(self) -> tuple[int, Usage]:
+        return self.local.served_usage()
 
     def rows(self, principal: str | None) -> list[dict[str, Any]]:
         return self.pool.rows(self.local.rows(principal))

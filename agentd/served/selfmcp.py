@@ -5,7 +5,8 @@ exactly five tools (``status``, ``subagent.spawn``, ``subagent.send``,
 ``subagent.status``, ``subagent.cancel``) with JSON Schema 2020-12 input
 schemas validated by jsonschema-rs, and two resource forms:
 
-* ``agent://status`` (listed): run id, mode, version, pid, uptime, spawn counts;
+* ``agent://status`` (listed): run id, mode, version, pid, uptime, spawn counts,
+  and the steps and tokens of the runs served so far (``served``);
 * ``agent://subagent/{handle}`` (unlisted): a served run's §2.3 body.
 
 Every ``subagent.*`` tool routes into one :class:`~agentd.agent.subagents.SubagentBackend`
@@ -61,6 +62,7 @@ import os
 import time
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from agentd import __version__
@@ -143,6 +145,8 @@ class SelfMCP(Handler):
         body: dict[str, Any] = {
             "run_id": self.run_id, "mode": self.mode, "version": __version__,
             "pid": os.getpid(), "uptime_ms": int((time.monotonic() - self.started) * 1000)}
+        steps, usage = self.served.served_usage()  # the work done for peers (docs/server.md)
+        body["served"] = {"steps": steps, "usage": msgspec.structs.asdict(usage)}
         if self.mode == "reactive":  # each watched URI and how (docs/reactive.md)
             body["watched"] = health.watched()
         return body

@@ -68,6 +68,7 @@ from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
 from agentd.log import log
 from agentd.obs import health, metrics, trace
+from agentd.output import Usage
 from agentd.trajectory.atif import Trajectory
 from agentd.tree.admission import Admitted, CallerView, TreeView, admit
 from agentd.tree.broker import Broker
@@ -193,6 +194,9 @@ class Supervisor:
         # forgotten with the run's eviction: the one rule's claims
         self.owners = Owners()
         self.registry.on_evicted(self._forget_owner)
+        # a serving worker's own --instruction: it frames every run of the served
+        # subtree (docs/server.md); set by its owner (agentd.app.compose)
+        self.framing: str | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Supervisor:
@@ -344,6 +348,11 @@ class Supervisor:
         """The tree's tokens: the ledger's, charged as each intelligence call is made."""
         return self.ledger.total
 
+    def served_usage(self) -> tuple[int, Usage]:
+        """The served subtree's steps and usage, by the ledger (kept past eviction)."""
+        tally = self.ledger.tally(SERVED)
+        return tally.steps, tally.usage
+
     def snapshot(self, principal: str | None = None) -> list[dict[str, Any]]:
         """Every known handle (live, or terminal and not yet evicted), for the live
         view (`agent://status` `tree`, `agentd top`): names and numbers only; with
@@ -418,7 +427,8 @@ class Supervisor:
             max_frame=self.max_frame, log_format=cfg.log_format,
             log_level=cfg.log_level or "info",
             run_id=self.run_id, tracing=trace.exporting,
-            trajectory=self.trajectories is not None)
+            trajectory=self.trajectories is not None,
+            framing=self.framing if run.handle.startswith(SERVED + ".") else None)
 
     # ------------------------------------------------------------- one run
     async def start(self, run: ChildRun, env: dict[str, str] | None,

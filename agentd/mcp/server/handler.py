@@ -43,10 +43,12 @@ from agentd.mcp.server.rules.sessions import (
     ORIGIN_MANAGEMENT,
     ORIGIN_STDIO,
     PRINCIPAL_LOCAL,
+    SERVED_METHODS,
     Dispatch,
     SessionHub,
     SessionState,
 )
+from agentd.obs import metrics
 from agentd.wire import codec
 from agentd.wire import mcp2026 as m
 from agentd.wire import mcp_types as t
@@ -80,6 +82,8 @@ current_principal: ContextVar[str | None] = ContextVar("agentd_principal", defau
 
 _log = log.bind(component="mcp.server")
 _RESULT_EMPTY: Final = Raw(b"{}")
+# the methods `agentd_served_requests_total` names (either revision's); others: "other"
+_COUNTED: Final = SERVED_METHODS | {m.SERVER_DISCOVER}
 
 
 # --------------------------------------------------------------------------
@@ -194,6 +198,8 @@ class ServerSession(SessionState):
         request's, which its rules check against the body)."""
         rev = self.revision
         self.last_active = time.monotonic()
+        # bounded labels: a peer's made-up method name is "other"
+        method = req.method if req.method in _COUNTED else "other"
         try:
             out = rev.route(self, req, self.envelope, headers)
             if type(out) is Dispatch:
@@ -203,17 +209,22 @@ class ServerSession(SessionState):
                           auth=self.auth,
                           client=self.client_info.name if self.client_info else "",
                           version=self.protocol_version, requested=self.requested_version)
-            return rev.answer(self, req, self.envelope, out)
+            answer = rev.answer(self, req, self.envelope, out)
+            metrics.SERVED.inc(method, "ok")
+            return answer
         except RPCError as exc:
             if exc.side == "remote":  # a peer's answer to the handler's own request: a bug here
                 self._internal(req, exc)
+                metrics.SERVED.inc(method, "internal_error")
                 return rev.internal_error(req.id)
             if _log.enabled("debug"):
                 _log.debug("mcp.serve.error", method=req.method, code=exc.code,
                            origin=self.origin)
+            metrics.SERVED.inc(method, "error")
             return rev.refuse(req.id, exc)
         except Exception as exc:  # a handler bug never kills the server
             self._internal(req, exc)
+            metrics.SERVED.inc(method, "internal_error")
             return rev.internal_error(req.id)
 
     async def receive(self, msg: Any, emit: Emit | None = None) -> bytes | None:

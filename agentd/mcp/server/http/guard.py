@@ -54,6 +54,7 @@ from agentd.mcp.server.http.limits import Gate
 from agentd.mcp.server.http.responses import plain
 from agentd.mcp.server.rules import revision
 from agentd.netaddr import is_loopback_host
+from agentd.obs import metrics
 
 __all__ = ["Guard", "hostname"]
 
@@ -80,6 +81,7 @@ def _refused(request: web.Request, reason: str) -> web.Response:
     """403 (401 for auth), logged throttled; the connection is closed after it."""
     throttled(_log, "warning", "mcp.serve.refused", key=reason, reason=reason,
               method=request.method)
+    metrics.SERVED.inc("-", "unauthorized" if reason == "auth" else "forbidden")
     resp = web.Response(status=401, headers=UNAUTHORIZED_HEADERS) if reason == "auth" \
         else plain(403, "Forbidden")
     resp.force_close()
