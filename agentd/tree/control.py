@@ -61,7 +61,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import HandleState, SpawnRequest
-from agentd.config import DEFAULT_LOG_FORMAT, RunLimits, ServerSpec
+from agentd.config import RunLimits, ServerSpec
 from agentd.errors import RPCError, ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.secrets import DEFAULT_SECRETS_DIR
@@ -188,7 +188,8 @@ class ChildConfig(RunLimits, kw_only=True, frozen=True):
     intelligence: str | None = None
     model: str | None = None
     max_frame: int = MAX_FRAME
-    log_format: str = DEFAULT_LOG_FORMAT
+    # a child logs to its parent's pipe: JSON, which the parent relays (agentd.tree.procs)
+    log_format: str = "json"
     log_level: str = "info"
     run_id: str = ""
     secrets_dir: str = DEFAULT_SECRETS_DIR

@@ -408,7 +408,7 @@ class Supervisor:
             output_contract=req.output_contract, mode=run.mode,
             tool_scope=tuple(sorted(run.scope)), mcp=(), intelligence=None, model=None,
             brokered=True, catalogue=self.broker.catalogue(run.scope),
-            max_frame=self.max_frame, log_format=cfg.log_format,
+            max_frame=self.max_frame, log_format="json",
             log_level=cfg.log_level or "info",
             run_id=self.run_id, secrets_dir=cfg.secrets_dir, tracing=trace.exporting,
             trajectory=self.trajectories is not None)
