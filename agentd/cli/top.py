@@ -23,6 +23,7 @@ from typing import Any
 
 from agentd.config import ServerSpec
 from agentd.exitcodes import ExitCode
+from agentd.log import log
 from agentd.wire.guard import loads_peer
 
 __all__ = ["fetch", "render_text", "run_top"]
@@ -168,7 +169,7 @@ async def run_top(url: str, *, bearer: str | None = None, ca_file: str | None = 
     except (KeyboardInterrupt, asyncio.CancelledError):
         return int(ExitCode.COMPLETED)
     except Exception as exc:
-        print(f"agentd top: {url}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        log.error("top.failed", url=url, error=f"{type(exc).__name__}: {str(exc)[:300]}")
         return int(ExitCode.MCP_REQUIRED)
 
 
