@@ -66,7 +66,7 @@ def test_auto_is_text_with_colour_on_a_terminal_json_elsewhere(restore_log, monk
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm")
     master, slave = os.openpty()
-    tty = open(slave, "w", encoding="utf-8")  # noqa: SIM115 -- closed below
+    tty = open(slave, "w", encoding="utf-8")  # closed below
     try:
         agentd_log.configure(stream=tty, fmt="auto")
         agentd_log.log.warning("mcp.stale", misses=3)

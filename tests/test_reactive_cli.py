@@ -212,6 +212,7 @@ def test_fastmcp_refused_watch_exits_6_with_log_lines_only(agentd_bin, tmp_path)
     assert_log_only(err, form="json")
     assert "never awaited" not in err and "Warning" not in err
     (failed,) = ag.events("mcp.renegotiate.failed")
+    assert failed["uri"] == "weather://cities"
     (again,) = ag.events("mcp.reconnecting")
     assert again["server"] == "w" and "renegotiation failed" in again["reason"]
     assert ag.events("mcp.disconnected") == []
