@@ -101,7 +101,8 @@ class _Sink:
         if record is None:
             level, ts, body = "info", time.time(), line
         else:
-            level = record.get("level") if record.get("level") in LEVELS else "info"
+            level = str(record.get("level"))
+            level = level if level in LEVELS else "info"
             ts = record["ts"] if isinstance(record.get("ts"), (int, float)) else time.time()
             fields = {k: v for k, v in record.items()
                       if k not in ("ts", "level", "event", "run_id")}

@@ -53,10 +53,10 @@ def rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
     base = min((int(r.get("depth", 1)) for r in tree), default=1)
     for r in sorted(tree, key=lambda r: _key(str(r["handle"]))):
         indent = "  " * max(int(r.get("depth", base)) - base, 0)
-        status = str(r.get("status", "?"))
+        state = str(r.get("status", "?"))
         if isinstance(r.get("ran_ms"), int):  # finished: how long it ran beside its age
-            status = f"{status} in {_age(r['ran_ms'])}"
-        out.append((f"{indent}{r['handle']}", status, str(r.get("depth", "")),
+            state = f"{state} in {_age(r['ran_ms'])}"
+        out.append((f"{indent}{r['handle']}", state, str(r.get("depth", "")),
                     str(r.get("steps", "")), str(r.get("tokens", "")),
                     _age(int(r.get("age_ms", 0))), str(r.get("last", ""))[:60]))
     return out
