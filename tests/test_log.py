@@ -15,17 +15,11 @@ import warnings
 import orjson
 import pytest
 from agentd_proc import ANSI, TEXT_LINE, agentd_env, assert_log_only, run_agentd
+from test_tree_cli import SPAWN_ONE
 
 from agentd import log as agentd_log
 from agentd.log_bridge import route_python
 from agentd.tree.procs import child_record
-
-SPAWN_ONE = {"playback": 1, "scripts": [
-    {"match": "orchestrate",
-     "turns": [{"tool_calls": [{"name": "agentd__subagent_spawn",
-                                "arguments": {"instruction": "child work"}}]},
-               {"content": "{\"done\": true}"}]},
-    {"match": "", "turns": [{"content": "{\"ok\": true}"}], "repeat_last": True}]}
 
 
 @pytest.fixture
