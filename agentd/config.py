@@ -44,8 +44,8 @@ DEFAULT_TASK_LINE_BYTES = 1 << 20
 DEFAULT_MAX_TASKS = 100_000
 DEFAULT_SCORER_TIMEOUT = 60.0  # seconds a `command:` scorer of agentd batch has per sample
 DEFAULT_CASSETTE_BYTES = 256 << 20
-LOG_FORMATS = ("json", "text")
-DEFAULT_LOG_FORMAT = "json"
+LOG_FORMATS = ("auto", "json", "text")
+DEFAULT_LOG_FORMAT = "auto"  # text on a terminal, else JSON lines (agentd.log)
 # Where --serve-cert/--serve-key default to (spec §2): server.crt and server.key in
 # this directory; env AGENTD_TLS_DIR moves the directory (docs/cli.md).
 DEFAULT_TLS_DIR = "/etc/agentd/tls"

@@ -11,17 +11,24 @@ than ``error`` -- it is not ours to fix.
 :class:`Throttle` bounds lines a remote party can provoke (401s, limit hits,
 malformed requests): per key, at most ``burst`` lines per ``period`` seconds;
 the next line that passes carries ``suppressed=N``.
+
+:func:`route_python` does the same for what the interpreter itself would print
+on stderr: a warning (``python.warning``: category, message, where) and an
+exception nobody could catch (``python.unraisable``, in a ``__del__`` or a
+callback) -- so that stderr holds log lines only, whatever goes wrong.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
+import warnings
 from typing import Any, Final
 
 from agentd.log import LEVELS, Logger, log
 
-__all__ = ["Throttle", "route_stdlib", "throttled"]
+__all__ = ["Throttle", "route_python", "route_stdlib", "throttled"]
 
 _ROUTED: Final = ("aiohttp", "asyncio")
 _MESSAGE_MAX: Final = 300  # characters of a library message / exception text kept
@@ -127,3 +134,30 @@ def route_stdlib(level: str | None = None) -> None:
         level = "debug" if log.enabled("debug") else "info"
     for name in _ROUTED:  # agentd's level numbers are the stdlib's
         logging.getLogger(name).setLevel(LEVELS[level])
+
+
+def _warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+    try:
+        throttled(log, "warning", "python.warning", key=category.__name__,
+                  category=category.__name__, message=str(message)[:_MESSAGE_MAX],
+                  where=f"{filename}:{lineno}")
+    except Exception:  # at interpreter exit the log may be half torn down: say nothing
+        return
+
+
+def _unraisable(unraisable: Any) -> None:
+    try:
+        exc = unraisable.exc_value
+        log.warning("python.unraisable", error=f"{type(exc).__name__}: {str(exc)[:_MESSAGE_MAX]}",
+                    where=str(unraisable.object)[:_MESSAGE_MAX],
+                    message=str(unraisable.err_msg or "")[:_MESSAGE_MAX])
+    except Exception:
+        return
+
+
+def route_python() -> None:
+    """Python's warnings and unraisable exceptions as log lines, never raw text on
+    stderr (idempotent)."""
+    warnings.showwarning = _warning
+    sys.unraisablehook = _unraisable

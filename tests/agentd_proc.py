@@ -1,4 +1,9 @@
-"""Run the real `agentd` console script as a subprocess from an async test."""
+"""Run the real `agentd` console script as a subprocess from an async test.
+
+Every run finished here (`Agentd.done`, `run_agentd`) has its stderr checked by
+`assert_log_only`: nothing but log lines -- no Python warning, no traceback --
+whatever the run's outcome (`agentd demo`'s readable trace aside).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +34,29 @@ class Done:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.logs if e.get("event") == name]
+
+
+# the one line of a usage error (exit 2, before logging starts; `agentd auth` too)
+_USAGE = re.compile(r"agentd: error: \S")
+# the text form: HH:MM:SS LEVEL event-or-handle ... (agentd.log), colour codes aside
+TEXT_LINE = re.compile(r"\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR) +\S")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def assert_log_only(stderr: str, *, form: str = "any") -> None:
+    """Every line of `stderr` is a log line: a JSON record (`form` json), a text
+    line (`form` text), either (`any`: a log file's warnings are echoed as text
+    beside it), or the usage error's one line."""
+    for line in stderr.splitlines():
+        if _USAGE.match(line):
+            continue
+        record = None
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+        is_json = isinstance(record, dict) and {"ts", "level", "event"} <= record.keys()
+        is_text = TEXT_LINE.match(ANSI.sub("", line)) is not None
+        ok = {"json": is_json, "text": is_text, "any": is_json or is_text}[form]
+        assert ok, f"not a {form} log line on stderr: {line!r}\n{stderr}"
 
 
 def _parse_logs(text: str) -> list[dict[str, Any]]:
@@ -54,8 +83,9 @@ def agentd_env(**extra: str) -> dict[str, str]:
 class Agentd:
     """A running agentd; `wait_for_event()` is a readiness wait on its stderr log."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, *, checked: bool = True) -> None:
         self.proc = proc
+        self.checked = checked  # stderr must be log lines only (not: the demo's trace)
         self._stderr: list[str] = []
         self._seen = asyncio.Condition()
         self._reader = asyncio.ensure_future(self._read())
@@ -93,6 +123,8 @@ class Agentd:
             await self.proc.wait()
             raise AssertionError(f"agentd did not finish:\n{''.join(self._stderr)}") from None
         err = "".join(self._stderr)
+        if self.checked:
+            assert_log_only(err)
         return Done(rc=rc, stdout=out.decode(), stderr=err, logs=_parse_logs(err))
 
 
@@ -102,7 +134,7 @@ async def start_agentd(agentd_bin: str, args: Sequence[str], *,
         agentd_bin, *args, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=env if env is not None else agentd_env())
-    return Agentd(proc)
+    return Agentd(proc, checked=list(args[:1]) != ["demo"])
 
 
 async def run_agentd(agentd_bin: str, args: Sequence[str], *,

@@ -10,6 +10,7 @@ import os
 import subprocess
 
 import pytest
+from agentd_proc import assert_log_only
 
 from agentd import __version__
 
@@ -17,7 +18,10 @@ LOOPBACK = "http://127.0.0.1:9/mcp"  # discard port: a connection would fail, no
 
 
 def run(agentd_bin: str, *args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([agentd_bin, *args], capture_output=True, text=True, timeout=30, **kw)
+    """The run, its stderr checked: log lines (or the usage line) only."""
+    proc = subprocess.run([agentd_bin, *args], capture_output=True, text=True, timeout=30, **kw)
+    assert_log_only(proc.stderr)
+    return proc
 
 
 @pytest.mark.parametrize(

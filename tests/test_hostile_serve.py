@@ -278,7 +278,11 @@ async def test_slow_body_and_unread_stream_are_bounded(agentd_bin, tmp_path):
         assert rest.startswith(b"HTTP/1.1 200")
         await canary(http, url)
     done = await stop(agent)
-    assert [e for e in done.events("mcp.serve.session.end") if e.get("reason") == "idle"]
+    ended = [e for e in done.events("mcp.serve.session.end") if e.get("reason") == "idle"]
+    # the session named by a short form that says it is one, never the whole id
+    assert ended and all(len(e["session"]) == 9 and e["session"].endswith("…")
+                         for e in ended)
+    assert sid not in done.stderr
     assert not errors(done)
 
 

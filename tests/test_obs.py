@@ -808,6 +808,25 @@ def test_metrics_listen_usage_errors(agentd_bin, argv, needle) -> None:
 
 # ------------------------------------------------------------------ agentd top
 
+
+def test_top_age_is_a_handles_age_a_finished_one_says_how_long_it_ran() -> None:
+    """A handle that ran 2 s and ended 58 s ago is 60 s old: AGE says 1m00s and
+    its status `completed in 2.0s` (the row used to give its run time as age)."""
+    from agentd.cli.top import rows
+    from agentd.tree.child_run import ChildRun
+
+    run = ChildRun("0.1", "0", frozenset(), "sync", None)
+    run.spawned_at, run.finished_at = 100.0, 102.0
+    run.state.status = "completed"
+    row = run.row(160.0)
+    assert (row["age_ms"], row["ran_ms"]) == (60_000, 2_000)
+    live = ChildRun("0.2", "0", frozenset(), "sync", None)
+    live.spawned_at = 150.0
+    assert "ran_ms" not in live.row(160.0) and live.row(160.0)["age_ms"] == 10_000
+    (done, running) = rows({"tree": [row, live.row(160.0)]})
+    assert done[1] == "completed in 2.0s" and done[5] == "1m00s"
+    assert running[5] == "10.0s" and " in " not in running[1]
+
 THREE_LEVELS = [
     {"name": "level3", "match": "[level3]", "turns": [{"delay": 60, "content": "c done"}]},
     {"name": "level2", "match": "[level2]", "turns": [

@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 import peers
 import pytest
+from agentd_proc import assert_log_only
 from waiting import until_sync
 
 A, B = "watch://counter/a", "watch://counter/b"
@@ -69,14 +70,21 @@ class Agentd:
         self._waited(pred, "the condition")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
+        """End it (if it has not ended) and check its stderr: log lines only."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+        return self.exited()
+
+    def exited(self) -> int:
+        """Its exit code once it ends by itself; its stderr checked: log lines only."""
         try:
-            return self.proc.wait(timeout=WAIT)
+            code = self.proc.wait(timeout=WAIT)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             raise
+        assert_log_only(self.err.read_text())
+        return code
 
     def result(self) -> dict:
         """The final result object: stdout's last line; every line before it is a
@@ -235,7 +243,7 @@ def test_server_without_subscribe_never_sees_resources_subscribe(agentd_bin, tmp
                      "--intelligence", f"playback:{playback(tmp_path)}",
                      "--mcp", f"plain={srv.url}", "--mode", "reactive",
                      "--subscribe", A, "--debounce", "0", "--poll-interval", "0"], tmp_path)
-        code = ag.proc.wait(timeout=WAIT)
+        code = ag.exited()
         wire = stats(srv.port)["wire"]
     assert code == 6
     assert "resources/subscribe" not in wire
@@ -243,6 +251,31 @@ def test_server_without_subscribe_never_sees_resources_subscribe(agentd_bin, tmp
     assert A in refused["error"] and "'plain'" in refused["error"]
     assert "resources.subscribe" in refused["error"]
     assert ag.events("reactive.wake") == [] and ag.events("reactive.ready") == []
+
+
+def test_fastmcp_refused_watch_exits_6_with_log_lines_only(agentd_bin, tmp_path) -> None:
+    """FastMCP 4 (no `resources.subscribe` at either revision) with polling off:
+    exit 6 as documented, the renegotiation's reconnect named for what it is, and
+    nothing but JSON log lines on stderr -- the reconnect it started as the client
+    closed used to leave `coroutine ... was never awaited` behind at exit."""
+    peers.require_modules("fastmcp", "uvicorn")
+    with peers.python_peer("fastmcp_server.py") as srv:
+        ag = Agentd([agentd_bin, "--instruction", INSTRUCTION,
+                     "--intelligence", f"playback:{playback(tmp_path)}",
+                     "--mcp", f"w={srv.url}", "--mode", "reactive",
+                     "--subscribe", "weather://cities", "--poll-interval", "0"], tmp_path)
+        code = ag.exited()
+    assert code == 6
+    err = ag.err.read_text()
+    assert_log_only(err, form="json")
+    assert "never awaited" not in err and "Warning" not in err
+    (failed,) = ag.events("mcp.renegotiate.failed")
+    assert failed["uri"] == "weather://cities"
+    (again,) = ag.events("mcp.reconnecting")
+    assert again["server"] == "w" and "renegotiation failed" in again["reason"]
+    assert ag.events("mcp.disconnected") == []
+    (refused,) = ag.events("reactive.refused")
+    assert "weather://cities" in refused["error"] and "--poll-interval 0" in refused["error"]
 
 
 @pytest.mark.parametrize("flag", ["--subscribe"])

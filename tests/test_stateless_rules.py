@@ -314,3 +314,12 @@ def test_listen_params_refuse_malformed_requests():
         with pytest.raises(RPCError) as e:
             rules.listen_params(codec.decode(json.dumps(raw).encode()))
         assert e.value.code == -32602 and e.value.id == 9
+
+
+def test_a_stateless_session_is_named_in_full_a_minted_one_by_a_short_form():
+    """`mcp.serve.*` lines say `session=stateless`, never `stateles`; a minted
+    Mcp-Session-Id (a credential) only by its first 8 characters and `…`."""
+    h = Handler(name="agentd-test", version="0")
+    assert session(h).log_id == "stateless"
+    minted = SessionState(h, h.hub, "Ab3dE9xY-and-the-rest-of-a-secret-id")
+    assert minted.log_id == "Ab3dE9xY…"

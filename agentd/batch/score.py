@@ -29,7 +29,7 @@ import re
 import shlex
 import signal
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -46,8 +46,10 @@ SCORER_OUTPUT_BYTES = 64 * 1024
 PASS = 1.0  # a score at least this passes (accuracy, pass@k, pass^k)
 
 
-class ScoreError(Exception):
-    """One scorer could not score one sample (its line records why)."""
+class Unscored(NamedTuple):
+    """One scorer could not score one sample: why (its line records it)."""
+
+    why: str
 
 
 class Scorer(msgspec.Struct, frozen=True):
@@ -125,18 +127,18 @@ def contract_met(contract: str | None, status: str, result: Any) -> bool | None:
     return None
 
 
-def builtin(name: str, target: Any, contract: str | None, result: Any) -> float:
-    """A built-in's score of `result` (1.0 or 0.0); ScoreError if it cannot say."""
+def builtin(name: str, target: Any, contract: str | None, result: Any) -> float | Unscored:
+    """A built-in's score of `result` (1.0 or 0.0), or why it cannot say."""
     if name == "schema":
         schema = contract_schema(contract)
         if schema is None:
-            raise ScoreError("the sample's output_contract is not a JSON Schema object")
+            return Unscored("the sample's output_contract is not a JSON Schema object")
         v = schemas.get(schema, what="output_contract")
         if v is None:
-            raise ScoreError("the sample's output_contract does not compile as a JSON Schema")
+            return Unscored("the sample's output_contract does not compile as a JSON Schema")
         return float(v.is_valid(_parsed(result)))
     if target is None:
-        raise ScoreError(f"--scorer {name}: the task line has no target")
+        return Unscored(f"--scorer {name}: the task line has no target")
     if name == "json":
         return float(json_equal(_parsed(result), _parsed(target)))
     text = "" if result is None else _text(result)
@@ -145,15 +147,16 @@ def builtin(name: str, target: Any, contract: str | None, result: Any) -> float:
     if name == "includes":
         return float(_text(target) in text)
     if not isinstance(target, str):
-        raise ScoreError("--scorer regex: the target must be a string (a pattern)")
+        return Unscored("--scorer regex: the target must be a string (a pattern)")
     try:
         return float(re.search(target, text) is not None)
     except re.error as exc:
-        raise ScoreError(f"--scorer regex: the target is not a pattern: {exc}") from None
+        return Unscored(f"--scorer regex: the target is not a pattern: {exc}")
 
 
-async def run_command(argv: tuple[str, ...], payload: bytes, seconds: float) -> dict[str, float]:
-    """The score object a command scorer prints for `payload`; ScoreError for a
+async def run_command(argv: tuple[str, ...], payload: bytes, seconds: float
+                      ) -> dict[str, float] | Unscored:
+    """The score object a command scorer prints for `payload`, or why not: a
     timeout, an exit other than 0, more than SCORER_OUTPUT_BYTES, or output that
     is not one JSON object of numbers. The scorer runs in its own process group
     and is killed with it when it overruns."""
@@ -163,30 +166,28 @@ async def run_command(argv: tuple[str, ...], payload: bytes, seconds: float) -> 
             stderr=asyncio.subprocess.DEVNULL, env=scrub_env(os.environ),
             start_new_session=True)
     except OSError as exc:
-        raise ScoreError(f"--scorer command: {argv[0]}: {exc.strerror or exc}") from None
+        return Unscored(f"--scorer command: {argv[0]}: {exc.strerror or exc}")
     try:
         out = await asyncio.wait_for(_exchange(proc, payload), seconds)
     except TimeoutError:
-        raise ScoreError(f"--scorer command: no score within --scorer-timeout={seconds:g}s"
-                         ) from None
+        return Unscored(f"--scorer command: no score within --scorer-timeout={seconds:g}s")
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
     if out is None:
-        raise ScoreError(f"--scorer command: printed more than {SCORER_OUTPUT_BYTES} bytes")
+        return Unscored(f"--scorer command: printed more than {SCORER_OUTPUT_BYTES} bytes")
     if proc.returncode != 0:
-        raise ScoreError(f"--scorer command: exited with code {proc.returncode}")
+        return Unscored(f"--scorer command: exited with code {proc.returncode}")
     try:
         scores = msgspec.json.decode(out)
     except PEER_FAULTS as exc:
-        raise ScoreError(f"--scorer command: its output is not JSON: {fault_text(exc)}"
-                         ) from None
+        return Unscored(f"--scorer command: its output is not JSON: {fault_text(exc)}")
     if not isinstance(scores, dict) or not scores or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
             for v in scores.values()):
-        raise ScoreError("--scorer command: expected one JSON object of numbers, "
+        return Unscored("--scorer command: expected one JSON object of numbers, "
                          'like {"reward": 1.0}')
     return {str(k): float(v) for k, v in scores.items()}
 
@@ -217,18 +218,20 @@ async def score(scorers: Iterable[Scorer], sample: dict[str, Any], line: dict[st
     scores: dict[str, float] = {}
     errors: dict[str, str] = {}
     for s in scorers:
-        try:
-            if s.argv:
-                payload = msgspec.json.encode({"sample": sample, "result": line,
-                                               "trajectory": line.get("trajectory")})
-                got = await run_command(s.argv, payload, seconds)
-            else:
-                got = {s.name: builtin(s.name, sample.get("target"),
-                                       sample.get("output_contract"), line.get("result"))}
-        except ScoreError as exc:
-            errors[s.name] = str(exc)
-            continue
-        scores.update(got)
+        got: dict[str, float] | float | Unscored
+        if s.argv:
+            payload = msgspec.json.encode({"sample": sample, "result": line,
+                                           "trajectory": line.get("trajectory")})
+            got = await run_command(s.argv, payload, seconds)
+        else:
+            got = builtin(s.name, sample.get("target"), sample.get("output_contract"),
+                          line.get("result"))
+        if isinstance(got, Unscored):
+            errors[s.name] = got.why
+        elif isinstance(got, dict):
+            scores.update(got)
+        else:
+            scores[s.name] = got
     return scores, errors
 
 

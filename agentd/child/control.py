@@ -61,7 +61,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import HandleState, SpawnRequest
-from agentd.config import DEFAULT_LOG_FORMAT, RunLimits
+from agentd.config import RunLimits
 from agentd.errors import RPCError, ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.trajectory.atif import Trajectory
@@ -184,7 +184,8 @@ class ChildConfig(RunLimits, kw_only=True, frozen=True):
     output_contract: str | None = None
     mode: str = "sync"  # sync | async | warm | detach
     max_frame: int = MAX_FRAME
-    log_format: str = DEFAULT_LOG_FORMAT
+    # a child logs to its parent's pipe: JSON, which the parent relays (agentd.tree.procs)
+    log_format: str = "json"
     log_level: str = "info"
     run_id: str = ""
     tracing: bool = False  # record spans and relay them up (`child/spans`, agentd.obs.trace)

@@ -127,7 +127,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     if pool is not None:
         values["pool"] = pool
     if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
-        raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected json or text")
+        raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected auto, json or text")
     values.update({k: v for k, v in flags.items() if v is not None})
     intelligence_config.gateway(values)  # flag > file > AGENTD_* env > OPENAI_* env
     values["log_level"] = parse_log_level(values.get("log_level"))

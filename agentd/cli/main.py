@@ -225,7 +225,9 @@ def _secs(text: str) -> str:
 @opt("--trajectory", section="OUTPUT", metavar="FILE",
      help="write the run's ATIF v1.8 trajectory (subagents nested) to FILE at its end, "
           "partial or failed runs too  [config key: trajectory]")
-@opt("--log-format", section="OUTPUT", type=str, help="json or text  [default: json]")
+@opt("--log-format", section="OUTPUT", type=str,
+     help="auto, json or text: JSON lines for machines, one short line per event for "
+          "people  [default: auto: text on a terminal, else json]")
 @opt("--log-level", section="OUTPUT", envvar="AGENTD_LOG_LEVEL", type=str,
      help="debug, info, warning or error (children inherit it)  [default: info; env: AGENTD_LOG_LEVEL]")
 @opt("--secrets-dir", section="OUTPUT", metavar="DIR",
@@ -298,7 +300,7 @@ def top_cmd(ctx: click.Context, url: str, bearer: str | None, ca_file: str | Non
             raise cfg.ConfigError("agentd top: the live view needs rich: "
                                   "pip install 'agentd[top]' (or use --once)") from None
     flags = ctx.obj or {}
-    _log.configure(fmt=flags.get("log_format") or "json", level="warning")
+    _log.configure(fmt=flags.get("log_format") or "auto", level="warning")
     warn_secret_flags(ctx)
     ctx.exit(runtime.run(run_top(url, bearer=bearer, ca_file=ca_file, client_cert=client_cert,
                                  client_key=client_key, interval=interval, once=once)))
@@ -329,7 +331,12 @@ share_run_flags(cli.params)  # every run flag after `batch` too
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry: one line on stderr and exit 2 for any usage error."""
+    """Console-script entry: one line on stderr and exit 2 for any usage error;
+    an unexpected exception is one `run.crashed` log line and exit 1 (its
+    traceback only at --log-level debug); Python's warnings are log lines too."""
+    from agentd.log_bridge import route_python
+
+    route_python()
     try:
         code = cli.main(args=argv, prog_name="agentd", standalone_mode=False)
     except cfg.ConfigError as exc:
@@ -340,7 +347,23 @@ def main(argv: list[str] | None = None) -> None:
         _usage_line(exc.format_message())
     except click.exceptions.Abort:
         sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        sys.exit(ExitCode.INTERRUPTED)
+    except Exception as exc:  # a bug: one log line and an exit code, never a traceback
+        _crashed(exc)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _crashed(exc: Exception) -> None:
+    import traceback
+
+    from agentd.log import log
+
+    log.error("run.crashed", error=f"{type(exc).__name__}: {str(exc)[:500]}",
+              fix="a bug in agentd: rerun with --log-level debug for the traceback and "
+                  "report it")
+    log.debug("run.crashed.traceback", traceback="".join(traceback.format_exception(exc)))
+    sys.exit(ExitCode.FAILED)
 
 
 def _usage_line(message: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentd.config import ServerSpec
 from agentd.exitcodes import ExitCode
+from agentd.log import log
 from agentd.wire.guard import loads_peer
 
 __all__ = ["fetch", "render_text", "run_top"]
@@ -52,7 +53,10 @@ def rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
     base = min((int(r.get("depth", 1)) for r in tree), default=1)
     for r in sorted(tree, key=lambda r: _key(str(r["handle"]))):
         indent = "  " * max(int(r.get("depth", base)) - base, 0)
-        out.append((f"{indent}{r['handle']}", str(r.get("status", "?")), str(r.get("depth", "")),
+        state = str(r.get("status", "?"))
+        if isinstance(r.get("ran_ms"), int):  # finished: how long it ran beside its age
+            state = f"{state} in {_age(r['ran_ms'])}"
+        out.append((f"{indent}{r['handle']}", state, str(r.get("depth", "")),
                     str(r.get("steps", "")), str(r.get("tokens", "")),
                     _age(int(r.get("age_ms", 0))), str(r.get("last", ""))[:60]))
     return out
@@ -165,7 +169,7 @@ async def run_top(url: str, *, bearer: str | None = None, ca_file: str | None = 
     except (KeyboardInterrupt, asyncio.CancelledError):
         return int(ExitCode.COMPLETED)
     except Exception as exc:
-        print(f"agentd top: {url}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        log.error("top.failed", url=url, error=f"{type(exc).__name__}: {str(exc)[:300]}")
         return int(ExitCode.MCP_REQUIRED)
 
 

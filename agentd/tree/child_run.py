@@ -119,12 +119,15 @@ class ChildRun:
         return not self.state.done
 
     def row(self, now: float) -> dict[str, Any]:
-        """Its line in the live view: names and numbers, never content."""
-        end = self.finished_at if self.finished_at is not None else now
-        return {"handle": self.handle, "parent": self.parent, "status": self.state.status,
-                "depth": self.depth, "mode": self.mode, "steps": self.steps,
-                "tokens": self.tokens, "age_ms": int((end - self.spawned_at) * 1000),
-                "last": self.last}
+        """Its line in the live view: names and numbers, never content; `age_ms`
+        since its spawn, and once it finished `ran_ms`, how long it ran."""
+        row = {"handle": self.handle, "parent": self.parent, "status": self.state.status,
+               "depth": self.depth, "mode": self.mode, "steps": self.steps,
+               "tokens": self.tokens, "age_ms": int((now - self.spawned_at) * 1000),
+               "last": self.last}
+        if self.finished_at is not None:
+            row["ran_ms"] = int((self.finished_at - self.spawned_at) * 1000)
+        return row
 
     def request_stop(self, reason: str, *, why: str | None = None) -> None:
         """Stop the run; it ends with status `reason` (`cancelled`, or `failed` with

@@ -23,13 +23,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
 
 from agentd.child.boot import CHILD_FLAG
 from agentd.child.channel import Channel
 from agentd.child.control import ControlSession, Incoming
-from agentd.log import Logger, log
+from agentd.log import Logger, log, text_form
 from agentd.obs import metrics
 from agentd.tree.ladder import Ladder
+from agentd.wire.guard import PEER_FAULTS
 
 __all__ = [
     "CHILD_ARGV",
@@ -45,6 +49,8 @@ __all__ = [
 ]
 
 STDERR_LINE_MAX = 64 * 1024
+# relayed lines unwrapped at most this deep (a line is cut at STDERR_LINE_MAX anyway)
+RELAY_NESTING_MAX = 64
 _FRAMES = metrics.FRAMES  # control-wire frames by direction (agentd.obs)
 CHILD_ARGV = ("-m", "agentd", CHILD_FLAG)
 
@@ -162,8 +168,30 @@ def child_pipes() -> tuple[int, int, int, int, int, int]:
     return r0, w0, r1, w1, r2, w2
 
 
+def child_record(line: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The log record a child's stderr `line` holds (children log JSON to their
+    parent), with a grandchild's line it relayed (`subagent.stderr`) unwrapped to
+    the grandchild's own record and handle, as deep as the tree goes: (the
+    handle of the deepest relayer, or None; the record, or None for a line that
+    is no record -- a crash's raw text)."""
+    handle: str | None = None
+    for _ in range(RELAY_NESTING_MAX):
+        try:
+            record = orjson.loads(line)
+        except PEER_FAULTS:
+            return handle, None
+        if not isinstance(record, dict):
+            return handle, None
+        inner = record.get("line")
+        if record.get("event") != "subagent.stderr" or not isinstance(inner, str):
+            return handle, record
+        handle, line = str(record.get("handle", handle)), inner
+    return handle, None
+
+
 class _StderrDrain(asyncio.Protocol):
-    """Each line the child writes on stderr becomes one `subagent.stderr` event."""
+    """Each line the child writes on stderr becomes one `subagent.stderr` event
+    (in the text form: the child's own event under its handle, `Logger.relay`)."""
 
     def __init__(self, logger: Logger) -> None:
         self._log = logger
@@ -178,11 +206,18 @@ class _StderrDrain(asyncio.Protocol):
             self._buf = b""
         for line in lines:
             if line.strip():
-                self._log.info("subagent.stderr", line=line[:STDERR_LINE_MAX].decode("utf-8", "replace"))
+                self._relay(line[:STDERR_LINE_MAX].decode("utf-8", "replace"))
+
+    def _relay(self, line: str) -> None:
+        if text_form():
+            handle, record = child_record(line)
+            self._log.relay(line, handle=handle, record=record)
+        else:  # JSON: the line as the child wrote it, no parse
+            self._log.relay(line)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._buf.strip():
-            self._log.info("subagent.stderr", line=self._buf.decode("utf-8", "replace"))
+            self._relay(self._buf.decode("utf-8", "replace"))
         self._buf = b""
         self.done.set()
 

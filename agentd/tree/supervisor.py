@@ -424,7 +424,7 @@ class Supervisor:
             **limits,
             handle=run.handle, depth=run.depth, output_contract=req.output_contract,
             mode=run.mode, catalogue=self.broker.catalogue(run.scope),
-            max_frame=self.max_frame, log_format=cfg.log_format,
+            max_frame=self.max_frame, log_format="json",
             log_level=cfg.log_level or "info",
             run_id=self.run_id, tracing=trace.exporting,
             trajectory=self.trajectories is not None,

@@ -313,7 +313,9 @@ class Subscriptions:
                 conn.reinitialize = False
                 self.log.warning("mcp.renegotiate.failed", uri=uri, reason=why,
                                  error=str(exc)[:300])
-                self._recovery.trigger(expired=True, reason="back to 2026-07-28")
+                self._recovery.trigger(expired=True, event="mcp.reconnecting",
+                                       reason="renegotiation failed: reconnecting at the "
+                                              "revision server/discover offered")
                 return False
             self.log.info("mcp.renegotiated", uri=uri, reason=why,
                           protocol_version=conn.session.protocol_version)

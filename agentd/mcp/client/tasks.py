@@ -80,6 +80,10 @@ class Tasks:
         task = tg.create_task(self._child(coro, what))
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
+        # a child cancelled before its first step (the client closing right after
+        # a reconnect was triggered) never awaited `coro`: close it, or the
+        # interpreter prints "coroutine ... was never awaited" on stderr at exit
+        task.add_done_callback(lambda _t: coro.close())
         if notice:
             self._notices.add(task)
             task.add_done_callback(self._notices.discard)

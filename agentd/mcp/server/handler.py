@@ -44,6 +44,7 @@ from agentd.mcp.server.rules.sessions import (
     ORIGIN_STDIO,
     PRINCIPAL_LOCAL,
     SERVED_METHODS,
+    STATELESS_ID,
     Dispatch,
     SessionHub,
     SessionState,
@@ -174,7 +175,7 @@ class ServerSession(SessionState):
                     client: str) -> ServerSession:
         """One 2026-07-28 exchange, negotiated by its request's ``envelope`` (no
         session id is minted or read; its updates have no stream to go to)."""
-        s = cls(handler, handler.hub, "stateless", origin=ORIGIN_MANAGEMENT, auth=auth,
+        s = cls(handler, handler.hub, STATELESS_ID, origin=ORIGIN_MANAGEMENT, auth=auth,
                 client=client)
         s.adopt(envelope)
         return s
@@ -205,7 +206,7 @@ class ServerSession(SessionState):
             if type(out) is Dispatch:
                 out = await run_dispatch(self, req, out, emit)
             elif req.method == t.INITIALIZE:
-                _log.info("mcp.serve.session", session=self.id[:8], origin=self.origin,
+                _log.info("mcp.serve.session", session=self.log_id, origin=self.origin,
                           auth=self.auth,
                           client=self.client_info.name if self.client_info else "",
                           version=self.protocol_version, requested=self.requested_version)
@@ -306,19 +307,19 @@ async def run_dispatch(s: ServerSession, req: Request, d: Dispatch, emit: Emit |
     p = d.params
     h = s.handler
     if d.method == t.TOOLS_CALL:
-        _log.info("mcp.serve.call", origin=s.origin, auth=s.auth, session=s.id[:8], tool=p.name)
+        _log.info("mcp.serve.call", origin=s.origin, auth=s.auth, session=s.log_id, tool=p.name)
         return await h.call_tool(p.name, p.arguments or {}, CallContext(s, req.id, emit))
     if d.method == t.RESOURCES_READ:
-        _log.info("mcp.serve.read", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
+        _log.info("mcp.serve.read", origin=s.origin, auth=s.auth, session=s.log_id, uri=p.uri)
         return await h.read_resource(p.uri, CallContext(s, req.id, emit))
     if d.method == t.RESOURCES_SUBSCRIBE:
-        _log.info("mcp.serve.subscribe", origin=s.origin, auth=s.auth, session=s.id[:8],
+        _log.info("mcp.serve.subscribe", origin=s.origin, auth=s.auth, session=s.log_id,
                   uri=p.uri)
         ctx = CallContext(s, req.id, emit)
         ctx.admitted = await h.admit([p.uri], ctx)
         h.subscribe(p.uri, ctx)
         return _RESULT_EMPTY
-    _log.info("mcp.serve.unsubscribe", origin=s.origin, auth=s.auth, session=s.id[:8], uri=p.uri)
+    _log.info("mcp.serve.unsubscribe", origin=s.origin, auth=s.auth, session=s.log_id, uri=p.uri)
     h.unsubscribe(p.uri, CallContext(s, req.id, emit))
     return _RESULT_EMPTY
 

@@ -219,7 +219,7 @@ class Sessions:
             self._per_client.pop(ss.client, None)
         session.close()
         ss.wake.set()
-        _log.info("mcp.serve.session.end", session=session.id[:8], reason=why)
+        _log.info("mcp.serve.session.end", session=session.log_id, reason=why)
 
     def close_all(self) -> None:
         for ss in list(self.live.values()):

@@ -56,6 +56,7 @@ __all__ = [
     "PRINCIPAL_LOCAL",
     "ROUTES",
     "SERVED_METHODS",
+    "STATELESS_ID",
     "Catalogue",
     "Dispatch",
     "SessionHub",
@@ -112,6 +113,9 @@ class Dispatch(msgspec.Struct, frozen=True):
 # --------------------------------------------------------------------------
 
 
+STATELESS_ID = "stateless"  # the id of a request's session at 2026-07-28 (no Mcp-Session-Id)
+
+
 class SessionState:
     """One client's MCP session: negotiated state, subscriptions, an outbox.
 
@@ -147,6 +151,13 @@ class SessionState:
         self.closed = False
         self.subscriptions: set[str] = set()
         self.last_active = now
+
+    @property
+    def log_id(self) -> str:
+        """The session as log lines name it: ``stateless``, or the first 8
+        characters of its ``Mcp-Session-Id`` and ``…`` -- the whole id is a
+        credential for the session, so it is never logged."""
+        return self.id if self.id == STATELESS_ID else self.id[:8] + "…"
 
     # -- outbound --------------------------------------------------------
     def push(self, data: bytes) -> None:
