@@ -196,6 +196,8 @@ class LegacySSETransport:
             parser.close()
             resp.release()
             st.end(lost)
+            if self._stream is st:  # the session ended with it: a reconnect initializes
+                self.session_id = None
 
     # ------------------------------------------------------------ sending
 
