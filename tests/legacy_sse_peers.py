@@ -59,8 +59,7 @@ def hostile_sse(mode: str, *, flood: int = 0) -> tuple[web.Application, dict[str
                  else "/messages?session_id=1")
         await resp.write(f"event: endpoint\ndata: {where}\n\n".encode())
         with contextlib.suppress(ConnectionResetError):
-            while True:
-                body = await queue.get()
+            while body := await queue.get():  # b"": the server is shutting down
                 await resp.write(b"event: message\ndata: " + body + b"\n\n")
         return resp
 
@@ -75,7 +74,11 @@ def hostile_sse(mode: str, *, flood: int = 0) -> tuple[web.Application, dict[str
             queue.put_nowait(_result(msg["id"], {"tools": [], "pad": "x" * flood}))
         return web.Response(status=202)
 
+    async def shutdown(_: web.Application) -> None:
+        queue.put_nowait(b"")
+
     app = web.Application()
+    app.on_shutdown.append(shutdown)
     app.router.add_get("/sse", stream)
     app.router.add_post("/messages", post)
     return app, seen

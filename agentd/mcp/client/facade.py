@@ -231,12 +231,12 @@ class MCPClient:
     async def __aenter__(self) -> MCPClient:
         headers = resolve_headers(self.spec, self.secrets_dir)
         spec = self.spec
-        from agentd.mcp.client.oauth import auth_for
         from agentd.mcp.client.legacy_sse import LegacySSETransport
+        from agentd.mcp.client.oauth import auth_for
         from agentd.mcp.client.transport import StreamableHTTPTransport
 
         auth = self.auth if self.auth is not None else auth_for(spec, self.secrets_dir, headers)
-        http = {"ca_file": spec.ca_file, "client_cert": spec.client_cert,
+        http: dict[str, Any] = {"ca_file": spec.ca_file, "client_cert": spec.client_cert,
                 "client_key": spec.client_key, "auth": auth, "bounds": self.stream_bounds}
         self._conn.bind(
             LegacySSETransport(spec.url, headers, on_message=self._conn.receive,

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import aiohttp
 from yarl import URL
@@ -38,10 +39,10 @@ from agentd.mcp.client.rules.sse_endpoint import endpoint_url
 from agentd.mcp.client.transport import OnMessage, StreamableHTTPTransport
 from agentd_native import SSEEventTooLarge, SSEParser
 
-if TYPE_CHECKING:
-    from agentd.mcp.client.connection import Spawn
-
 __all__ = ["LegacySSETransport"]
+
+# the client's owned-task starter (MCPClient._spawn): None once the client is closing
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any] | None"]
 
 
 class _Stream:
