@@ -4,10 +4,9 @@ Flags and the optional TOML file are merged here and checked as a whole; any
 problem raises `ConfigError`, which the CLI turns into exit 2 with one line on
 stderr — before a socket is opened or a process started.
 
-Secrets in MCP server headers are written `{{secret:NAME}}` and stay unresolved
-in the config; `resolve_headers()` substitutes them only when a connection is
-made, from env `AGENTD_SECRET_<NAME>` or the file `<secrets_dir>/<NAME>`, and
-registers each value for log redaction.
+Secrets in MCP server headers are written `{{secret:NAME}}`, unresolved in the config;
+`resolve_headers()` substitutes them at connect time, from env `AGENTD_SECRET_<NAME>` or
+`<secrets_dir>/<NAME>`, and registers each value for log redaction.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ DEFAULT_MAX_SUBAGENTS = 256
 DEFAULT_MAX_STEPS = 50
 DEFAULT_INIT_TIMEOUT = 10.0
 DEFAULT_PING_INTERVAL = 30.0
-# a tools/call with no progress notification for this long, or running this long in
-# all, is ended by agentd (agentd.mcp.client.rules.call_limits; why these values: docs/cli.md)
+# a tools/call silent or running this long is ended (rules/call_limits; why: docs/cli.md)
 DEFAULT_TOOL_IDLE_TIMEOUT = 0.0  # off: docs/cli.md says why
 DEFAULT_TOOL_TIMEOUT = 3600.0
 DEFAULT_DRAIN_TIMEOUT = 25.0
@@ -82,9 +80,8 @@ DEFAULT_POLL_INTERVAL = 5.0  # seconds between reads of a URI watched by polling
 
 class OAuthAuth(msgspec.Struct, frozen=True, tag_field="type", tag="oauth",
                 forbid_unknown_fields=True):
-    """`auth = { type = "oauth", … }`: every key optional (docs/security.md).
-    `client_id`/`client_secret`/`issuer` are a pre-registration bound to that issuer;
-    `client_id_metadata_url` is a Client ID Metadata Document the operator hosts."""
+    """`auth = { type = "oauth", … }`, every key optional (docs/security.md): `client_id`/
+    `client_secret`/`issuer` pre-registered there, or a hosted `client_id_metadata_url`."""
 
     client_id_metadata_url: str | None = None
     client_id: str | None = None
@@ -131,6 +128,7 @@ class ServerSpec(msgspec.Struct, frozen=True):
     # (None: the run's; 0: no limit), for a server whose long tools report no progress
     tool_idle_timeout: float | None = None
     tool_timeout: float | None = None
+    transport: Literal["streamable-http", "sse"] = "streamable-http"  # sse: 2024-11-05's
 
 
 class ServeSpec(msgspec.Struct, frozen=True):
@@ -179,20 +177,17 @@ class PoolSpec(msgspec.Struct, frozen=True):
     peers: tuple[PoolPeer, ...] = ()
     key: str = msgspec.field(default="")  # the resolved shared secret: never logged
     dns: PoolDns | None = None  # --pool-dns: discovered peers, with the static ones
-    # --pool-subscribe-timeout: s a subscribe or listen awaits the owners of its handles;
-    # --pool-dead-after: s without a probe's answer before a peer is called dead
-    # (parse_pool fills in agentd.pool.membership's defaults)
+    # --pool-subscribe-timeout: s a subscribe or listen awaits its handles' owners; --pool-dead-
+    # after: s without a probe's answer before a peer is dead (agentd.pool.membership's defaults)
     subscribe_timeout: float = 5.0
     dead_after: float = 9.0
 
 
 class StreamBounds(msgspec.Struct, frozen=True):
-    """The bounds of every SSE stream a peer sends agentd (an MCP server's POST
-    answers and GET stream, a streamed completion, an A2A stream): one event's
-    bytes and the clamp on the stream's `retry:`; and `answer_bytes`, an MCP
-    server's JSON answer body, the transport's other way of answering.  Why one
-    struct: each consumer builds its parser from it (`parser()`), so none can
-    forget a bound; crossing one is that peer's fault (docs/security.md)."""
+    """The bounds of every SSE stream a peer sends agentd (MCP answers and streams,
+    a streamed completion, an A2A stream): one event's bytes, the clamp on `retry:`, and
+    `answer_bytes`, an MCP server's JSON answer body.  One struct: each consumer builds its
+    parser from it (`parser()`), so none can forget a bound (docs/security.md)."""
 
     event_bytes: int = DEFAULT_SSE_EVENT_BYTES
     retry_min_ms: int = DEFAULT_SSE_RETRY_MIN_MS
@@ -264,15 +259,13 @@ class Config(RunLimits, frozen=True):
     sse_retry_max_ms: int = DEFAULT_SSE_RETRY_MAX_MS
     mcp_max_bytes: int = DEFAULT_MCP_MAX_BYTES
     log_format: str = DEFAULT_LOG_FORMAT
-    # --log-level / env AGENTD_LOG_LEVEL / the file's log_level; None: not asked (a run
-    # logs at info, the interactive commands at warning); subagents get it as a value
+    # --log-level / AGENTD_LOG_LEVEL / log_level; None: info for a run, warning interactive
     log_level: str | None = None
     secrets_dir: str = DEFAULT_SECRETS_DIR
     state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.client.oauth)
     auth_interactive: bool = False  # --auth-interactive: a login may happen during a run
     metrics_listen: str | None = None  # --metrics-listen HOST:PORT (/metrics, probes)
-    # bearer for /metrics on that listener: a token, or "{{secret:NAME}}" (resolved at
-    # start); default: --serve-bearer. A secret: never logged.
+    # /metrics bearer: a token or "{{secret:NAME}}"; default: --serve-bearer; never logged
     metrics_bearer: str | None = msgspec.field(default=None)
     # agentd batch's own (the flags of the same names; docs/batch.md)
     parallel: int = DEFAULT_PARALLEL

@@ -1,13 +1,15 @@
 """A official SDK 2.3 `MCPServer` (a real peer) with the interop surface of tests/ts_peers/.
 
-    python tests/sdk_mcpserver.py PORT [--stateless] [--legacy-only]
+    python tests/sdk_mcpserver.py PORT [--stateless] [--legacy-only] [--sse]
 
 Streamable HTTP at ``http://127.0.0.1:PORT/mcp``; prints ``listening PORT``
 when started.  ``MCPServer`` (the SDK's high-level server; tests/sdk_servers.py
 is its low-level ``Server``) serves 2026-07-28 beside 2025-11-25 on one
 endpoint; ``--legacy-only`` hides the 2026 version header from it, so it
 answers as a 2025-11-25 server and a client falls back to ``initialize``.
-``--stateless``: the SDK's ``stateless_http`` (no 2025 sessions).
+``--stateless``: the SDK's ``stateless_http`` (no 2025 sessions).  ``--sse``: the
+SDK's ``sse_app()`` instead, the HTTP+SSE transport of 2024-11-05 (GET
+``/sse``, POSTs to the ``/messages/`` endpoint it names).
 
 tools (``MCPServer`` does not paginate ``tools/list``: one page)
     ``echo{text}``, ``fail{}`` (an ``isError`` result: a ``ToolError``),
@@ -63,7 +65,7 @@ def main(argv: list[str]) -> None:
     def item(id: str) -> str:
         return bodies.get(f"mem://item/{id}", f"item {id}")
 
-    app = mcp.streamable_http_app(stateless_http=stateless)
+    app = mcp.sse_app() if "--sse" in argv else mcp.streamable_http_app(stateless_http=stateless)
     version_header = b"mcp-protocol-version"
 
     async def asgi(scope, receive, send):

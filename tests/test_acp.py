@@ -214,20 +214,21 @@ async def test_cancel_mid_run_ends_the_tree(agentd_bin, tmp_path) -> None:
             stderr.close()
 
 
-async def test_stdio_and_sse_entries_are_refused(agentd_bin, tmp_path) -> None:
+async def test_stdio_entries_are_refused_and_sse_ones_declared(agentd_bin, tmp_path) -> None:
     spec = script(tmp_path, [{"turns": [{"content": "ok"}]}])
     _client, conn, _proc, cm, stderr = await start(agentd_bin, tmp_path, "--intelligence", spec)
     try:
-        await conn.initialize(protocol_version=1)
+        init = await conn.initialize(protocol_version=1)
+        caps = init.agent_capabilities.mcp_capabilities
+        assert caps.http and caps.sse  # the legacy HTTP+SSE transport (docs/client.md)
         with pytest.raises(acp.RequestError) as stdio:
             await conn.new_session(cwd="/", mcp_servers=[A.McpServerStdio(
                 name="fs", command="/bin/true", args=[], env=[])])
         assert stdio.value.code == -32602
         assert "agentd runs no local code" in str(stdio.value)
-        with pytest.raises(acp.RequestError) as sse:
-            await conn.new_session(cwd="/", mcp_servers=[A.SseMcpServer(
-                name="old", url="http://127.0.0.1:9/sse", type="sse", headers=[])])
-        assert "not supported yet" in str(sse.value)
+        sse = await conn.new_session(cwd="/", mcp_servers=[A.SseMcpServer(
+            name="old", url="http://127.0.0.1:9/sse", type="sse", headers=[])])
+        assert sse.session_id  # declared; connected (with the legacy transport) at a prompt
         with pytest.raises(acp.RequestError) as rel:
             await conn.new_session(cwd="relative", mcp_servers=[])
         assert "absolute" in str(rel.value)

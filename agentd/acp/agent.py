@@ -170,7 +170,7 @@ class Agent:
         return S.InitializeResult(
             S.PROTOCOL_VERSION,
             S.AgentCapabilities(True, S.PromptCapabilities(False, False, True),
-                                S.McpCapabilities(True, False)),
+                                S.McpCapabilities(True, True)),
             S.Implementation("agentd", self.version, "agentd"), [])
 
     def _declare(self, entries: list[S.McpServer]) -> list[ServerSpec]:

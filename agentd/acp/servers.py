@@ -7,8 +7,9 @@
   secrets to a URL of the client's choosing), and each value is registered for
   redaction, so no log line carries it.  The endpoint rule is the `--mcp` one:
   `https://`, or `http://` on a loopback host.
-* `sse` entries (the 2024-11-05 HTTP+SSE transport) are refused until agentd's
-  client speaks that transport; a stdio entry (`command`) is refused because
+* `sse` entries become declared servers on the HTTP+SSE transport of 2024-11-05
+  (`transport = "sse"`, agentd.mcp.client.legacy_sse), under the same rules as
+  `http` entries; a stdio entry (`command`) is refused because
   agentd runs no local code: the client can run the server and give agentd its
   URL instead.
 
@@ -54,12 +55,9 @@ def declared(entries: list[McpServer], taken: set[str]) -> list[ServerSpec]:
             raise _refuse(f"{label}: a stdio MCP server is refused: agentd runs no local "
                           "code; start the server yourself and pass it as an http entry "
                           "(its URL)")
-        if entry.type == "sse":
-            raise _refuse(f"{label}: the HTTP+SSE transport (type \"sse\") is not supported "
-                          "yet; give the server's Streamable HTTP endpoint as an http entry")
-        if entry.type != "http" or not isinstance(entry.url, str):
-            raise _refuse(f"{label}: expected type \"http\" with a url (agentd speaks "
-                          "Streamable HTTP)")
+        if entry.type not in ("http", "sse") or not isinstance(entry.url, str):
+            raise _refuse(f"{label}: expected type \"http\" (Streamable HTTP) or \"sse\" "
+                          "(HTTP+SSE) with a url")
         name = _UNSAFE.sub("_", entry.name.strip())[:64]
         if not name or name in names:
             raise _refuse(f"{label}: the name is empty or names another server of this "
@@ -69,7 +67,8 @@ def declared(entries: list[McpServer], taken: set[str]) -> list[ServerSpec]:
         except ConfigError as exc:
             raise _refuse(str(exc)) from None
         names.add(name)
-        out.append(ServerSpec(name=name, url=entry.url, headers=_headers(entry, label)))
+        out.append(ServerSpec(name=name, url=entry.url, headers=_headers(entry, label),
+                              transport="sse" if entry.type == "sse" else "streamable-http"))
     return out
 
 

@@ -49,6 +49,7 @@ from agentd.wire import mcp_types as mt
 from agentd.wire.dispatch import Dispatcher
 
 if TYPE_CHECKING:  # imported when connecting: the tool types need no HTTP stack
+    from agentd.mcp.client.legacy_sse import LegacySSETransport
     from agentd.mcp.client.transport import StreamableHTTPTransport
 
 __all__ = ["DISCOVER_TIMEOUT", "MAX_AUDIT_TEXT", "Connection"]
@@ -68,7 +69,7 @@ class Connection:
         self.name = name
         self.log = log
         self.session = session
-        self.transport: StreamableHTTPTransport | None = None
+        self.transport: StreamableHTTPTransport | LegacySSETransport | None = None
         self.calls: Dispatcher[int | str] = Dispatcher(self.abandon)
         self.liveness = Liveness(ping_interval, now=time.monotonic())
         # a server that speaks a session revision (negotiated, or moved there by
@@ -78,7 +79,7 @@ class Connection:
         self._on_notified = on_notified
         self._spawn = spawn
 
-    def bind(self, transport: StreamableHTTPTransport) -> None:
+    def bind(self, transport: StreamableHTTPTransport | LegacySSETransport) -> None:
         self.transport = transport
 
     # ------------------------------------------------------------ inbound
@@ -187,17 +188,20 @@ class Connection:
         listing no 2026-07-28 version) falls back to ``initialize``; a -32022
         is retried with the best version of its ``data.supported``.  The whole
         selection fits in ``init_timeout``.  A server known to speak a session
-        revision (or moved there by need) is re-initialized directly on a reconnect.
+        revision (or moved there by need) is re-initialized directly on a reconnect,
+        and one on the HTTP+SSE transport always is (2024-11-05 has no discover).
         """
         t = self.transport
         assert t is not None
         loop = asyncio.get_running_loop()
         started = loop.time()
-        if self.reinitialize and self.generation:
+        s = self.session
+        # a server known to speak a session revision, or declared on the HTTP+SSE
+        # transport (whose revision has no server/discover), is initialized directly
+        if (self.reinitialize and self.generation) or not s.session_revision.discovers:
             self.replace_session()
             await self.initialize(init_timeout, init_timeout)
             return
-        s = self.session
         limit = min(DISCOVER_TIMEOUT, init_timeout / 2)
         retried = False
         while True:  # a -32022 naming 2026-07-28 is asked once more (negotiate.py)

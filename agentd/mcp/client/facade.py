@@ -1,4 +1,5 @@
-"""``MCPClient``: one declared MCP server, over Streamable HTTP.
+"""``MCPClient``: one declared MCP server, over Streamable HTTP (or, declared so,
+the HTTP+SSE transport of 2024-11-05: :mod:`agentd.mcp.client.legacy_sse`).
 
 An async context manager.  Entering it connects and runs the handshake (spec
 §1.3) within ``init_timeout``; a failure raises :class:`HandshakeError`.  Inside
@@ -50,7 +51,7 @@ from agentd.mcp.client.rules.call_limits import ToolLimits, server_limits
 from agentd.mcp.client.rules.call_meta import traceparent_for
 from agentd.mcp.client.rules.content import render_item
 from agentd.mcp.client.rules.faults import RetryPolicy
-from agentd.mcp.client.rules.revision import Channel
+from agentd.mcp.client.rules.revision import LEGACY_SSE, SESSION, Channel
 from agentd.mcp.client.rules.session import Capabilities, ClientSession, Notified
 from agentd.mcp.client.subscriptions import Subscriptions
 from agentd.mcp.client.tasks import Tasks
@@ -102,7 +103,10 @@ class MCPClient:
         self.on_tools_changed = on_tools_changed
         self.on_gone = on_gone
         self.log = log.bind(server=spec.name)
-        self._session = ClientSession(client_version=agentd.__version__)
+        # a server on the HTTP+SSE transport speaks its own revision (no discover, 2024-11-05)
+        self._session = ClientSession(
+            client_version=agentd.__version__,
+            session_revision=LEGACY_SSE if spec.transport == "sse" else SESSION)
         # W3C trace context of the run (SEP-414, sent in every 2026-07-28 _meta): the
         # trace id follows from the run id, so every server of one run sees one trace
         self.traceparent = traceparent or traceparent_for(run_id)
@@ -227,14 +231,18 @@ class MCPClient:
     async def __aenter__(self) -> MCPClient:
         headers = resolve_headers(self.spec, self.secrets_dir)
         spec = self.spec
+        from agentd.mcp.client.legacy_sse import LegacySSETransport
         from agentd.mcp.client.oauth import auth_for
         from agentd.mcp.client.transport import StreamableHTTPTransport
 
         auth = self.auth if self.auth is not None else auth_for(spec, self.secrets_dir, headers)
-        self._conn.bind(StreamableHTTPTransport(
-            spec.url, headers, on_message=self._conn.receive, ca_file=spec.ca_file,
-            client_cert=spec.client_cert, client_key=spec.client_key, auth=auth,
-            bounds=self.stream_bounds))
+        http: dict[str, Any] = {"ca_file": spec.ca_file, "client_cert": spec.client_cert,
+                "client_key": spec.client_key, "auth": auth, "bounds": self.stream_bounds}
+        self._conn.bind(
+            LegacySSETransport(spec.url, headers, on_message=self._conn.receive,
+                               spawn=self._spawn, **http) if spec.transport == "sse"
+            else StreamableHTTPTransport(spec.url, headers, on_message=self._conn.receive,
+                                         **http))
         t = self._conn.transport
         assert t is not None
         await self._tasks.start()

@@ -241,14 +241,16 @@ class StreamableHTTPTransport:
     async def post(self, body: bytes, answer: Answered | None = None, *,
                    initialize: bool = False,
                    headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
-                   resumable: bool = True, error_bodies: bool = False) -> None:
+                   resumable: bool = True, error_bodies: bool = False,
+                   url: URL | None = None) -> None:
         """POST one message and feed what comes back to ``on_message``.
 
         ``answer`` (for a request) is set by the caller once its response is
         settled; an SSE answer is read until it is (resuming a cut stream when
         ``resumable``), else until EOF.  ``error_bodies``: a 4xx JSON body is
-        the request's JSON-RPC answer.  Returns once the exchange is over; the
-        caller checks its own future.
+        the request's JSON-RPC answer.  ``url``: where to, when not the declared
+        URL (the HTTP+SSE transport's endpoint).  Returns once the exchange is
+        over; the caller checks its own future.
         """
         http = self._http
         if http is None:
@@ -263,7 +265,7 @@ class StreamableHTTPTransport:
                 hdrs = CIMultiDict(hdrs)
             hdrs.extend(w3c)
         resp = await self._send_authorized(
-            lambda h: http.post(self._url, data=body, headers=h), hdrs)
+            lambda h: http.post(url or self._url, data=body, headers=h), hdrs)
         try:
             status = resp.status
             if initialize and status < 300:
@@ -405,7 +407,7 @@ class StreamableHTTPTransport:
                 if done():
                     return
                 try:
-                    nxt = await self._get(parser.last_event_id)
+                    nxt = await self.get_stream(parser.last_event_id)
                 except (SessionExpired, HTTPStatusError, TransportError) as exc:
                     # The request was accepted before this: it may have run, so this is
                     # "lost mid-request", never "not processed".
@@ -474,7 +476,7 @@ class StreamableHTTPTransport:
 
     # ------------------------------------------------------------ GET
 
-    async def _get(self, last_event_id: str | None) -> aiohttp.ClientResponse | None:
+    async def get_stream(self, last_event_id: str | None) -> aiohttp.ClientResponse | None:
         """Open a GET stream; None when the server offers none."""
         http = self._http
         if http is None:
@@ -513,7 +515,7 @@ class StreamableHTTPTransport:
         quiet = 0
         streamed = False  # this call had a stream: a reconnect's "not offered" is a loss
         while True:
-            resp = await self._get(parser.last_event_id or None)
+            resp = await self.get_stream(parser.last_event_id or None)
             if resp is None:
                 if streamed:  # never a quiet drop; the caller recovers (once per call)
                     raise TransportError(f"the GET stream is no longer offered (HTTP "

@@ -32,7 +32,7 @@ from agentd.wire.guard import PEER_FAULTS
 from agentd.wire.jsonrpc import Notification, Request
 from agentd.wire.shapes import ToolInfo
 
-__all__ = ["SESSION", "STATELESS", "Channel", "InputRequired", "Revision", "input_required"]
+__all__ = ["LEGACY_SSE", "SESSION", "STATELESS", "Channel", "InputRequired", "Revision", "input_required"]
 
 Channel = Literal["subscribe", "listen"]
 """What carries ``notifications/resources/updated``: ``subscribe`` (the
@@ -115,7 +115,9 @@ class Revision:
     request that proves a server alive; ``param_headers`` whether a tool's
     ``x-mcp-header`` declarations count (SEP-2243); ``renegotiable`` whether a
     subscription may move the server to a session revision
-    (:mod:`agentd.mcp.client.rules.negotiate`).
+    (:mod:`agentd.mcp.client.rules.negotiate`); ``discovers`` whether the
+    handshake asks ``server/discover`` first, and ``offered`` the version
+    ``initialize`` offers (None: the session's own choice).
     """
 
     __slots__ = ()
@@ -127,6 +129,8 @@ class Revision:
     probe: str = mt.PING
     param_headers: bool = False
     renegotiable: bool = False
+    discovers: bool = True
+    offered: str | None = None
 
     def headers(self, method: str, name: str | None = None) -> Headers:
         """The standard request headers of one request (none before 2026-07-28)."""
@@ -251,5 +255,18 @@ class _Stateless(Revision):
             "notifications": notifications, "_meta": meta}))
 
 
+class _LegacySSE(Revision):
+    """The HTTP+SSE transport of 2024-11-05 (:mod:`agentd.mcp.client.legacy_sse`): a
+    session revision whose server is declared so (``transport = "sse"``); it has
+    no ``server/discover`` and is offered 2024-11-05, the revision that defines it."""
+
+    __slots__ = ()
+    name = "legacy-sse"
+    resumable = False
+    discovers = False
+    offered = "2024-11-05"
+
+
 SESSION: Final[Revision] = Revision()
+LEGACY_SSE: Final[Revision] = _LegacySSE()
 STATELESS: Final[Revision] = _Stateless()

@@ -198,14 +198,18 @@ class ClientSession:
         "_ids", "_init_id", "_next_id", "_pending", "capabilities", "client_version",
         "garbage", "garbled", "instructions", "listen_delivers", "meta", "meta_json",
         "offered_version",
-        "protocol_version", "revision", "server_info", "state", "structured_output",
+        "protocol_version", "revision", "server_info", "session_revision", "state",
+        "structured_output",
         "supported_versions",
     )
 
-    def __init__(self, *, client_version: str, offered_version: str = mt.LATEST_PROTOCOL_VERSION
-                 ) -> None:
+    def __init__(self, *, client_version: str, offered_version: str = mt.LATEST_PROTOCOL_VERSION,
+                 session_revision: Revision = SESSION) -> None:
         self.client_version = client_version
-        self.offered_version = offered_version
+        # the revision an initialized session speaks: SESSION, or LEGACY_SSE for a server
+        # declared on the HTTP+SSE transport (which also says what initialize offers)
+        self.session_revision = session_revision
+        self.offered_version = session_revision.offered or offered_version
         self.state = "new"  # new -> initializing -> ready ; any -> closed
         self.protocol_version: str | None = None
         self.capabilities = Capabilities()
@@ -219,7 +223,7 @@ class ClientSession:
         self._init_id: int | None = None
         # the revision the handshake chose (agentd.mcp.client.rules.revision): every rule that
         # differs between 2025-11-25 and 2026-07-28 is its answer
-        self.revision: Revision = SESSION
+        self.revision: Revision = session_revision
         self.supported_versions: tuple[str, ...] = ()
         # 2026-07-28: whether discover says listen delivers resource updates (None: unsaid)
         self.listen_delivers: bool | None = None
@@ -266,7 +270,7 @@ class ClientSession:
         self.server_info = init.serverInfo
         self.instructions = init.instructions or None
         self.structured_output = init.protocolVersion >= STRUCTURED_OUTPUT_SINCE
-        self.revision = SESSION
+        self.revision = self.session_revision
         self.state = "ready"
         return _enc.encode(Notification(mt.NOTIFICATION_INITIALIZED))
 
@@ -404,7 +408,7 @@ class ClientSession:
         """Drop everything for a fresh ``initialize`` (reconnect, session expiry)."""
         self._pending.clear()
         self._init_id = None
-        self.revision = SESSION
+        self.revision = self.session_revision
         self.listen_delivers = None
         self.state = "new"
 
