@@ -24,7 +24,7 @@ from peers import python_peer, require_modules
 from agentd.agent import prompt as P
 from agentd.agent.loop import Actions, toolbox_resources
 from agentd.agent.selftools import SelfTools
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.intelligence.base import FunctionDef, ToolDef
 from agentd.mcp.client.toolbox import Toolbox
 from agentd.tree.broker import Broker

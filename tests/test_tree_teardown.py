@@ -21,7 +21,7 @@ from tree_helpers import make_config, precompile, running
 from agentd.agent.subagents import SpawnRequest
 from agentd.app import serving
 from agentd.app.compose import open_supervisor
-from agentd.config import parse_serve
+from agentd.config.serve import parse_serve
 from agentd.tree.boot import FAULT_ENV, LINGER
 
 pytestmark = [pytest.mark.timeout(180),

@@ -29,7 +29,7 @@ from agentd.batch.cassette import (
     Replay,
     UpdateBody,
 )
-from agentd.config import DEFAULT_CASSETTE_BYTES
+from agentd.config.model import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
 from agentd.log import log
 from agentd.mcp.client.rules.faults import ABORT_CAUSES

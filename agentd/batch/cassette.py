@@ -55,9 +55,9 @@ import orjson
 
 from agentd.a2a.client import DEFAULT_MAX_BYTES as A2A_MAX_BYTES
 from agentd.batch.files import lines_within, open_regular, scrubbed_line
-from agentd.config import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
+from agentd.config.intelligence import DEFAULT_INTELLIGENCE_MAX_BYTES
+from agentd.config.model import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
 from agentd.errors import TreeError
-from agentd.intelligence_config import DEFAULT_INTELLIGENCE_MAX_BYTES
 from agentd.log import redact
 from agentd.output import Usage
 from agentd.tree.control import (

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from agentd.agent.subagents import HandleState, SpawnRequest
-from agentd.config import Config
+from agentd.config.model import Config
 from agentd.errors import RPCError
 from agentd.log import Logger
 from agentd.obs import trace

@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from agentd.agent.subagents import TERMINAL, HandleState, Refusal, SpawnRequest, Unknown
-from agentd.config import Config
+from agentd.config.model import Config
 from agentd.errors import RPCError, TreeError
 from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
