@@ -72,7 +72,7 @@ async def delegation(url: str, calls: int, rounds: int) -> dict:
     from agentd.a2a.peers import A2APeers
     from agentd.agent.a2a_delegate import install
     from agentd.agent.selftools import SelfTools
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.log import configure
 
     configure(fmt="json", level="warning")

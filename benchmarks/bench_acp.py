@@ -91,7 +91,7 @@ async def _acp_round(spec: str) -> tuple[float, float, int, float]:
 async def _inproc_round(spec: str) -> tuple[float, float, int]:
     from agentd.acp.updates import Updates
     from agentd.app.run import execute, new_run_id
-    from agentd.config import Config
+    from agentd.config.model import Config
 
     config = Config(instruction="go", intelligence=spec, max_steps=STEPS + 5)
     times: list[float] = []

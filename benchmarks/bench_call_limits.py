@@ -32,7 +32,7 @@ from bench_client import ARGS, pct, sequential  # noqa: E402
 
 @contextlib.asynccontextmanager
 async def client(url: str, on: bool):
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.log import configure
     from agentd.mcp import MCPClient
     from agentd.mcp.client.rules.call_limits import ToolLimits

@@ -101,7 +101,7 @@ async def concurrent(call, calls: int, inflight: int) -> tuple[float, float]:
 
 @contextlib.asynccontextmanager
 async def agentd_client(url: str):
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.log import configure
     from agentd.mcp import MCPClient
 
@@ -308,7 +308,7 @@ async def first_results(n: int) -> dict:
     """Nothing -> the first tools/call result, per revision (see the module doc)."""
     from peers import python_peer
 
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.log import configure
     from agentd.mcp import MCPClient
     from agentd.mcp.client.rules.session import ClientSession, Resolved

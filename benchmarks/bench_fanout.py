@@ -62,7 +62,7 @@ from agentd import runtime  # noqa: E402
 from agentd.agent.subagents import SpawnRequest  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.child.boot import FAULT_ENV  # noqa: E402
-from agentd.config import Config  # noqa: E402
+from agentd.config.model import Config  # noqa: E402
 from agentd.tree.forkserver import ForkserverSpawner  # noqa: E402
 from agentd.tree.supervisor import Supervisor  # noqa: E402
 
@@ -155,7 +155,7 @@ def uss_rss(pid: int) -> tuple[float, float]:
 async def self_mcp(sup: Supervisor):
     """Serve the self-MCP on loopback over `sup`; yield agentd's own MCP client to it."""
     from agentd.app.serving import serve_self_mcp
-    from agentd.config import ServerSpec, ServeSpec
+    from agentd.config.model import ServerSpec, ServeSpec
     from agentd.mcp.client.facade import MCPClient
 
     with socket.socket() as s:
@@ -527,7 +527,7 @@ async def main_io(args: argparse.Namespace) -> dict:
                  "cpus": os.cpu_count(), "load": round(os.getloadavg()[0], 1),
                  "broker_call": await broker_call_cost()}
     async with io_peers() as (gw, mcp_url):
-        from agentd.config import ServerSpec
+        from agentd.config.model import ServerSpec
 
         cfg = Config(intelligence=gw, mcp=(ServerSpec(name="echo", url=mcp_url),),
                      max_children=max(ns), max_subagents=max(ns), drain_timeout=10.0,

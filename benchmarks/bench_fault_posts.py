@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.errors import AgentdError
 from agentd.mcp import RetryPolicy, Toolbox
 

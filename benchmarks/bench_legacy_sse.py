@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from peers import python_peer  # noqa: E402
 
-from agentd.config import ServerSpec  # noqa: E402
+from agentd.config.model import ServerSpec  # noqa: E402
 from agentd.mcp.client.facade import MCPClient  # noqa: E402
 
 

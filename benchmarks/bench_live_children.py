@@ -53,7 +53,7 @@ from agentd import log as agentd_log  # noqa: E402
 from agentd import runtime  # noqa: E402
 from agentd.agent.subagents import SpawnRequest  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
-from agentd.config import Config, ServerSpec  # noqa: E402
+from agentd.config.model import Config, ServerSpec  # noqa: E402
 
 # Open fds in this process per live child: its three pipes (control in/out,
 # stderr), a pidfd with --spawn exec, the HTTP connection of its model call in

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from agentd import log as logmod  # noqa: E402
 from agentd.agent.loop import Actions, Budgets, Loop, LoopState  # noqa: E402
 from agentd.agent.selftools import SelfTools  # noqa: E402
-from agentd.config import ServerSpec  # noqa: E402
+from agentd.config.model import ServerSpec  # noqa: E402
 from agentd.intelligence.playback import Playback  # noqa: E402
 from agentd.mcp.client.toolbox import Toolbox  # noqa: E402
 from agentd.mcp.selftool import SelfTool, ok  # noqa: E402

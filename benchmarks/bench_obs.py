@@ -273,7 +273,7 @@ async def _selfmcp(calls: int) -> tuple[float, float]:
 
     from agentd.agent.subagents import Unavailable
     from agentd.app.serving import serve_self_mcp
-    from agentd.config import ServeSpec
+    from agentd.config.model import ServeSpec
     from agentd.obs import trace
 
     port = free_port()
@@ -361,7 +361,7 @@ async def _run(echo_url: str, steps: int, calls: int, spans: int, rounds: int,
     from agentd import log as logmod
     from agentd.agent.loop import Actions
     from agentd.agent.selftools import SelfTools
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp.client.toolbox import Toolbox
     from agentd.mcp.selftool import SelfTool, ok
     from agentd.obs import trace

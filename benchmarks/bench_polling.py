@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from agentd.config import DEFAULT_DEBOUNCE, DEFAULT_POLL_INTERVAL, ServerSpec  # noqa: E402
+from agentd.config.model import DEFAULT_DEBOUNCE, DEFAULT_POLL_INTERVAL, ServerSpec  # noqa: E402
 
 URI = "watch://counter/a"
 

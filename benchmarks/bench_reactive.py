@@ -305,7 +305,7 @@ async def wait_done(tally: Tally, limit: float) -> None:
 
 
 async def bench_agentd(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp import MCPClient
 
     async with MCPClient(ServerSpec(name="bench", url=f"{base}/mcp"), run_id="bench",
@@ -468,7 +468,7 @@ async def bench_bare(base: str, n: int, gap_ms: float, modern: bool = False) -> 
 
 async def bench_reactive_wake(base: str, n: int, gap_ms: float, modern: bool = False) -> dict:
     """publish -> the loop run entered with the fresh state (Router + daemon, debounce 0)."""
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp.client.toolbox import Toolbox
     from agentd.reactive.daemon import ReactiveDaemon, WakeRun
 

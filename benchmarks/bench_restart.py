@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from peers import PeerProcess, ensure_npm_peers, free_port, npm_env  # noqa: E402
 
 from agentd import log as _log  # noqa: E402
-from agentd.config import ServerSpec  # noqa: E402
+from agentd.config.model import ServerSpec  # noqa: E402
 from agentd.mcp import MCPClient  # noqa: E402
 
 DOC = "demo://resource/static/document/architecture.md"

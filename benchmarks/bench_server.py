@@ -173,7 +173,7 @@ class BareClient:
 
 class AgentdClient:
     def __init__(self, url: str) -> None:
-        from agentd.config import ServerSpec
+        from agentd.config.model import ServerSpec
         from agentd.mcp import MCPClient
 
         self.c = MCPClient(ServerSpec(name="bench", url=url), run_id="bench", ping_interval=None)

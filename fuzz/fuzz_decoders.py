@@ -27,7 +27,8 @@ import msgspec
 
 from agentd.a2a.client import A2AClient
 from agentd.child.control import ControlSession
-from agentd.config import ServerSpec, check_endpoint
+from agentd.config.endpoints import check_endpoint
+from agentd.config.model import ServerSpec
 from agentd.errors import AgentdError, RPCError
 from agentd.intelligence.openai import OpenAICompatible
 from agentd.mcp.client.oauth import discovery

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agentd import log as _log
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import MCPClient
 
 

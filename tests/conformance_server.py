@@ -21,7 +21,7 @@ import sys
 async def main(port: int, engine: bool) -> None:
     from agentd import __version__
     from agentd.app.serving import serve_self_mcp
-    from agentd.config import parse_serve
+    from agentd.config.serve import parse_serve
     from agentd.log import configure
     from agentd.mcp.server.handler import Handler
     from agentd.mcp.server.http.server import serve

@@ -23,7 +23,8 @@ from agentd.a2a.peers import A2APeers, WithPeers, task_uri
 from agentd.agent.a2a_delegate import install
 from agentd.agent.selftools import SelfTools
 from agentd.cli.flags import config_from_flags
-from agentd.config import ConfigError, ServerSpec
+from agentd.config.model import ServerSpec
+from agentd.errors import ConfigError
 
 DELEGATE = "agentd__a2a_delegate"
 

@@ -20,7 +20,7 @@ from agentd_proc import agentd_env, run_agentd
 from headless_chromium import browser, load
 
 from agentd.batch.report import Limits, build_report, render
-from agentd.config import ConfigError
+from agentd.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(240)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -28,7 +28,7 @@ from agentd.batch.score import (
     score_line,
     summarize,
 )
-from agentd.config import ConfigError
+from agentd.errors import ConfigError
 from agentd.output import Usage
 
 SCHEMA = json.dumps({"type": "object", "required": ["answer"],

@@ -10,8 +10,7 @@ import pytest
 
 from agentd.batch.cassette import Replay, cassette_path, first_difference
 from agentd.batch.files import ResultsFile, load_tasks
-from agentd.config import ConfigError
-from agentd.errors import TreeError
+from agentd.errors import ConfigError, TreeError
 
 
 def test_first_difference_names_the_path_and_both_values():

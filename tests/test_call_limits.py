@@ -20,7 +20,8 @@ from logcapture import events
 
 from agentd import log
 from agentd.cli.flags import config_from_flags
-from agentd.config import Config, ConfigError, RunLimits, ServerSpec
+from agentd.config.model import Config, RunLimits, ServerSpec
+from agentd.errors import ConfigError
 from agentd.mcp.client.call_watch import CallWatches
 from agentd.mcp.client.rules.call_limits import (
     CallDeadline,

@@ -20,7 +20,7 @@ from logcapture import events
 from peers import python_peer, require_modules
 from waiting import until
 
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import MCPClient, Toolbox, ToolFault
 
 MODERN = "2026-07-28"

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from peers import PeerProcess, ensure_npm_peers, free_port, npm_env
 
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import MCPClient, Toolbox
 
 

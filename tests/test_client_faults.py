@@ -23,7 +23,7 @@ from peers import free_port
 from waiting import until
 
 from agentd import __version__
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import HandshakeError, MCPClient, RequiredServerLost, Toolbox, ToolFault
 from agentd.mcp.client.rules.faults import RetryPolicy
 

@@ -14,7 +14,7 @@ from legacy_sse_peers import bridged_like, hostile_sse, serve
 from peers import python_peer, require_modules
 from waiting import until
 
-from agentd.config import ServerSpec, StreamBounds
+from agentd.config.model import ServerSpec, StreamBounds
 from agentd.errors import HandshakeError, ToolFault
 from agentd.mcp.client.facade import MCPClient
 

@@ -35,7 +35,7 @@ from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.client.rules.call_limits import ToolLimits
 from agentd.obs import metrics

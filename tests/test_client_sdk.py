@@ -15,7 +15,7 @@ from peers import python_peer, require_modules
 from waiting import until
 
 from agentd.agent import prompt as P
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import MCPClient, RequiredServerLost, Toolbox, ToolFault
 
 

@@ -8,14 +8,17 @@ import os
 import orjson
 import pytest
 
-from agentd import config as cfg
 from agentd import log as agentd_log
 from agentd.cli.flags import config_from_flags
+from agentd.config.build import build
+from agentd.config.endpoints import parse_mcp_flag, resolve_headers
+from agentd.config.model import ServerSpec
+from agentd.errors import ConfigError
 from agentd.output import RunResult, Usage, print_result
 
 
 def test_config_is_frozen_with_documented_defaults():
-    config = cfg.build({"instruction": "x"})
+    config = build({"instruction": "x"})
     assert (config.max_depth, config.max_children, config.max_subagents) == (4, 16, 256)
     assert (config.init_timeout, config.ping_interval, config.drain_timeout) == (10.0, 30.0, 25.0)
     with pytest.raises(AttributeError):
@@ -42,21 +45,21 @@ def test_file_then_flags(tmp_path):
 def test_loopback_forms_accepted():
     for url in ("http://127.0.0.1:1/mcp", "http://127.3.4.5/mcp", "http://localhost:9/x",
                 "http://[::1]:8080/mcp", "https://anything.example/mcp"):
-        assert cfg.parse_mcp_flag(f"s={url}").url == url
+        assert parse_mcp_flag(f"s={url}").url == url
 
 
 def test_secret_from_env_and_file(tmp_path, monkeypatch):
-    spec = cfg.ServerSpec(name="fs", url="https://x/mcp",
-                          headers={"Authorization": "Bearer {{secret:TOK}}", "X-Plain": "v"})
+    spec = ServerSpec(name="fs", url="https://x/mcp",
+                      headers={"Authorization": "Bearer {{secret:TOK}}", "X-Plain": "v"})
     monkeypatch.setenv("AGENTD_SECRET_TOK", "env-value-1234")
-    assert cfg.resolve_headers(spec, str(tmp_path)) == {
+    assert resolve_headers(spec, str(tmp_path)) == {
         "Authorization": "Bearer env-value-1234", "X-Plain": "v"}
     monkeypatch.delenv("AGENTD_SECRET_TOK")
     (tmp_path / "TOK").write_text("file-value-5678\n")
-    assert cfg.resolve_headers(spec, str(tmp_path))["Authorization"] == "Bearer file-value-5678"
+    assert resolve_headers(spec, str(tmp_path))["Authorization"] == "Bearer file-value-5678"
     (tmp_path / "TOK").unlink()
-    with pytest.raises(cfg.ConfigError, match="TOK"):
-        cfg.resolve_headers(spec, str(tmp_path))
+    with pytest.raises(ConfigError, match="TOK"):
+        resolve_headers(spec, str(tmp_path))
 
 
 def test_resolved_secret_never_reaches_logs_or_stdout(tmp_path, monkeypatch):
@@ -64,9 +67,9 @@ def test_resolved_secret_never_reaches_logs_or_stdout(tmp_path, monkeypatch):
     agentd_log.configure(stream=err, run_id="r1", fmt="json")
     try:
         monkeypatch.setenv("AGENTD_SECRET_API", "hunter2-very-secret")
-        spec = cfg.ServerSpec(name="fs", url="https://x/mcp",
-                              headers={"Authorization": "Bearer {{secret:API}}"})
-        headers = cfg.resolve_headers(spec)
+        spec = ServerSpec(name="fs", url="https://x/mcp",
+                          headers={"Authorization": "Bearer {{secret:API}}"})
+        headers = resolve_headers(spec)
         # even a careless caller that logs the resolved header is redacted
         agentd_log.log.bind(server="fs").info("mcp.connect", headers=headers)
         agentd_log.log.error("mcp.error", detail=f"401 for {headers['Authorization']}")
@@ -144,8 +147,8 @@ def test_log_level_is_a_value_never_published_through_the_environment(tmp_path, 
         "warning"
     assert config_from_flags({"config_file": str(path), "instruction": "go",
                               "log_level": "error"}).log_level == "error"  # the flag wins
-    with pytest.raises(cfg.ConfigError, match="--log-level 'loud'"):
+    with pytest.raises(ConfigError, match="--log-level 'loud'"):
         config_from_flags({"instruction": "go", "log_level": "loud"})
     path.write_text("log_level = 3\n")
-    with pytest.raises(cfg.ConfigError, match="--log-level 3"):
+    with pytest.raises(ConfigError, match="--log-level 3"):
         config_from_flags({"config_file": str(path), "instruction": "go"})

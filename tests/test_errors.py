@@ -10,8 +10,7 @@ import pkgutil
 from msgspec import UNSET
 
 import agentd
-from agentd.config import ConfigError
-from agentd.errors import AgentdError, RPCError, classify
+from agentd.errors import AgentdError, ConfigError, RPCError, classify
 from agentd.exitcodes import ExitCode
 from agentd.intelligence.base import IntelligenceUnavailable
 from agentd.mcp.client.rules.faults import RequiredServerLost

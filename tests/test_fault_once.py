@@ -27,7 +27,7 @@ from aiohttp import web
 from test_client_faults import FaultServer, fault  # noqa: F401  (the fixture)
 from tree_helpers import precompile
 
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.errors import RPCError, ToolFault
 from agentd.mcp import RetryPolicy, Toolbox
 from agentd.mcp.client.rules.faults import (

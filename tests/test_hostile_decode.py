@@ -234,7 +234,7 @@ async def test_an_a2a_error_answer_that_is_no_envelope_is_the_peers_fault():
     from agentd.a2a.peers import A2APeers
     from agentd.agent.a2a_delegate import install
     from agentd.agent.selftools import SelfTools
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
 
     with python_peer("decode_peers.py", "a2a-bad-error") as peer:
         spec = ServerSpec(name="p", url=f"http://127.0.0.1:{peer.port}")

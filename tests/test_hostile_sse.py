@@ -31,7 +31,9 @@ from agentd_proc import start_agentd
 from gateway import Gateway, Reply
 from hostile_sse_server import SESSION, HostileGateway, HostileMCP
 
-from agentd import config as cfg
+from agentd.config.build import build
+from agentd.config.model import StreamBounds
+from agentd.errors import ConfigError
 from agentd.mcp.client.answered import Answered
 from agentd.mcp.client.rules.faults import HTTPStatusError, TransportError, classify
 from agentd.mcp.client.transport import StreamableHTTPTransport
@@ -131,7 +133,7 @@ async def test_an_endless_completion_body_is_exit_5(agentd_bin) -> None:
 # --- the transport alone, against the same hostile server on loopback ---------------
 
 
-async def _transport(mcp: HostileMCP, bounds: cfg.StreamBounds) -> StreamableHTTPTransport:
+async def _transport(mcp: HostileMCP, bounds: StreamBounds) -> StreamableHTTPTransport:
     got: list = []
     t = StreamableHTTPTransport(mcp.url, on_message=got.append, bounds=bounds)
     await t.open()
@@ -143,7 +145,7 @@ async def test_an_endless_event_on_the_get_stream_ends_it_with_the_limit() -> No
     """The standalone GET stream: listen() raises TransportError (its limit named) at the bound
     (the client then logs mcp.disconnected and reconnects under its backoff)."""
     async with HostileMCP(get_flood=True) as mcp:
-        t = await _transport(mcp, cfg.StreamBounds(event_bytes=1 << 20))
+        t = await _transport(mcp, StreamBounds(event_bytes=1 << 20))
         try:
             with pytest.raises(TransportError) as info:
                 await asyncio.wait_for(t.listen(), 60)  # hang guard
@@ -160,7 +162,7 @@ async def test_a_chunked_json_answer_is_bounded() -> None:
     """No Content-Length to refuse up front: the body is read up to the bound
     (``--mcp-max-bytes``) only."""
     async with HostileMCP() as mcp:
-        t = await _transport(mcp, cfg.StreamBounds(answer_bytes=LIMIT))
+        t = await _transport(mcp, StreamBounds(answer_bytes=LIMIT))
         answer = Answered()
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigjson", "arguments": {}}})
@@ -179,7 +181,7 @@ async def test_a_stateless_error_answer_that_never_ends_is_bounded() -> None:
     """A stateless server's HTTP 400 with a chunked JSON body that never ends: read
     up to the bound only, then the call fails with the status."""
     async with HostileMCP() as mcp:
-        t = await _transport(mcp, cfg.StreamBounds(answer_bytes=1 << 20))
+        t = await _transport(mcp, StreamBounds(answer_bytes=1 << 20))
         answer = Answered()
         body = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                              "params": {"name": "bigerror", "arguments": {}}})
@@ -203,13 +205,13 @@ async def test_a_stateless_error_answer_that_never_ends_is_bounded() -> None:
     ({"sse_event_bytes": 1 << 70}, "each at most"),  # never an OverflowError in C
 ])
 def test_bad_bounds_are_a_usage_error(values, fragment) -> None:
-    with pytest.raises(cfg.ConfigError, match=fragment):
-        cfg.build({"instruction": "x", **values})
+    with pytest.raises(ConfigError, match=fragment):
+        build({"instruction": "x", **values})
 
 
 def test_the_bounds_reach_the_parser() -> None:
-    c = cfg.build({"instruction": "x", "sse_event_bytes": 1000, "sse_retry_min_ms": 5,
-                   "sse_retry_max_ms": 50, "mcp_max_bytes": 2000})
+    c = build({"instruction": "x", "sse_event_bytes": 1000, "sse_retry_min_ms": 5,
+               "sse_retry_max_ms": 50, "mcp_max_bytes": 2000})
     assert c.stream_bounds.answer_bytes == 2000
     p = c.stream_bounds.parser()
     assert (p.max_event, p.retry_min, p.retry_max) == (1000, 5, 50)

@@ -1,4 +1,4 @@
-"""The model's configuration as people set it (agentd/intelligence_config.py), through
+"""The model's configuration as people set it (agentd/config/intelligence.py), through
 the real `agentd` console script against the OpenAI-shaped gateway (tests/gateway.py):
 the sampling settings as the gateway receives them, the model check's exit 2 before
 any MCP connection, OPENAI_BASE_URL / OPENAI_API_KEY as fallbacks and their
@@ -15,8 +15,8 @@ from gateway import Gateway, Reply
 from peers import free_port
 
 from agentd.cli.flags import config_from_flags
+from agentd.config.intelligence import Sampling, gateway, gateway_key
 from agentd.errors import ConfigError
-from agentd.intelligence_config import Sampling, gateway, gateway_key
 
 KEY = "sk-test-secret-4242"
 

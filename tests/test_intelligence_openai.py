@@ -10,7 +10,7 @@ from gateway import Gateway, Reply
 from peers import free_port
 
 from agentd import log as logmod
-from agentd.config import ConfigError
+from agentd.errors import ConfigError
 from agentd.intelligence import make_intelligence
 from agentd.intelligence.base import (
     FunctionDef,

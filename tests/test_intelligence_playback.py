@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentd.config import ConfigError
+from agentd.errors import ConfigError
 from agentd.intelligence import make_intelligence
 from agentd.intelligence.base import IntelligenceUnavailable, assistant, tool_result, user
 

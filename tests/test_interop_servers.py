@@ -37,8 +37,9 @@ from peers import (
     ts_peer,
 )
 
-from agentd.config import ConfigError, ServerSpec, load_config_file
-from agentd.errors import RPCError
+from agentd.config.load import load_config_file
+from agentd.config.model import ServerSpec
+from agentd.errors import ConfigError, RPCError
 from agentd.mcp import MCPClient, Toolbox
 from agentd.mcp.client.rules.catalogue import Excluded, admit, prune_deep
 from agentd.mcp.client.rules.faults import resource_missing

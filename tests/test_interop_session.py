@@ -27,7 +27,7 @@ import pytest
 from agentd_proc import start_agentd
 from logcapture import events
 
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp import Toolbox
 from agentd.mcp.client.answered import Answered
 from agentd.mcp.client.rules.faults import SessionExpired

@@ -45,8 +45,7 @@ LAYERS: dict[str, int] = {
     # 1: messages
     "agentd.wire": 1,
     # 2: sessions (sans-IO) and the data shared by every layer above
-    "agentd.config": 2,
-    "agentd.intelligence_config": 2,  # the model, its key and sampling settings (data)
+    "agentd.config": 2,  # the data model (Config) and its parsing, each subsystem's checks
     "agentd.mcp": 2,  # the package __init__ (lazy names only)
     "agentd.mcp.client.rules": 2,  # the client's sans-IO rules: session, revision, faults, ...
     "agentd.mcp.server.rules": 2,  # the server's sans-IO rules per revision

@@ -24,8 +24,11 @@ from agentd.tree.procs import child_record
 
 @pytest.fixture
 def restore_log():
+    """The log as a test found it is not assumed: each starts with no run id (an
+    earlier test may have set one) and leaves the default sink behind."""
+    agentd_log.configure(run_id="")
     yield
-    agentd_log.configure(stream=sys.stderr, fmt="auto", level="info")
+    agentd_log.configure(stream=sys.stderr, fmt="auto", level="info", run_id="")
 
 
 def lines_of(fmt: str, emit, **kw) -> list[str]:

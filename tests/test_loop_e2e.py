@@ -214,7 +214,7 @@ async def test_serve_mcp_during_a_run(agentd_bin, tmp_path) -> None:
 
     from agentd_proc import start_agentd
 
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp import MCPClient
 
     script = tmp_path / "slow.json"

@@ -280,7 +280,7 @@ async def test_an_inbound_self_mcp_request_continues_its_callers_trace(monkeypat
 
     from agentd.agent.subagents import Unavailable
     from agentd.app.serving import serve_self_mcp
-    from agentd.config import ServeSpec
+    from agentd.config.model import ServeSpec
     from agentd.obs import trace
 
     t1, p1 = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
@@ -337,7 +337,7 @@ async def test_the_a2a_endpoint_beside_the_self_mcp_continues_a_trace_too(monkey
 
     from agentd.agent.subagents import Unavailable
     from agentd.app.serving import serve_self_mcp
-    from agentd.config import ServeSpec
+    from agentd.config.model import ServeSpec
     from agentd.obs import trace
     from agentd.served.a2a import PATH
 
@@ -685,7 +685,7 @@ def _worker(agentd_bin: str, book: Path, port: int, *extra: str):
 
 
 async def _spawn(url: str, instruction: str, *, wait: bool = True) -> dict:
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp import MCPClient
 
     spec = ServerSpec(name="worker", url=url, headers={"Authorization": f"Bearer {TOKEN}"})

@@ -297,8 +297,8 @@ async def test_pool_flags_need_serve_mcp(agentd_bin) -> None:
 def test_pool_from_the_config_file(tmp_path, monkeypatch) -> None:
     """The Kubernetes manifest's shape: pool_key as a secret reference, pool_peers
     listing every member (this worker too, which is left out of its own peers)."""
-    from agentd import config as cfg
     from agentd.cli.flags import config_from_flags
+    from agentd.errors import ConfigError
 
     monkeypatch.setenv("AGENTD_SECRET_POOL_KEY", POOL_KEY)
     path = tmp_path / "pool.toml"
@@ -311,10 +311,10 @@ def test_pool_from_the_config_file(tmp_path, monkeypatch) -> None:
     assert [(p.id, p.url) for p in pool.peers] == [("w2", "http://127.0.0.1:7002")]
     assert POOL_KEY not in repr(pool.peers)
     path.write_text(f'pool_key = "{POOL_KEY}"\n')  # the key itself: refused
-    with pytest.raises(cfg.ConfigError, match="pool_key must be a"):
+    with pytest.raises(ConfigError, match="pool_key must be a"):
         config_from_flags(flags)
     path.write_text('pool_peers = "w2=http://127.0.0.1:7002"\n')
-    with pytest.raises(cfg.ConfigError, match="pool_peers must be an array"):
+    with pytest.raises(ConfigError, match="pool_peers must be an array"):
         config_from_flags(flags)
     # without any pool setting nothing changes: no pool
     assert config_from_flags({"instruction": "x"}).pool is None

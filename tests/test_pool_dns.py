@@ -23,9 +23,9 @@ import pytest
 from test_pool import POOL_KEY, Pool, _book, client
 from test_reactive_cli import Agentd
 
-from agentd import config as cfg
 from agentd.cli.flags import config_from_flags
-from agentd.errors import PoolError
+from agentd.config.model import PoolDns
+from agentd.errors import ConfigError, PoolError
 from agentd.pool import handles
 from agentd.pool.discovery import MAX_ADDRESSES, Discovery, address_url
 from agentd.pool.dns import DnsRefresher, SystemResolver
@@ -130,11 +130,11 @@ def test_pool_dns_flag_and_config_key(tmp_path, monkeypatch) -> None:
     flags = {"config_file": str(path), "instruction": "x", "pool_id": "w1",
              "serve_mcp": "http://127.0.0.1:8443"}
     pool = config_from_flags(flags).pool
-    assert pool is not None and pool.dns == cfg.PoolDns("agentd-pool.ns.svc", 8443, "http")
+    assert pool is not None and pool.dns == PoolDns("agentd-pool.ns.svc", 8443, "http")
     pool = config_from_flags({**flags, "pool_dns": "other:9443"}).pool  # the flag wins
-    assert pool is not None and pool.dns == cfg.PoolDns("other", 9443, "http")
+    assert pool is not None and pool.dns == PoolDns("other", 9443, "http")
     for bad in ("x:0", "x:99999", "x:y", "bad name", "-x"):
-        with pytest.raises(cfg.ConfigError, match="--pool-dns"):
+        with pytest.raises(ConfigError, match="--pool-dns"):
             config_from_flags({**flags, "pool_dns": bad})
     assert pool.dns.interval == 5.0
     path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_dns = "n"\npool_dns_interval = 0.5\n')
@@ -143,15 +143,15 @@ def test_pool_dns_flag_and_config_key(tmp_path, monkeypatch) -> None:
     for bad in ("0", "301", '"5"'):
         path.write_text(f'pool_key = "{{{{secret:POOL_KEY}}}}"\npool_dns = "n"\n'
                         f'pool_dns_interval = {bad}\n')
-        with pytest.raises(cfg.ConfigError, match="--pool-dns-interval must be"):
+        with pytest.raises(ConfigError, match="--pool-dns-interval must be"):
             config_from_flags(flags)
-    with pytest.raises(cfg.ConfigError, match="--pool-dns-interval must be"):
+    with pytest.raises(ConfigError, match="--pool-dns-interval must be"):
         config_from_flags({**flags, "pool_dns_interval": 0.0})  # the flag's 0 is refused
     path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_dns_interval = 5\n')
-    with pytest.raises(cfg.ConfigError, match="--pool-dns-interval needs --pool-dns"):
+    with pytest.raises(ConfigError, match="--pool-dns-interval needs --pool-dns"):
         config_from_flags(flags)
     path.write_text('pool_key = "{{secret:POOL_KEY}}"\npool_dns = 5\n')
-    with pytest.raises(cfg.ConfigError, match="pool_dns must be"):
+    with pytest.raises(ConfigError, match="pool_dns must be"):
         config_from_flags(flags)
 
 

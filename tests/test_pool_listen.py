@@ -20,8 +20,8 @@ import signal
 import pytest
 from test_pool import POOL_KEY, TOKENS, Pool, client, httpx2, pool_of_three
 
-from agentd import config as cfg
 from agentd.cli.flags import config_from_flags
+from agentd.errors import ConfigError
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
 
@@ -139,8 +139,8 @@ def test_pool_timing_flags_and_config_keys(tmp_path, monkeypatch, key, default, 
     pool = config_from_flags({**flags, name: most}).pool  # the flag wins
     assert pool is not None and getattr(pool, key) == most
     for bad in (0.0, -1.0, most + 0.5):
-        with pytest.raises(cfg.ConfigError, match=f"{flag} must be"):
+        with pytest.raises(ConfigError, match=f"{flag} must be"):
             config_from_flags({**flags, name: bad})
     path.write_text(f'pool_key = "{{{{secret:POOL_KEY}}}}"\n{name} = "5"\n')
-    with pytest.raises(cfg.ConfigError, match=f"{flag} must be"):
+    with pytest.raises(ConfigError, match=f"{flag} must be"):
         config_from_flags(flags)

@@ -255,7 +255,7 @@ async def test_await_resource_on_an_unwatchable_uri_says_so(logs, script, args, 
     tell from a quiet resource. A subscribe the server took is dropped again."""
     from logcapture import events
 
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp import Toolbox
     from agentd.reactive.awaiting import await_resource_tool, watch_updates
 

@@ -25,7 +25,7 @@ from logcapture import events
 from waiting import until
 
 from agentd.agent.selftools import SelfTools
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.mcp.client.toolbox import Toolbox, Unowned, owner_of
 from agentd.reactive.awaiting import await_resource_tool, watch_updates
 from agentd.reactive.daemon import ReactiveDaemon, Read, WakeRun

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover
 from agentd import __version__
 from agentd.app.compose import open_supervisor
 from agentd.app.serving import serve_self_mcp
-from agentd.config import ServeSpec
+from agentd.config.model import ServeSpec
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -10,7 +10,8 @@ import pytest
 import trustme
 
 from agentd.app.serving import serve_self_mcp
-from agentd.config import ServeSpec, parse_serve
+from agentd.config.model import ServeSpec
+from agentd.config.serve import parse_serve
 from agentd.mcp.server.auth import BearerAuth, server_ssl_context
 from agentd.mcp.server.http.server import serve
 from agentd.served.selfmcp import SelfMCP

@@ -26,7 +26,7 @@ from agentd.agent.loop import Actions, toolbox_resources
 from agentd.agent.selftools import SelfTools
 from agentd.child.brokered import BrokeredToolbox
 from agentd.child.control import ChildConfig, ControlSession, Incoming, IoCall, Reply
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.intelligence.base import FunctionDef, ToolDef
 from agentd.mcp.client.toolbox import Toolbox
 from agentd.tree.broker import Broker

@@ -22,7 +22,7 @@ from waiting import until
 from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
 from agentd.child.control import IO_SCOPE, IoCall, IoRead, IoSubscribe
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.errors import ToolFault
 from agentd.wire.jsonrpc import ErrorObject
 
@@ -282,7 +282,7 @@ async def test_forkserver_that_cannot_start_falls_back_to_exec(tmp_path, monkeyp
 
 
 def test_spawn_defaults_to_the_forkserver_on_linux():
-    from agentd.config import Config
+    from agentd.config.model import Config
 
     assert Config().spawn == ("forkserver" if os.uname().sysname == "Linux" else "exec")
 
@@ -292,7 +292,7 @@ async def test_the_root_and_its_children_share_one_ledger(tmp_path):
     """A whole run (agentd.app.run.execute): the root's own calls are charged to
     `0` and its child's, brokered, to `0.1`, in the one ledger of the tree."""
     from agentd.app.run import execute
-    from agentd.config import Config
+    from agentd.config.model import Config
 
     def script(body: dict) -> Reply:
         if _instruction(body).endswith("child job"):

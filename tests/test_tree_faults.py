@@ -102,7 +102,7 @@ async def test_hanging_child_is_cancelled(tmp_path, spawn, monkeypatch):
 
 PARENT = textwrap.dedent("""
     import asyncio, json, sys
-    from agentd.config import Config
+    from agentd.config.model import Config
     from agentd.agent.subagents import SpawnRequest
     from agentd.app.compose import open_supervisor
     from waiting import until

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from agentd.app import serving  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
-from agentd.config import parse_serve  # noqa: E402
+from agentd.config.serve import parse_serve  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 

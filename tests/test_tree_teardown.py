@@ -22,7 +22,7 @@ from agentd.agent.subagents import SpawnRequest
 from agentd.app import serving
 from agentd.app.compose import open_supervisor
 from agentd.child.boot import FAULT_ENV, LINGER
-from agentd.config import parse_serve
+from agentd.config.serve import parse_serve
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]

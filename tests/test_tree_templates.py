@@ -19,7 +19,7 @@ from waiting import until
 
 from agentd.agent.subagents import SpawnRequest
 from agentd.app.compose import open_supervisor
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import agentd
-from agentd.config import Config
+from agentd.config.model import Config
 
 PLAYBACK = {
     "playback": 1,

@@ -32,7 +32,8 @@ import aiohttp
 import msgspec
 
 from agentd import __version__
-from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec, resolve_headers
+from agentd.config.endpoints import resolve_headers
+from agentd.config.model import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.errors import A2AFault
 from agentd.log import log
 from agentd.wire import a2a as w

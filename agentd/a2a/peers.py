@@ -42,7 +42,7 @@ from typing import Any, Final
 import msgspec
 
 from agentd.a2a.client import A2AClient
-from agentd.config import DEFAULT_INIT_TIMEOUT, ServerSpec
+from agentd.config.model import DEFAULT_INIT_TIMEOUT, ServerSpec
 from agentd.errors import A2AFault
 from agentd.log import log
 from agentd.mcp.client.rules.faults import RequiredServerLost

@@ -49,7 +49,7 @@ import msgspec
 
 from agentd.agent.loop import LoopState, Tracers
 from agentd.app.run import RunContext, execute, new_run_id
-from agentd.config import Config, ServerSpec
+from agentd.config.model import Config, ServerSpec
 from agentd.errors import RPCError
 from agentd.intelligence.base import Message, tool_result
 from agentd.log import log

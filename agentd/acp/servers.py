@@ -1,6 +1,6 @@
 """A session's `mcpServers` -> the MCP servers its runs declare, or a refusal.
 
-* `http` entries become declared servers (`agentd.config.ServerSpec`) of that
+* `http` entries become declared servers (`agentd.config.model.ServerSpec`) of that
   session, their `headers` sent on every request.  The header values are
   literal: a `{{secret:NAME}}` in one is refused (secret references are the
   operator's, in the config file; a client must not make agentd send its own
@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from agentd.config import ConfigError, ServerSpec, check_endpoint
-from agentd.errors import RPCError
+from agentd.config.endpoints import check_endpoint
+from agentd.config.model import ServerSpec
+from agentd.errors import ConfigError, RPCError
 from agentd.log import register_secret
 from agentd.secrets import SECRET_RE
 from agentd.wire.jsonrpc import INVALID_PARAMS

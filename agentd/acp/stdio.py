@@ -25,7 +25,7 @@ import stat
 import sys
 from typing import Any
 
-from agentd.config import Config
+from agentd.config.model import Config
 from agentd.errors import RPCError
 from agentd.log import log
 from agentd.wire import codec

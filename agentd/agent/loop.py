@@ -38,7 +38,7 @@ import orjson
 from agentd.agent import prompt as P
 from agentd.agent.images import ImageBudget, images_message
 from agentd.agent.selftools import SelfTools
-from agentd.config import RunLimits
+from agentd.config.model import RunLimits
 from agentd.errors import IntelligenceError, ToolFault
 from agentd.intelligence.base import (
     Completion,

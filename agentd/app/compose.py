@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentd.config import Config
+from agentd.config.model import Config
 from agentd.intelligence import for_config
 from agentd.intelligence.base import Intelligence
 from agentd.intelligence.flow import FlowGate

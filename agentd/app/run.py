@@ -36,8 +36,8 @@ import msgspec
 from agentd.agent.loop import Actions, Loop, LoopState, Outcome, Tracer, run_task
 from agentd.agent.selftools import SelfTools
 from agentd.agent.subagents import SubagentBackend, Unavailable
-from agentd.config import Config, ConfigError
-from agentd.errors import classify, leaf_error
+from agentd.config.model import Config
+from agentd.errors import ConfigError, classify, leaf_error
 from agentd.exitcodes import EXIT_BY_STATUS, ExitCode
 from agentd.intelligence import for_config
 from agentd.intelligence.base import Intelligence, Message, user
@@ -301,7 +301,7 @@ def _open_toolbox(config: Config, run_id: str) -> Toolbox:
 async def _serve_metrics(stack: contextlib.AsyncExitStack, config: Config) -> None:
     """`--metrics-listen HOST:PORT`: /metrics, /healthz and /readyz on their own
     listener (task mode has no --serve-mcp listener to share)."""
-    from agentd.config import split_host_port
+    from agentd.config.serve import split_host_port
     from agentd.obs.http import serve_standalone
 
     host, port = split_host_port(config.metrics_listen or "")

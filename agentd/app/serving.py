@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentd.agent.subagents import SubagentBackend, Unavailable
-from agentd.config import Config, ServeSpec, resolve_bearers
+from agentd.config.model import Config, ServeSpec
+from agentd.config.serve import resolve_bearers
 from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.http.server import Limits, Runner
 from agentd.mcp.server.http.server import serve as _serve_http

@@ -43,7 +43,7 @@ from agentd.child.control import (
     IoUpdated,
     io_error,
 )
-from agentd.config import DEFAULT_CASSETTE_BYTES
+from agentd.config.model import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
 from agentd.log import log
 from agentd.mcp.client.rules.faults import ABORT_CAUSES

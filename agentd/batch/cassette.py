@@ -63,9 +63,9 @@ from agentd.child.control import (
     IoResult,
     answer_limit,
 )
-from agentd.config import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
+from agentd.config.intelligence import DEFAULT_INTELLIGENCE_MAX_BYTES
+from agentd.config.model import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
 from agentd.errors import TreeError
-from agentd.intelligence_config import DEFAULT_INTELLIGENCE_MAX_BYTES
 from agentd.log import redact
 from agentd.output import Usage
 from agentd.wire.guard import PEER_FAULTS, fault_text

@@ -31,7 +31,8 @@ from typing import IO, Any
 
 import msgspec
 
-from agentd.config import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES, ConfigError
+from agentd.config.model import DEFAULT_MAX_TASKS, DEFAULT_TASK_LINE_BYTES
+from agentd.errors import ConfigError
 from agentd.log import log, redact
 from agentd.output import Usage
 from agentd.wire.guard import PEER_FAULTS, fault_text

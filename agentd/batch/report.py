@@ -39,7 +39,7 @@ import orjson
 
 from agentd.batch.cassette import cassette_path
 from agentd.batch.files import lines_within, open_regular
-from agentd.config import ConfigError
+from agentd.errors import ConfigError
 from agentd.wire.guard import loads_peer
 
 __all__ = ["Limits", "Report", "build_report", "render", "write_report"]

@@ -51,7 +51,7 @@ from agentd.batch.score import (
     summarize,
 )
 from agentd.batch.trajectories import SampleTrajectories
-from agentd.config import DEFAULT_SCORER_TIMEOUT, Config
+from agentd.config.model import DEFAULT_SCORER_TIMEOUT, Config
 from agentd.errors import classify
 from agentd.exitcodes import ExitCode
 from agentd.intelligence import for_config

@@ -35,7 +35,7 @@ import msgspec
 
 from agentd.agent.loop import wants_json
 from agentd.batch.files import ResultLine, TaskLine
-from agentd.config import ConfigError
+from agentd.errors import ConfigError
 from agentd.mcp.client.rules.schema import schemas
 from agentd.tree.procs import scrub_env
 from agentd.wire.guard import PEER_FAULTS, fault_text

@@ -61,7 +61,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from agentd.agent.spawn_tools import HandleArgs, SendArgs
 from agentd.agent.subagents import HandleState, SpawnRequest
-from agentd.config import RunLimits
+from agentd.config.model import RunLimits
 from agentd.errors import RPCError, ToolFault, TreeError
 from agentd.intelligence.base import Completion, Message, ToolDef
 from agentd.trajectory.atif import Trajectory

@@ -27,7 +27,7 @@ from agentd.agent.selftools import SelfTools
 from agentd.child.brokered import BrokeredIntelligence, BrokeredToolbox
 from agentd.child.control import ChildConfig, RunOutcome
 from agentd.child.remote import RemoteBackend
-from agentd.config import DEFAULT_MAX_SUBSCRIPTIONS
+from agentd.config.model import DEFAULT_MAX_SUBSCRIPTIONS
 from agentd.errors import classify, leaf_error
 from agentd.exitcodes import EXIT_BY_STATUS, ExitCode
 from agentd.intelligence.base import Message, user

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from agentd import config as cfg
+from agentd.errors import ConfigError
 
 __all__ = ["acp"]
 
@@ -67,22 +67,22 @@ def acp(ctx: click.Context, max_line_bytes: int | None, trajectories: str | None
 
     flags = over_root(ctx.find_root().obj or {}, local, _SHARED)
     if flags.get("instruction"):
-        raise cfg.ConfigError("agentd acp: the instructions come from session/prompt, "
-                              "not --instruction")
+        raise ConfigError("agentd acp: the instructions come from session/prompt, "
+                          "not --instruction")
     config = config_from_flags(flags, needs_instruction=False)
     if config.mode != "task" or config.serve is not None or config.subscribe:
-        raise cfg.ConfigError("agentd acp: prompts run in task mode, without --serve-mcp "
-                              "or --subscribe")
+        raise ConfigError("agentd acp: prompts run in task mode, without --serve-mcp "
+                          "or --subscribe")
     check_intelligence(config)
     max_line = DEFAULT_MAX_LINE if max_line_bytes is None else max_line_bytes
     if max_line < 1024:
-        raise cfg.ConfigError(f"--max-line-bytes {max_line}: at least 1024")
+        raise ConfigError(f"--max-line-bytes {max_line}: at least 1024")
     if trajectories is not None:
         try:
             os.makedirs(trajectories, exist_ok=True)
         except OSError as exc:
-            raise cfg.ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc} "
-                                  "(give a directory agentd can create and write)") from None
+            raise ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc} "
+                              "(give a directory agentd can create and write)") from None
     out_fd = claim_stdout()
     _log.configure(fmt=config.log_format, level=config.log_level or "info")
     from agentd.log_bridge import route_stdlib

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from agentd import config as cfg
+from agentd.config.model import Config, ServerSpec
+from agentd.errors import ConfigError
 
 __all__ = ["auth"]
 
@@ -30,7 +31,7 @@ def _flags(ctx: click.Context, local: dict[str, Any]) -> dict[str, Any]:
     return over_root(ctx.find_root().obj or {}, local, _SHARED)
 
 
-def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]:
+def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[Config, dict]:
     from agentd import log as _log
     from agentd.cli.flags import config_from_flags
     from agentd.mcp.client import oauth
@@ -43,11 +44,11 @@ def _setup(ctx: click.Context, local: dict[str, Any]) -> tuple[cfg.Config, dict]
     return config, flags
 
 
-def _spec(config: cfg.Config, name: str) -> cfg.ServerSpec:
+def _spec(config: Config, name: str) -> ServerSpec:
     spec = config.server(name)
     if spec is None:
-        raise cfg.ConfigError(f"no MCP server named {name!r} (declare it with --mcp "
-                              f"{name}=<endpoint> or in --config)")
+        raise ConfigError(f"no MCP server named {name!r} (declare it with --mcp "
+                          f"{name}=<endpoint> or in --config)")
     return spec
 
 
@@ -87,13 +88,13 @@ def login(ctx: click.Context, name: str, no_browser: bool, timeout: float,
         click.echo(f"agentd: {name} uses client_credentials: no login is needed")
         ctx.exit(0)
     if timeout <= 0:
-        raise cfg.ConfigError("--timeout must be positive")
+        raise ConfigError("--timeout must be positive")
     ctx.exit(runtime.run(_login(config, spec, open_browser=not no_browser, limit=timeout)))
 
 
-async def _login(config: cfg.Config, spec: cfg.ServerSpec, *, open_browser: bool,
+async def _login(config: Config, spec: ServerSpec, *, open_browser: bool,
                  limit: float) -> int:
-    from agentd.config import resolve_headers
+    from agentd.config.endpoints import resolve_headers
     from agentd.errors import HandshakeError
     from agentd.mcp.client.facade import MCPClient
     from agentd.mcp.client.oauth import auth_for, configure
@@ -101,7 +102,7 @@ async def _login(config: cfg.Config, spec: cfg.ServerSpec, *, open_browser: bool
     configure(open_browser=open_browser, login_timeout=limit)
     try:
         headers = resolve_headers(spec, config.secrets_dir)
-    except cfg.ConfigError as exc:
+    except ConfigError as exc:
         print(f"agentd: error: {exc}", file=sys.stderr)
         return 2
     auth = auth_for(spec, config.secrets_dir, headers, force_login=True, interactive=True)

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from agentd import config as cfg
-from agentd.config import DEFAULT_SCORER_TIMEOUT
+from agentd.config.model import DEFAULT_SCORER_TIMEOUT
+from agentd.errors import ConfigError
 
 __all__ = ["batch", "share_run_flags"]
 
@@ -116,8 +116,8 @@ def batch(ctx: click.Context, **local: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     if not local["tasks"] or not local["out"]:
-        raise cfg.ConfigError("agentd batch: --tasks FILE.jsonl and --out RESULTS.jsonl "
-                              "are required (or a subcommand: agentd batch report --help)")
+        raise ConfigError("agentd batch: --tasks FILE.jsonl and --out RESULTS.jsonl "
+                          "are required (or a subcommand: agentd batch report --help)")
     from agentd import log as _log
     from agentd import runtime
     from agentd.batch.files import ResultsFile, load_tasks, open_regular
@@ -126,28 +126,28 @@ def batch(ctx: click.Context, **local: Any) -> None:
 
     for name in ("tasks", "out"):
         if not local[name]:
-            raise cfg.ConfigError(f"agentd batch: --{name} is required (agentd batch --help)")
+            raise ConfigError(f"agentd batch: --{name} is required (agentd batch --help)")
     flags = over_root(ctx.find_root().obj or {}, local, _SHARED + tuple(_ROOT_ONLY))
     if flags.get("instruction"):
-        raise cfg.ConfigError("agentd batch: the instructions come from --tasks, "
-                              "not --instruction")
+        raise ConfigError("agentd batch: the instructions come from --tasks, "
+                          "not --instruction")
     config = config_from_flags(flags, needs_instruction=False)
     if config.mode != "task" or config.serve is not None:
-        raise cfg.ConfigError("agentd batch: samples run in task mode, without --serve-mcp")
+        raise ConfigError("agentd batch: samples run in task mode, without --serve-mcp")
     record, replay = local["record"], local["replay"]
     if record and replay:
-        raise cfg.ConfigError("--record and --replay exclude each other")
+        raise ConfigError("--record and --replay exclude each other")
     if replay:
         if not os.path.isdir(replay):
-            raise cfg.ConfigError(f"--replay {replay}: not a directory of cassettes")
+            raise ConfigError(f"--replay {replay}: not a directory of cassettes")
     else:
         check_intelligence(config)
     for name in ("epochs", "retry_errors", "limit"):
         value, least = local[name], 0 if name != "epochs" else 1
         if value is not None and value < least:
-            raise cfg.ConfigError(f"--{name.replace('_', '-')} {value}: at least {least}")
+            raise ConfigError(f"--{name.replace('_', '-')} {value}: at least {least}")
     if local["retry_failed"] and not local["resume"]:
-        raise cfg.ConfigError("--retry-failed needs --resume (it re-runs failed lines of --out)")
+        raise ConfigError("--retry-failed needs --resume (it re-runs failed lines of --out)")
     scorers, timeout = _scorers(local)
     tasks = select(load_tasks(local["tasks"], line_bytes=config.task_line_bytes,
                               max_tasks=config.max_tasks),
@@ -165,21 +165,21 @@ def batch(ctx: click.Context, **local: Any) -> None:
             try:
                 fd = open_regular(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             except OSError as exc:
-                raise cfg.ConfigError(f"--log-file {log_file}: {exc.strerror or exc}") from None
+                raise ConfigError(f"--log-file {log_file}: {exc.strerror or exc}") from None
             log_stream = os.fdopen(fd, "a", encoding="utf-8")
             _log.configure(stream=log_stream)
         if record:
             try:
                 os.makedirs(record, exist_ok=True)
             except OSError as exc:
-                raise cfg.ConfigError(f"--record {record}: {exc.strerror or exc}") from None
+                raise ConfigError(f"--record {record}: {exc.strerror or exc}") from None
         trajectories = local["trajectories"]
         if trajectories:
             try:
                 os.makedirs(trajectories, exist_ok=True)
             except OSError as exc:
-                raise cfg.ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc}"
-                                      ) from None
+                raise ConfigError(f"--trajectories {trajectories}: {exc.strerror or exc}"
+                                  ) from None
         opts = BatchOptions(out=out, record=record, replay=replay, trajectories=trajectories,
                             log_file=log_file, epochs=local["epochs"],
                             scorers=scorers, scorer_timeout=timeout,
@@ -222,7 +222,7 @@ def _scorers(local: dict[str, Any]) -> tuple[tuple[Any, ...], float]:
     scorers = tuple(parse_scorer(s) for s in local["scorers"])
     timeout = local["scorer_timeout"]
     if timeout is not None and not timeout > 0:
-        raise cfg.ConfigError(f"--scorer-timeout {timeout}: must be positive (seconds)")
+        raise ConfigError(f"--scorer-timeout {timeout}: must be positive (seconds)")
     return scorers, DEFAULT_SCORER_TIMEOUT if timeout is None else timeout
 
 
@@ -232,7 +232,7 @@ def select(tasks: list[Any], path: str, ids: tuple[str, ...], limit: int | None)
         known = {t.id for t in tasks}
         missing = [i for i in ids if i not in known]
         if missing:
-            raise cfg.ConfigError(f"--sample {missing[0]!r}: no task of that id in --tasks {path}")
+            raise ConfigError(f"--sample {missing[0]!r}: no task of that id in --tasks {path}")
         wanted = set(ids)
         tasks = [t for t in tasks if t.id in wanted]
     return tasks if limit is None else tasks[:limit]
@@ -263,8 +263,8 @@ def score_cmd(results_path: str, tasks: str, out: str | None, **local: Any) -> N
     lines = read_results(results_path)
     for line in lines:
         if line.id not in by_id:
-            raise cfg.ConfigError(f"RESULTS {results_path}: sample {line.id!r} is not in "
-                                  f"--tasks {tasks}: name the batch's own tasks file")
+            raise ConfigError(f"RESULTS {results_path}: sample {line.id!r} is not in "
+                              f"--tasks {tasks}: name the batch's own tasks file")
     _log.configure(fmt="json", level="warning")
     sink = ResultsFile(out, resume=False) if out else None
     try:

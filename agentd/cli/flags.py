@@ -8,14 +8,18 @@ is opened or process started.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from agentd import config as cfg
-from agentd import intelligence_config, secrets
+from agentd import secrets
 from agentd.agent import images, selftools
-
-BEARER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+from agentd.config.build import build
+from agentd.config.endpoints import check_header_secrets, parse_a2a_peer_flag, parse_mcp_flag
+from agentd.config.intelligence import gateway, needs_model
+from agentd.config.load import load_config_file
+from agentd.config.model import LOG_FORMATS, Config
+from agentd.config.pool import parse_pool
+from agentd.config.serve import check_bearers, parse_serve
+from agentd.errors import ConfigError
 
 
 def parse_log_level(level: Any) -> str | None:
@@ -29,7 +33,7 @@ def parse_log_level(level: Any) -> str | None:
 
     norm = level.strip().lower() if isinstance(level, str) else level
     if norm not in LEVELS:
-        raise cfg.ConfigError(f"--log-level {level!r}: expected debug, info, warning or error")
+        raise ConfigError(f"--log-level {level!r}: expected debug, info, warning or error")
     return str(norm)
 
 
@@ -44,34 +48,16 @@ def over_root(root: dict[str, Any], local: dict[str, Any], keys: Any) -> dict[st
     return flags
 
 
-def check_bearers(bearers: object, secrets_dir: str) -> dict[str, str]:
-    """Named bearers from the config file: each value exactly one {{secret:NAME}},
-    resolvable now (exit 2 before any side effect), kept unresolved."""
-    if not isinstance(bearers, dict):
-        raise cfg.ConfigError("serve_bearers: expected a table of name = \"{{secret:NAME}}\"")
-    out: dict[str, str] = {}
-    for name, ref in bearers.items():
-        if not isinstance(name, str) or not BEARER_NAME_RE.fullmatch(name):
-            raise cfg.ConfigError(f"serve_bearers: bad bearer name {name!r} "
-                              "(letters, digits, _ . -)")
-        if not isinstance(ref, str) or not secrets.SECRET_RE.fullmatch(ref.strip()):
-            raise cfg.ConfigError(f"serve_bearers.{name}: the token must be a {{{{secret:NAME}}}} "
-                              "reference, never the token itself")
-        secrets.resolve_secret(secrets.SECRET_RE.fullmatch(ref.strip()).group(1), secrets_dir)  # type: ignore[union-attr]
-        out[name] = ref.strip()
-    return out
-
-
-def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) -> cfg.Config:
+def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) -> Config:
     """Merge the config file (if any) and the flags into one frozen Config."""
     flags = dict(flags)
     values: dict[str, Any] = {}
     config_file = flags.pop("config_file", None)
     if config_file:
-        values = cfg.load_config_file(config_file)
+        values = load_config_file(config_file)
     servers = list(values.pop("mcp", []))
     from_file = {s.name for s in servers}
-    for spec in (cfg.parse_mcp_flag(v) for v in flags.pop("mcp", ())):
+    for spec in (parse_mcp_flag(v) for v in flags.pop("mcp", ())):
         # a --mcp naming a server of the config file sets its endpoint; the file
         # keeps what a flag cannot say (headers with secrets, CA, required)
         i = next((n for n, s in enumerate(servers) if s.name == spec.name), None)
@@ -87,7 +73,7 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
                                     *flags.pop("features", ())) for f in v.split(",")
                 if f.strip()]
     a2a_peers = list(values.pop("a2a_peers", []))
-    a2a_peers += [cfg.parse_a2a_peer_flag(v) for v in flags.pop("a2a_peer", ())]
+    a2a_peers += [parse_a2a_peer_flag(v) for v in flags.pop("a2a_peer", ())]
     serve_keys = ("serve_mcp", "serve_cert", "serve_key", "serve_client_ca", "serve_bearer")
     serve = {k: flags.pop(k, None) or values.pop(k, None) for k in serve_keys}
     bearers = values.pop("serve_bearers", None)
@@ -103,12 +89,12 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
 
         register_secret(flags["metrics_bearer"])
     if serve["serve_mcp"]:
-        values["serve"] = cfg.parse_serve(serve["serve_mcp"], serve["serve_cert"],
-                                          serve["serve_key"], serve["serve_client_ca"],
-                                          serve["serve_bearer"], bearers)
+        values["serve"] = parse_serve(serve["serve_mcp"], serve["serve_cert"],
+                                      serve["serve_key"], serve["serve_client_ca"],
+                                      serve["serve_bearer"], bearers)
     elif any(serve[k] for k in serve_keys[1:]) or bearers:
-        raise cfg.ConfigError("--serve-cert/--serve-key/--serve-client-ca/--serve-bearer "
-                              "need --serve-mcp")
+        raise ConfigError("--serve-cert/--serve-key/--serve-client-ca/--serve-bearer "
+                          "need --serve-mcp")
     pool_id = flags.pop("pool_id", None) or values.pop("pool_id", None)
     pool_peers = list(values.pop("pool_peers", None) or ()) + list(flags.pop("pool_peer", ()))
     pool_key = flags.pop("pool_key", None) or values.pop("pool_key", None)
@@ -116,42 +102,37 @@ def config_from_flags(flags: dict[str, Any], *, needs_instruction: bool = True) 
     dns_interval = flags.pop("pool_dns_interval", None)  # 0 is a value, refused: no `or`
     dns_interval = values.pop("pool_dns_interval", None) if dns_interval is None else dns_interval
     if dns_interval is not None and not pool_dns:
-        raise cfg.ConfigError("--pool-dns-interval needs --pool-dns")
+        raise ConfigError("--pool-dns-interval needs --pool-dns")
     sub_timeout, dead_after = (  # 0 is refused, not defaulted: no `or`
         values.pop(k, None) if (v := flags.pop(k, None)) is None else v
         for k in ("pool_subscribe_timeout", "pool_dead_after"))
-    pool = cfg.parse_pool(pool_id, pool_peers, pool_key, values.get("serve"),
-                          flags.get("secrets_dir") or values.get("secrets_dir")
-                          or secrets.DEFAULT_SECRETS_DIR, pool_dns, dns_interval, sub_timeout,
-                          dead_after)
+    pool = parse_pool(pool_id, pool_peers, pool_key, values.get("serve"),
+                      flags.get("secrets_dir") or values.get("secrets_dir")
+                      or secrets.DEFAULT_SECRETS_DIR, pool_dns, dns_interval, sub_timeout,
+                      dead_after)
     if pool is not None:
         values["pool"] = pool
-    if flags.get("log_format") not in (None, *cfg.LOG_FORMATS):
-        raise cfg.ConfigError(f"--log-format {flags['log_format']!r}: expected auto, json or text")
+    if flags.get("log_format") not in (None, *LOG_FORMATS):
+        raise ConfigError(f"--log-format {flags['log_format']!r}: expected auto, json or text")
     values.update({k: v for k, v in flags.items() if v is not None})
-    intelligence_config.gateway(values)  # flag > file > AGENTD_* env > OPENAI_* env
+    gateway(values)  # flag > file > AGENTD_* env > OPENAI_* env
     values["log_level"] = parse_log_level(values.get("log_level"))
     values["self_tools"] = selftools.check_offer(values.get("self_tools", "all"))
     values["tool_images"] = images.check_mode(values.get("tool_images", "parts"))
     values["mcp"] = servers
     secrets_dir = values.get("secrets_dir") or secrets.DEFAULT_SECRETS_DIR
-    # a required server's header {{secret:…}} that is not set: exit 2 now, not at connect
-    # (an optional server's is found at connect time: it is then left out, like a failure)
-    for spec in (s for s in servers if s.required):
-        for value in spec.headers.values():
-            for ref in secrets.SECRET_RE.finditer(value):
-                secrets.resolve_secret(ref.group(1), secrets_dir)
+    check_header_secrets(servers, secrets_dir)
     values["subscribe"] = subscribe
     values["features"] = tuple(dict.fromkeys(features))
     values["a2a_peers"] = a2a_peers
-    return cfg.build(values, needs_instruction=needs_instruction)
+    return build(values, needs_instruction=needs_instruction)
 
 
-def check_intelligence(config: cfg.Config) -> None:
+def check_intelligence(config: Config) -> None:
     """A bad or missing --intelligence, or an HTTP gateway without a model, is exit 2
     with the one usage line, like every other usage error, before logging starts and
     before any MCP handshake (building a provider opens nothing)."""
     from agentd.intelligence import for_config
 
     for_config(config)
-    intelligence_config.needs_model(config.intelligence, config.model)
+    needs_model(config.intelligence, config.model)

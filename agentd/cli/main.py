@@ -13,12 +13,12 @@ from typing import Any
 import click
 
 from agentd import __version__
-from agentd import config as cfg
 from agentd.cli.acp import acp as acp_command
 from agentd.cli.auth import auth as auth_commands
 from agentd.cli.batch import batch as batch_command
 from agentd.cli.batch import share_run_flags
 from agentd.cli.flags import check_intelligence, config_from_flags, parse_log_level
+from agentd.errors import ConfigError
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
 from agentd.netaddr import is_loopback_host
 
@@ -286,19 +286,19 @@ def top_cmd(ctx: click.Context, url: str, bearer: str | None, ca_file: str | Non
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise cfg.ConfigError(f"agentd top {url!r}: expected http(s)://host:port")
+        raise ConfigError(f"agentd top {url!r}: expected http(s)://host:port")
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-        raise cfg.ConfigError(f"agentd top {url!r}: a non-loopback worker must be https://")
+        raise ConfigError(f"agentd top {url!r}: a non-loopback worker must be https://")
     if bool(client_cert) != bool(client_key):
-        raise cfg.ConfigError("--client-cert and --client-key go together")
+        raise ConfigError("--client-cert and --client-key go together")
     if interval <= 0:
-        raise cfg.ConfigError("--interval must be positive")
+        raise ConfigError("--interval must be positive")
     if not once:
         try:
             import rich  # noqa: F401
         except ImportError:
-            raise cfg.ConfigError("agentd top: the live view needs rich: "
-                                  "pip install 'agentd[top]' (or use --once)") from None
+            raise ConfigError("agentd top: the live view needs rich: "
+                              "pip install 'agentd[top]' (or use --once)") from None
     flags = ctx.obj or {}
     _log.configure(fmt=flags.get("log_format") or "auto", level="warning")
     warn_secret_flags(ctx)
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     route_python()
     try:
         code = cli.main(args=argv, prog_name="agentd", standalone_mode=False)
-    except cfg.ConfigError as exc:
+    except ConfigError as exc:
         _usage_line(str(exc))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -21,7 +21,7 @@ import contextlib
 import time
 from typing import Any
 
-from agentd.config import ServerSpec
+from agentd.config.model import ServerSpec
 from agentd.exitcodes import ExitCode
 from agentd.log import log
 from agentd.wire.guard import loads_peer

@@ -37,7 +37,7 @@ from typing import Any, TextIO
 import orjson
 
 from agentd.agent.loop import Tracer
-from agentd.config import Config, ServerSpec
+from agentd.config.model import Config, ServerSpec
 from agentd.exitcodes import ExitCode
 from agentd.intelligence.base import Completion
 from agentd.log import configure, log

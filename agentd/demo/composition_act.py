@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from agentd.config import Config, ServerSpec, ServeSpec
+from agentd.config.model import Config, ServerSpec, ServeSpec
 from agentd.demo import DemoContext, Trace, register_act
 
 INBOX = "notes://note/inbox"

@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from agentd.config import Config, ConfigError, StreamBounds
-from agentd.errors import IntelligenceError
+from agentd.config.intelligence import PLAYBACK, Sampling
+from agentd.config.model import Config, StreamBounds
+from agentd.errors import ConfigError, IntelligenceError
 from agentd.intelligence.base import (
     Completion,
     FunctionCall,
@@ -34,7 +35,6 @@ from agentd.intelligence.base import (
     ToolCall,
     ToolDef,
 )
-from agentd.intelligence_config import PLAYBACK, Sampling
 from agentd.netaddr import is_loopback_host
 
 __all__ = [

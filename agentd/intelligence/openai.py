@@ -14,7 +14,7 @@ tree's `FlowGate` set, a 429 or `Retry-After` pauses every call of the tree); an
 4xx, or a gateway that keeps failing once the attempts are spent, raises
 `IntelligenceUnavailable` (exit 5); every refusal keeps the gateway's own
 error text (its first 200 characters), and a 401/403 names the variable that
-gave the key, or says none was set (agentd.intelligence_config.key_hint). The
+gave the key, or says none was set (agentd.config.intelligence.key_hint). The
 bearer comes from env `AGENTD_INTELLIGENCE_KEY`, else `OPENAI_API_KEY`; it is
 registered for redaction and never logged.
 
@@ -37,7 +37,13 @@ from yarl import URL
 
 from agentd import __version__
 from agentd import log as _logmod
-from agentd.config import StreamBounds
+from agentd.config.intelligence import (
+    DEFAULT_INTELLIGENCE_MAX_BYTES,
+    Sampling,
+    gateway_key,
+    key_hint,
+)
+from agentd.config.model import StreamBounds
 from agentd.errors import IntelligenceError
 from agentd.intelligence.base import (
     Completion,
@@ -49,12 +55,6 @@ from agentd.intelligence.base import (
     Usage,
 )
 from agentd.intelligence.flow import FlowGate
-from agentd.intelligence_config import (
-    DEFAULT_INTELLIGENCE_MAX_BYTES,
-    Sampling,
-    gateway_key,
-    key_hint,
-)
 from agentd.log import log
 from agentd.mcp.client.rules.faults import parse_retry_after
 from agentd.obs import trace

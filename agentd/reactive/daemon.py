@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentd.config import (
+from agentd.config.model import (
     DEFAULT_DEBOUNCE,
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_MAX_SUBSCRIPTIONS,
@@ -68,7 +68,7 @@ from agentd.reactive.waiters import Waiters
 if TYPE_CHECKING:  # the loop is imported when a runner is built (loop_runner)
     from agentd.agent.loop import LoopState, Tracer
     from agentd.agent.selftools import SelfTools
-    from agentd.config import Config, RunLimits
+    from agentd.config.model import Config, RunLimits
     from agentd.intelligence.base import Intelligence
 
 _log = log.bind(component="reactive")

@@ -29,7 +29,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unknown
-from agentd.config import PoolSpec
+from agentd.config.model import PoolSpec
 from agentd.errors import PoolError
 from agentd.log import log
 from agentd.log_bridge import throttled

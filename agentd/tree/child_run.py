@@ -32,7 +32,7 @@ from agentd.agent.subagents import HandleState, SpawnRequest, depth_of
 from agentd.child.boot import FAULT_ENV
 from agentd.child.channel import Channel, ChannelClosed
 from agentd.child.control import ChildConfig, MessageParams, RunOutcome
-from agentd.config import Config
+from agentd.config.model import Config
 from agentd.errors import RPCError
 from agentd.log import Logger
 from agentd.obs import trace

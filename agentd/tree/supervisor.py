@@ -62,7 +62,7 @@ from agentd.child.control import (
     RunOutcome,
     answer_limit,
 )
-from agentd.config import Config
+from agentd.config.model import Config
 from agentd.errors import RPCError, TreeError
 from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger

@@ -32,12 +32,12 @@ import msgspec
 import orjson
 
 import agentd
-from agentd.config import (
+from agentd.config.endpoints import resolve_headers
+from agentd.config.model import (
     DEFAULT_INIT_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     ServerSpec,
     StreamBounds,
-    resolve_headers,
 )
 from agentd.errors import ToolFault
 from agentd.log import log

@@ -23,11 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
-from agentd.config import (
-    DEFAULT_INIT_TIMEOUT,
-    DEFAULT_PING_INTERVAL,
-    ServerSpec,
-)
+from agentd.config.model import DEFAULT_INIT_TIMEOUT, DEFAULT_PING_INTERVAL, ServerSpec
 from agentd.errors import ToolFault
 from agentd.log import log
 from agentd.mcp.client.rules.faults import RequiredServerLost, RetryPolicy, kind

@@ -22,7 +22,7 @@ session layer decides what it is.
   :class:`SessionExpired` -- on POST and on GET alike.  A GET stream the server
   offered and then no longer offers raises :class:`TransportError` (a lost
   stream, for the client to recover), never a quiet return.
-* Every SSE stream is parsed within ``bounds`` (:class:`~agentd.config.StreamBounds`):
+* Every SSE stream is parsed within ``bounds`` (:class:`~agentd.config.model.StreamBounds`):
   an event past ``event_bytes`` drops that stream and raises
   :class:`TransportError` with its ``limit`` set (unless the awaited answer came
   before it); the server's ``retry`` is clamped, so a reconnection is never put
@@ -54,7 +54,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from agentd import __version__
-from agentd.config import StreamBounds
+from agentd.config.model import StreamBounds
 from agentd.mcp.client import http_hints
 from agentd.mcp.client.answered import Answered
 from agentd.mcp.client.rules.faults import (

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from agentd.mcp.client.oauth.errors import OAuthError
 
 if TYPE_CHECKING:
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp.client.oauth.provider import OAuth
 
 __all__ = ["OAuthError", "Settings", "auth_for", "configure",

@@ -18,7 +18,8 @@ import aiohttp
 import orjson
 
 from agentd import __version__
-from agentd.config import ConfigError, check_endpoint
+from agentd.config.endpoints import check_endpoint
+from agentd.errors import ConfigError
 from agentd.mcp.client.oauth.errors import OAuthError
 from agentd.wire.guard import PEER_FAULTS
 

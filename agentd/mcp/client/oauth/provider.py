@@ -40,7 +40,7 @@ from agentd.mcp.client.oauth.errors import STATIC_TOKEN_FIX, OAuthError, authori
 from agentd.mcp.client.oauth.store import TokenRecord, TokenStore
 
 if TYPE_CHECKING:
-    from agentd.config import ServerSpec
+    from agentd.config.model import ServerSpec
     from agentd.mcp.client.oauth.discovery import ASMetadata, ProtectedResource
     from agentd.mcp.client.oauth.grants import ClientAuth, TokenAnswer
     from agentd.mcp.client.oauth.http import Http
@@ -240,7 +240,7 @@ class OAuth:
                 return True
             except OAuthError as exc:
                 self.log.info("oauth.refresh.failed", error=str(exc)[:300])
-        from agentd.config import ClientCredentialsAuth  # loaded: the spec is one of its types
+        from agentd.config.model import ClientCredentialsAuth
 
         auth = self.spec.auth
         if isinstance(auth, ClientCredentialsAuth):  # self.kind == "client_credentials"
@@ -302,7 +302,7 @@ class OAuth:
                     persist=self.kind == "oauth", refresh_token=rec.refresh_token)
 
     async def _client(self, meta: ASMetadata, *, redirect_uri: str | None) -> ClientAuth:
-        from agentd.config import OAuthAuth  # loaded: the spec is one of its types
+        from agentd.config.model import OAuthAuth
         from agentd.mcp.client.oauth.grants import ClientAuth
         from agentd.mcp.client.oauth.registration import register_client
 
@@ -335,7 +335,7 @@ class OAuth:
 
     async def _client_credentials(self, meta: ASMetadata, resource: str,
                                   scope: str | None) -> TokenAnswer:
-        from agentd.config import ClientCredentialsAuth
+        from agentd.config.model import ClientCredentialsAuth
         from agentd.mcp.client.oauth.grants import ClientAuth, token_request
 
         a = self.spec.auth

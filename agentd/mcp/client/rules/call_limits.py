@@ -28,7 +28,12 @@ from typing import Final, Literal
 import msgspec
 from msgspec import Raw
 
-from agentd.config import DEFAULT_TOOL_IDLE_TIMEOUT, DEFAULT_TOOL_TIMEOUT, RunLimits, ServerSpec
+from agentd.config.model import (
+    DEFAULT_TOOL_IDLE_TIMEOUT,
+    DEFAULT_TOOL_TIMEOUT,
+    RunLimits,
+    ServerSpec,
+)
 from agentd.wire.guard import PEER_FAULTS
 
 __all__ = [

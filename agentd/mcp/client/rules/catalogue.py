@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agentd.config import MAX_SCHEMA_DEPTH_CAP
+from agentd.config.model import MAX_SCHEMA_DEPTH_CAP
 from agentd.mcp.client.rules.param_headers import tool_header_declarations
 from agentd.wire import mcp_types as mt
 from agentd.wire.shapes import ParamHeader
