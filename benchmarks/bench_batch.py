@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import aiohttp  # noqa: E402
 import fast_agent_batch  # noqa: E402

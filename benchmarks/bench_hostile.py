@@ -424,7 +424,7 @@ async def soak(server: Server, calls: int) -> dict:
 
 
 def _client_peers():
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from gateway import Gateway, Reply
     from hostile_sse_server import HostileMCP
 

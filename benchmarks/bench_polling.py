@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from agentd.config import DEFAULT_DEBOUNCE, DEFAULT_POLL_INTERVAL, ServerSpec  # noqa: E402
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from native_twins import load_pure  # tests/ is not a package: put on the path above
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from native_twins import load_pure  # tests/support is not a package: put on the path above
 
 from agentd_native.errors import FrameTooLarge, SpanRecordInvalid, SSEEventTooLarge
 

@@ -4,43 +4,21 @@ the MCP side and a recording gateway (tests/gateway.py) as the intelligence."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import aiohttp
 import pytest
-from agentd_proc import agentd_env, run_agentd, start_agentd
-from batch_helpers import Samples, read_results, write_tasks
+from agentd_proc import run_agentd, start_agentd
+from batch_helpers import Samples, batch_args, cassette_of, env, read_results, write_tasks
 from gateway import Gateway
 from peers import python_peer, require_modules
 
 pytestmark = pytest.mark.timeout(240)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def env() -> dict[str, str]:
-    return agentd_env(PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-
-
-@pytest.fixture(scope="module")
-def sdk():
-    require_modules("mcp", "uvicorn", "starlette")
-    with python_peer("sdk_servers.py") as peer:
-        yield peer
-
-
 def stats(peer) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{peer.port}/stats", timeout=10) as r:
         return json.loads(r.read())
-
-
-def batch_args(tasks: Path, out: Path, gw: Gateway, sdk, *extra: str) -> list[str]:
-    return ["batch", "--tasks", str(tasks), "--out", str(out), "--intelligence", gw.url,
-            "--mcp", f"sdk={sdk.url}", "--spawn", "forkserver", *extra]
 
 
 async def test_48_tasks_at_parallel_8_each_once_never_over_8(tmp_path, sdk, agentd_bin):
@@ -362,12 +340,6 @@ def log_line(line: str) -> dict:
     except ValueError:
         return {}
     return out if isinstance(out, dict) else {}
-
-
-def cassette_of(rec: Path, sample_id: str) -> Path:
-    from agentd.batch.cassette import cassette_path
-
-    return rec / Path(cassette_path(str(rec), sample_id)).name
 
 
 async def test_a_cassette_that_cannot_be_written_fails_its_sample_only(tmp_path, agentd_bin):

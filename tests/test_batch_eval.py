@@ -2,7 +2,7 @@
 scorers (built-in and a command), rescoring a finished file, epochs resumed
 mid-way, a 5xx storm's `error` samples re-run by --resume and --retry-errors,
 selection, and run flags written after `batch` (the suite's gateway and the
-official SDK's MCP server, tests/test_batch.py's set-up)."""
+official SDK's MCP server: tests/batch/conftest.py, tests/support/batch_helpers.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 from agentd_proc import run_agentd, start_agentd
-from batch_helpers import SAMPLE_RE, Samples, read_results, write_tasks
+from batch_helpers import SAMPLE_RE, Samples, batch_args, env, read_results, write_tasks
 from gateway import Gateway, Reply
-from test_batch import batch_args, env, sdk  # noqa: F401  (sdk: the module's fixture)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,7 +33,7 @@ def write_eval_tasks(path: Path, lines: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
-async def test_scorers_score_each_line_and_batch_score_rescores(tmp_path, sdk, agentd_bin):  # noqa: F811
+async def test_scorers_score_each_line_and_batch_score_rescores(tmp_path, sdk, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     scorer = tmp_path / "scorer.py"
     scorer.write_text(SCORER)
@@ -112,7 +111,7 @@ class Interrupting:
         return reply
 
 
-async def test_epochs_resumed_mid_way_run_each_epoch_once(tmp_path, sdk, agentd_bin):  # noqa: F811
+async def test_epochs_resumed_mid_way_run_each_epoch_once(tmp_path, sdk, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     write_eval_tasks(tasks, [{"id": f"t{n}", "instruction": f"sample {n}",
                               "target": f"done {n}: echo {n}" if n < 3 else "no"}
@@ -163,7 +162,7 @@ class Storm:
         return self.samples(body)
 
 
-async def test_a_5xx_storm_is_error_and_resume_reruns_exactly_those(tmp_path, sdk, agentd_bin):  # noqa: F811
+async def test_a_5xx_storm_is_error_and_resume_reruns_exactly_those(tmp_path, sdk, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     ids = write_tasks(tasks, 4)
     storm = Storm({1, 3})
@@ -189,7 +188,7 @@ async def test_a_5xx_storm_is_error_and_resume_reruns_exactly_those(tmp_path, sd
     assert again.events("batch.end")[-1]["skipped"] == 2
 
 
-async def test_retry_errors_reruns_an_errored_sample_within_the_run(tmp_path, sdk, agentd_bin):  # noqa: F811
+async def test_retry_errors_reruns_an_errored_sample_within_the_run(tmp_path, sdk, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     ids = write_tasks(tasks, 2)
     storm = Storm({1}, times=2)  # sample 1's first two requests: 503 (one run's attempts)
@@ -203,7 +202,7 @@ async def test_retry_errors_reruns_an_errored_sample_within_the_run(tmp_path, sd
     assert [e["id"] for e in done.events("batch.sample.retry")] == [ids[1]]
 
 
-async def test_limit_and_sample_select_tasks(tmp_path, sdk, agentd_bin):  # noqa: F811
+async def test_limit_and_sample_select_tasks(tmp_path, sdk, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     ids = write_tasks(tasks, 6)
     samples = Samples()

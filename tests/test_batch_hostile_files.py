@@ -17,10 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 from agentd_proc import run_agentd, start_agentd
-from batch_helpers import read_results
+from batch_helpers import cassette_of, env, read_results
 from gateway import Gateway, Reply
 from peers import python_peer, require_modules
-from test_batch import cassette_of, env
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import aiohttp
 import peers
 import pytest
+from agentd_proc import Agentd
 from aiohttp import web
-from test_reactive_cli import Agentd
 from waiting import until
 
 SYNC_MARK = "LGTM-SYNC-2026"

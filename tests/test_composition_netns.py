@@ -18,7 +18,7 @@ import subprocess
 import warnings
 
 import pytest
-from test_composition_https import ASYNC_MARK, SYNC_MARK, run_composition
+from composition import ASYNC_MARK, SYNC_MARK, run_composition
 
 PORT = 8443
 

@@ -20,7 +20,7 @@ import os
 import signal
 
 import peers
-from test_reactive_cli import Agentd
+from agentd_proc import Agentd
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 from mcp import ClientSession  # noqa: E402

@@ -1,6 +1,6 @@
 """The one fault policy (agentd/mcp/client/rules/faults.py, docs/faults.md), applied once.
 
-Against ``FaultServer`` (tests/test_client_faults.py: a small aiohttp MCP
+Against ``FaultServer`` (tests/support/fault_server.py: a small aiohttp MCP
 endpoint on loopback) whose ``tools/call`` handlers here misbehave on purpose
 -- they reset the connection after reading the request, or answer 503 with a
 ``Retry-After`` -- and count what they were sent:
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from agentd_proc import agentd_env, run_agentd
 from aiohttp import web
-from test_client_faults import FaultServer, fault  # noqa: F401  (the fixture)
+from fault_server import FaultServer
 from tree_helpers import precompile
 
 from agentd.config import ServerSpec
@@ -139,7 +139,7 @@ def test_invalid_params_are_the_models_to_fix_except_on_a_listed_tool() -> None:
 # ------------------------------------------------------------------ the root's toolbox
 
 
-async def test_a_reset_tools_call_is_sent_once_and_the_server_kept(fault) -> None:  # noqa: F811
+async def test_a_reset_tools_call_is_sent_once_and_the_server_kept(fault) -> None:
     server = await fault()
     server.handlers["tools/call"] = then_ok(reset)
     sleeps = Sleeps()
@@ -153,7 +153,7 @@ async def test_a_reset_tools_call_is_sent_once_and_the_server_kept(fault) -> Non
     assert calls(server) == 2
 
 
-async def test_a_503s_retry_after_is_waited_once(fault) -> None:  # noqa: F811
+async def test_a_503s_retry_after_is_waited_once(fault) -> None:
     server = await fault()
     server.handlers["tools/call"] = then_ok(status(503, **{"Retry-After": "7"}))
     sleeps = Sleeps()
@@ -163,7 +163,7 @@ async def test_a_503s_retry_after_is_waited_once(fault) -> None:  # noqa: F811
     assert sleeps.delays == [7.0]
 
 
-async def test_a_fault_that_persists_is_sent_at_most_max_attempts_in_all(fault) -> None:  # noqa: F811
+async def test_a_fault_that_persists_is_sent_at_most_max_attempts_in_all(fault) -> None:
     server = await fault(caps={"tools": {}, "resources": {}})
     server.handlers["tools/call"] = status(503)
     server.handlers["resources/read"] = status(500)
@@ -180,7 +180,7 @@ async def test_a_fault_that_persists_is_sent_at_most_max_attempts_in_all(fault) 
     assert server.methods().count("resources/read") == attempts
 
 
-async def test_an_abort_cause_ends_the_run_without_a_resend(fault) -> None:  # noqa: F811
+async def test_an_abort_cause_ends_the_run_without_a_resend(fault) -> None:
     server = await fault()
     server.handlers["tools/call"] = status(401)
     sleeps = Sleeps()
@@ -192,7 +192,7 @@ async def test_an_abort_cause_ends_the_run_without_a_resend(fault) -> None:  # n
     assert "401" in info.value.fault and not info.value.handshake
 
 
-async def test_a_server_that_stays_unreachable_is_an_abort(fault) -> None:  # noqa: F811
+async def test_a_server_that_stays_unreachable_is_an_abort(fault) -> None:
     """The server goes away: a read (idempotent, so re-sent whether its
     connection was refused or lost) waits for the reconnect at most
     ``reconnect_wait``, then meets an abort cause (``unreachable``)."""
@@ -219,7 +219,7 @@ def _playback(tmp_path, scripts: list[dict]) -> str:
     return str(path)
 
 
-async def test_the_model_gets_the_notice_for_a_reset_call(fault, agentd_bin, tmp_path  # noqa: F811
+async def test_the_model_gets_the_notice_for_a_reset_call(fault, agentd_bin, tmp_path
                                                           ) -> None:
     server = await fault()
     server.handlers["tools/call"] = reset
@@ -237,7 +237,7 @@ async def test_the_model_gets_the_notice_for_a_reset_call(fault, agentd_bin, tmp
 
 @pytest.mark.timeout(180)
 async def test_a_subagents_brokered_call_goes_through_the_same_policy(
-        fault, agentd_bin, tmp_path) -> None:  # noqa: F811
+        fault, agentd_bin, tmp_path) -> None:
     """The child's calls are made by the root's client: a reset call is sent
     once (the child's model gets the notice), a 503 is re-sent once after its
     Retry-After, all logged by the root (mcp.retry)."""
@@ -265,7 +265,7 @@ async def test_a_subagents_brokered_call_goes_through_the_same_policy(
 
 @pytest.mark.timeout(180)
 async def test_an_abort_met_by_a_subagents_call_ends_the_run(
-        fault, agentd_bin, tmp_path) -> None:  # noqa: F811
+        fault, agentd_bin, tmp_path) -> None:
     """A 401 answering a subagent's call of a required server: not re-sent, and
     the root's run ends (exit 1) naming the server, as for the root's own call."""
     precompile()

@@ -32,9 +32,8 @@ import urllib.request
 from pathlib import Path
 
 import peers
-from agentd_proc import agentd_env, start_agentd
+from agentd_proc import Agentd, agentd_env, start_agentd
 from gateway import Gateway, Reply
-from test_reactive_cli import Agentd
 
 TOKEN = "srv-tok-51d0c7e2a9"
 PING = "0.2"  # --ping-interval: seconds (a ping's answer is awaited as long)

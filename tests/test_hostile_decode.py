@@ -14,7 +14,7 @@ import pytest
 from agentd_proc import run_agentd
 from gateway import Gateway, Reply
 from peers import python_peer
-from test_hostile_serve import assert_all_json, canary, errors, post, start, stop
+from serve_harness import assert_all_json, canary, errors, post, start, stop
 
 
 def _clean(done) -> None:

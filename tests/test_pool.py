@@ -12,7 +12,6 @@ incarnation's handle as a terminal "worker lost" run through its peers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -21,102 +20,14 @@ import time
 import peers
 import pytest
 from agentd_proc import run_agentd
-from test_reactive_cli import Agentd
+from pool_harness import IDS, POOL_KEY, TOKENS, Pool, client, httpx2, pool_of_three
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
-httpx2 = peers.import_peer("httpx2")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
-
-TOKENS = {"alice": "tok-alice-5b02c7", "bob": "tok-bob-91e4d0"}
-POOL_KEY = "pool-key-for-tests-3f9a1c77e2"
-IDS = ("w1", "w2", "w3")
-
-
-def _book(tmp):
-    path = tmp / "pool.playback.json"
-    path.write_text(json.dumps({"playback": 1, "scripts": [
-        {"name": "slow", "match": "[slow]", "turns": [{"delay": 120, "content": "late"}]},
-        {"name": "quick", "match": "[quick]", "turns": [{"content": "done"}]},
-        {"name": "session", "match": "[session]",
-         "turns": [{"content": "first answer"}, {"content": "second answer"}]},
-        {"name": "worker", "match": "pool worker", "turns": [{"content": "idle"}]},
-    ]}))
-    return path
-
-
-class Pool:
-    def __init__(self, tmp, *, bearers: bool = True, book=None) -> None:
-        """``book``: the workers' playback file (default: the scripts above)."""
-        self.tmp = tmp
-        self.bearers = bearers
-        self.book = book
-        self.ports = {i: peers.free_port() for i in IDS}
-        self.workers: dict[str, Agentd] = {}
-        cfg = tmp / "worker.toml"
-        cfg.write_text('[serve_bearers]\nalice = "{{secret:ALICE_TOKEN}}"\n'
-                       'bob = "{{secret:BOB_TOKEN}}"\n')
-        self.cfg = cfg
-
-    def url(self, wid: str) -> str:
-        return f"http://127.0.0.1:{self.ports[wid]}/mcp"
-
-    def start(self, agentd_bin: str, wid: str, run: int = 0, extra: tuple[str, ...] = (),
-              *, peer_flags: bool = True) -> Agentd:
-        """``peer_flags``: list every member with --pool-peer (off: --pool-dns in ``extra``)."""
-        flags = [f for p in IDS for f in ("--pool-peer",
-                                          f"{p}=http://127.0.0.1:{self.ports[p]}")
-                 ] if peer_flags else []
-        env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
-               "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
-        worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
-                         "--intelligence", f"playback:{self.book or _book(self.tmp)}", "--mode", "reactive",
-                         "--subscribe", "file:///nowhere",
-                         "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
-                         *(("--config", str(self.cfg)) if self.bearers else ()),
-                         "--pool-id", wid, *flags, *extra],
-                        self.tmp, f"{wid}-{run}", env=env)
-        self.workers[wid] = worker
-        worker.wait_event("mcp.serve.listening")
-        return worker
-
-    def stop(self) -> None:
-        stop_workers(self.workers.values())
-
-
-def stop_workers(workers) -> None:
-    """Stop every worker, then check no log of theirs holds the pool key or a bearer."""
-    for w in workers:
-        if w.proc.poll() is None:
-            w.stop()
-    for w in workers:
-        text = w.err.read_text()
-        assert POOL_KEY not in text and all(t not in text for t in TOKENS.values())
-
-
-@contextlib.asynccontextmanager
-async def client(url: str, who: str):
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[who]}"},
-                                  timeout=60) as http, \
-            streamable_http_client(url, http_client=http) as streams, \
-            ClientSession(streams[0], streams[1]) as session:
-        await session.initialize()
-        yield session
-
-
-@contextlib.asynccontextmanager
-async def pool_of_three(agentd_bin, tmp, extra: tuple[str, ...] = ()):
-    pool = Pool(tmp)
-    try:
-        for wid in IDS:
-            pool.start(agentd_bin, wid, extra=extra)
-        yield pool
-    finally:
-        pool.stop()
-
 
 async def _answers(session, handle: str) -> dict:
     """Everything a caller learns of `handle`, with the handle's text masked."""

@@ -12,95 +12,18 @@ CI=true (tests/peers.py ``unavailable``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import shutil
-import subprocess
 
 import peers
 import pytest
-from test_pool import TOKENS, Pool
-from test_server_conformance import SCENARIOS, run_scenario
+from conformance_runs import SCENARIOS, run_scenario
+from pool_harness import TOKENS, Pool, balancer, sdk_client
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
 httpx2 = peers.import_peer("httpx2")
-from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(600)]
-
-
-def haproxy_bin() -> str:
-    found = shutil.which("haproxy") or (shutil.which("haproxy", path="/usr/sbin:/sbin"))
-    if found is None and shutil.which("apt-get"):
-        for cmd in (["apt-get", "install", "-y", "haproxy"], ["apt-get", "update"],
-                    ["apt-get", "install", "-y", "haproxy"]):
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=False, timeout=600)
-            found = shutil.which("haproxy", path="/usr/sbin:/sbin:/usr/bin")
-            if found:
-                break
-    if found is None:
-        peers.unavailable("haproxy is not installed and apt-get could not install it")
-    assert found is not None
-    return found
-
-
-def owner_routes(backends: dict[str, int]) -> str:
-    """The header routing of docs/operations.md "Pool": a request naming a handle
-    (``Mcp-Param-Handle`` of subagent.status/send/cancel, ``Mcp-Name`` of a read)
-    goes to the worker the handle names; anything else is round robin."""
-    lines = []
-    for name in backends:
-        lines.append(f"  acl to_{name} req.hdr(Mcp-Param-Handle) -m reg ^served\\.{name}\\.")
-        lines.append(f"  acl to_{name} req.hdr(Mcp-Name) -m reg "
-                     f"^agent://subagent/served\\.{name}\\.")
-        lines.append(f"  use_backend {name} if to_{name}")
-    for name, p in backends.items():
-        lines.append(f"backend {name}\n  server {name} 127.0.0.1:{p}")
-    return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def balancer(tmp, backends: dict[str, int], *, route: bool = False):
-    """HAProxy on a free loopback port: round robin per request, no stickiness
-    (``route``: plus the owner routing on the handle headers)."""
-    port = peers.free_port()
-    cfg = tmp / "haproxy.cfg"
-    servers = "\n".join(f"  server {name} 127.0.0.1:{p}" for name, p in backends.items())
-    routes, extra = "", ""
-    if route:
-        text = owner_routes(backends).split("\nbackend ", 1)
-        routes, extra = text[0] + "\n", "backend " + text[1] + "\n"
-    cfg.write_text(f"""global
-  maxconn 512
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-frontend pool
-  bind 127.0.0.1:{port}
-{routes}  default_backend workers
-backend workers
-  balance roundrobin
-  option http-server-close
-{servers}
-{extra}""")
-    proc = peers.PeerProcess([haproxy_bin(), "-db", "-f", str(cfg)], port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.stop()
-
-
-@contextlib.asynccontextmanager
-async def sdk(url: str, who: str, mode: str = "auto"):
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[who]}"},
-                                  timeout=120) as http, \
-            Client(streamable_http_client(url, http_client=http), mode=mode,
-                   cache=None) as c:
-        yield c
 
 
 async def test_sdk_auto_mode_through_a_round_robin_balancer(agentd_bin, tmp_path) -> None:
@@ -109,7 +32,7 @@ async def test_sdk_auto_mode_through_a_round_robin_balancer(agentd_bin, tmp_path
         for wid in pool.ports:
             pool.start(agentd_bin, wid)
         with balancer(tmp_path, pool.ports) as url:
-            async with sdk(url, "alice") as c:
+            async with sdk_client(url, "alice") as c:
                 assert c.protocol_version == "2026-07-28"
                 spawned: dict[str, str] = {}  # owner -> a handle it minted
                 for _ in range(9):  # round robin: runs land on every worker
@@ -141,7 +64,7 @@ async def test_sdk_auto_mode_through_a_round_robin_balancer(agentd_bin, tmp_path
                 for h in handles:
                     r = await c.call_tool("subagent.status", {"handle": h})
                     assert r.structured_content["status"] == "cancelled"
-            async with sdk(url, "bob") as b:  # the other principal, through any worker
+            async with sdk_client(url, "bob") as b:  # the other principal, through any worker
                 for h in handles * 2:
                     r = await b.call_tool("subagent.status", {"handle": h})
                     assert r.is_error and r.content[0].text == f"unknown handle: {h}"
@@ -162,7 +85,7 @@ async def test_handle_header_routing_sends_each_call_to_its_owner(agentd_bin, tm
         for wid in pool.ports:
             pool.start(agentd_bin, wid)
         with balancer(tmp_path, pool.ports, route=True) as url:
-            async with sdk(url, "alice") as c:
+            async with sdk_client(url, "alice") as c:
                 tools = {t.name: t for t in (await c.list_tools()).tools}
                 for name in ("subagent.status", "subagent.send", "subagent.cancel"):
                     prop = tools[name].input_schema["properties"]["handle"]

@@ -20,8 +20,8 @@ import signal
 
 import peers
 import pytest
-from test_pool import POOL_KEY, Pool, _book, client
-from test_reactive_cli import Agentd
+from agentd_proc import Agentd
+from pool_harness import POOL_KEY, Pool, client, playback_book
 
 from agentd import config as cfg
 from agentd.cli.flags import config_from_flags
@@ -220,7 +220,7 @@ async def test_three_workers_on_one_port_are_identified_by_their_signed_probes(
         for n, wid in ((2, "w1"), (3, "w2"), (4, "w3")):
             workers[wid] = Agentd(
                 [agentd_bin, "--instruction", "Be a pool worker", "--intelligence",
-                 f"playback:{_book(tmp_path)}", "--mode", "reactive", "--subscribe",
+                 f"playback:{playback_book(tmp_path)}", "--mode", "reactive", "--subscribe",
                  "file:///nowhere", "--serve-mcp", f"http://127.0.0.{n}:{port}",
                  "--pool-id", wid, "--pool-dns", f"localhost:{port}"], tmp_path, wid, env=env)
         for w in workers.values():

@@ -18,7 +18,7 @@ import contextlib
 import signal
 
 import pytest
-from test_pool import POOL_KEY, TOKENS, Pool, client, httpx2, pool_of_three
+from pool_harness import POOL_KEY, TOKENS, Pool, client, httpx2, pool_of_three
 
 from agentd import config as cfg
 from agentd.cli.flags import config_from_flags

@@ -24,8 +24,7 @@ import os
 import peers
 import pytest
 from agentd_proc import run_agentd
-from test_pool import POOL_KEY, TOKENS, Pool
-from test_pool_tls import TlsPool, _rpc_result
+from pool_harness import POOL_KEY, TOKENS, Pool, TlsPool, rpc_result
 
 httpx2 = peers.import_peer("httpx2")
 trustme = peers.import_peer("trustme")
@@ -62,7 +61,7 @@ class Caller:
             "jsonrpc": "2.0", "id": 3, "method": "tools/call",
             "params": {"name": name, "arguments": args}})
         assert r.status_code == 200, r.text
-        return _rpc_result(r)
+        return rpc_result(r)
 
     async def read(self, wid: str, handle: str) -> dict:
         r = await self.http.post(self.urls[wid], headers=self.sid, json={

@@ -19,8 +19,8 @@ import json
 import time
 
 import pytest
+from pool_harness import IDS, POOL_KEY, Pool, client, httpx2, stop_workers
 from pool_link_peers import HostilePeer, RecordingLink
-from test_pool import IDS, POOL_KEY, Pool, client, httpx2, stop_workers
 
 from agentd.pool import handles as ph
 

@@ -12,7 +12,6 @@ answers 401 to a correct certificate without the pool MAC.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import ssl
@@ -20,79 +19,12 @@ import time
 
 import peers
 import pytest
-from test_pool import IDS, POOL_KEY, TOKENS, _book, stop_workers
-from test_reactive_cli import Agentd
+from pool_harness import IDS, POOL_KEY, TOKENS, TlsPool, httpx2, rpc_result, tls_client
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")
-httpx2 = peers.import_peer("httpx2")
 trustme = peers.import_peer("trustme")
-from mcp import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
-
-
-class TlsPool:
-    """Three https workers with mTLS; each worker's certificate is also its
-    client identity towards its peers."""
-
-    def __init__(self, tmp) -> None:
-        self.tmp = tmp
-        self.ports = {i: peers.free_port() for i in IDS}
-        self.ca = trustme.CA()
-        self.ca_file = tmp / "pool-ca.pem"
-        self.ca.cert_pem.write_to_path(str(self.ca_file))
-        self.workers: dict[str, Agentd] = {}
-        self.cfg = tmp / "worker.toml"
-        self.cfg.write_text('[serve_bearers]\nalice = "{{secret:ALICE_TOKEN}}"\n'
-                            'bob = "{{secret:BOB_TOKEN}}"\n')
-        self.caller = self.issue("caller.pool.test", "caller")
-
-    def issue(self, name: str, stem: str, ca=None) -> tuple[str, str]:
-        cert = (ca or self.ca).issue_cert("127.0.0.1", name)
-        pem, key = self.tmp / f"{stem}.pem", self.tmp / f"{stem}.key"
-        cert.cert_chain_pems[0].write_to_path(str(pem))
-        cert.private_key_pem.write_to_path(str(key))
-        return str(pem), str(key)
-
-    def url(self, wid: str) -> str:
-        return f"https://127.0.0.1:{self.ports[wid]}/mcp"
-
-    def context(self, cert: tuple[str, str] | None) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        if cert is not None:
-            ctx.load_cert_chain(*cert)
-        return ctx
-
-    def start(self, agentd_bin: str, wid: str) -> Agentd:
-        cert, key = self.issue(f"{wid}.pool.test", wid)
-        peer_flags = [f for p in IDS for f in ("--pool-peer",
-                                               f"{p}=https://127.0.0.1:{self.ports[p]}")]
-        env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
-               "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
-        worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
-                         "--intelligence", f"playback:{_book(self.tmp)}", "--mode", "reactive",
-                         "--subscribe", "file:///nowhere",
-                         "--serve-mcp", f"https://127.0.0.1:{self.ports[wid]}",
-                         "--serve-cert", cert, "--serve-key", key,
-                         "--serve-client-ca", str(self.ca_file), "--config", str(self.cfg),
-                         "--pool-id", wid, *peer_flags], self.tmp, wid, env=env)
-        self.workers[wid] = worker
-        worker.wait_event("mcp.serve.listening")
-        return worker
-
-    def stop(self) -> None:
-        stop_workers(self.workers.values())
-
-
-@contextlib.asynccontextmanager
-async def tls_client(pool: TlsPool, wid: str, who: str):
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[who]}"},
-                                  verify=pool.context(pool.caller), timeout=60) as http, \
-            streamable_http_client(pool.url(wid), http_client=http) as streams, \
-            ClientSession(streams[0], streams[1]) as session:
-        await session.initialize()
-        yield session
 
 
 def _handshake(pool: TlsPool, wid: str, cert: tuple[str, str] | None, body: bytes,
@@ -123,14 +55,6 @@ def _post(tls: ssl.SSLSocket, body: bytes, headers: dict[str, str]) -> bytes:
         return out
 
 
-def _rpc_result(resp) -> dict:
-    """The JSON-RPC result of a POST answer, JSON or one SSE event."""
-    text = resp.text
-    if resp.headers["content-type"].startswith("text/event-stream"):
-        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
-    return json.loads(text)["result"]
-
-
 async def _session_through(pool: TlsPool, owner: str, via: str) -> list[str]:
     """Open a 2025-11-25 session on ``owner``, then list tools in it via ``via``."""
     head = {"Authorization": f"Bearer {TOKENS['alice']}",
@@ -151,7 +75,7 @@ async def _session_through(pool: TlsPool, owner: str, via: str) -> list[str]:
         listed = await http.post(pool.url(via), headers=session, json={
             "jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         assert listed.status_code == 200, listed.text
-        names = [t["name"] for t in _rpc_result(listed)["tools"]]
+        names = [t["name"] for t in rpc_result(listed)["tools"]]
         return sorted(n for n in names if n in ("status", "subagent.spawn"))
 
 

@@ -8,92 +8,17 @@ the waits below only bound how long we wait for something that must happen.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import urllib.request
 from pathlib import Path
 
-import orjson
 import peers
 import pytest
-from waiting import until_sync
+from agentd_proc import Agentd
+from reactive_peers import bump, stats
 
 A, B = "watch://counter/a", "watch://counter/b"
 WAIT = 60.0
-
-
-class Agentd:
-    """An agentd process with its stdout/stderr in files; events read from stderr."""
-
-    def __init__(self, argv: list[str], tmp: Path, name: str = "agentd",
-                 env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
-        self.out = tmp / f"{name}.out"
-        self.err = tmp / f"{name}.err"
-        with open(self.out, "wb") as o, open(self.err, "wb") as e:
-            self.proc = subprocess.Popen([*(prefix or []), *argv], stdout=o, stderr=e,
-                                         env={**os.environ, **(env or {})})
-
-    def events(self, name: str | None = None) -> list[dict]:
-        out = []
-        for line in self.err.read_text().splitlines():
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if name is None or rec.get("event") == name:
-                out.append(rec)
-        return out
-
-    def _waited(self, ready, what: str):
-        """`until_sync` on ``ready``, failing early when the process has exited;
-        a failure carries the tail of its stderr."""
-        def check():
-            value = ready()
-            if not value and self.proc.poll() is not None:
-                raise AssertionError(f"exited {self.proc.poll()} first")
-            return value
-        try:
-            return until_sync(check, limit=WAIT, what=what)
-        except AssertionError as exc:
-            tail = "\n".join(self.err.read_text().splitlines()[-30:])
-            raise AssertionError(f"{what}: {exc}; stderr tail:\n{tail}") from None
-
-    def wait_event(self, name: str, pred=lambda r: True, count: int = 1) -> list[dict]:
-        def hits() -> list[dict]:
-            found = [r for r in self.events(name) if pred(r)]
-            return found if len(found) >= count else []
-        return self._waited(hits, f"{count}x {name}")
-
-    def wait_until(self, pred) -> None:
-        self._waited(pred, "the condition")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-
-    def result(self) -> dict:
-        lines = [ln for ln in self.out.read_text().splitlines() if ln.strip()]
-        assert len(lines) == 1, lines
-        return json.loads(lines[0])
-
-
-def bump(port: int, uri: str, times: int = 1) -> None:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/bump?uri={uri}&times={times}",
-                                 method="POST")
-    with urllib.request.urlopen(req, timeout=30) as r:
-        r.read()
-
-
-def stats(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=30) as r:
-        return json.loads(r.read())
 
 
 INSTRUCTION = "When a watched counter changes, note its value"

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import peers
 import pytest
-from test_reactive_cli import Agentd, bump, stats
+from agentd_proc import Agentd
+from reactive_peers import bump, stats
 
 try:  # the official MCP Python SDK: a real client (test dependency)
     from mcp import Client

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import peers
 import pytest
-from test_reactive_cli import Agentd
+from agentd_proc import Agentd
 from waiting import until
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")

@@ -18,7 +18,7 @@ import ssl
 
 import peers
 import pytest
-from test_reactive_cli import Agentd
+from agentd_proc import Agentd
 from waiting import until
 
 mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install mcp)")

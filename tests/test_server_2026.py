@@ -17,7 +17,7 @@ import json
 
 import aiohttp
 import pytest
-from test_selfmcp_emission import ScriptedBackend
+from scripted_backend import ScriptedBackend
 from waiting import until
 
 from agentd.errors import RPCError

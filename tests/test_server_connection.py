@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import orjson
-from test_stateless_rules import META, V, headers, request
+from stateless_requests import META, V, headers, request
 
 from agentd.mcp.server.handler import CallContext, Handler, ServerSession, tool_error
 from agentd.mcp.server.rules import stateless as rules

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import peers
 import pytest
-from test_reactive_cli import Agentd
+from agentd_proc import Agentd
 
 TOKEN = "rev-tok-6a0e2d91c4"
 WORKER = ('agentd --instruction "Be a reusable code-review worker" '

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
+from stateless_requests import META, V, headers, request
 
 from agentd.errors import RPCError
 from agentd.mcp.server.handler import Handler, ServerSession
@@ -25,10 +26,6 @@ from agentd.mcp.server.rules.sessions import Dispatch, SessionState
 from agentd.wire import codec
 from agentd.wire.jsonrpc import resource_not_found
 
-V = "2026-07-28"
-META = {"io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"}}
 INFO = '"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"srv","version":"1.0"}}'
 
 
@@ -47,25 +44,6 @@ def handler(*, subscribe: bool = True) -> Handler:
     h.add_tool("sample", _echo, {"type": "object"}, requires={"sampling": {}})
     h.add_resource("r://a", _read, name="a")
     return h
-
-
-def request(i: Any, method: str, params: dict[str, Any] | None = None,
-            meta: dict[str, Any] | None = META) -> Any:
-    p = dict(params or {})
-    if meta is not None:
-        p["_meta"] = meta
-    return codec.decode(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
-                                    "params": p}).encode())
-
-
-def headers(req: Any, *pairs: tuple[str, str], name: str | None = None) -> CIMultiDictProxy[str]:
-    """The routing headers a conforming client sends for ``req``, plus ``pairs``."""
-    d: CIMultiDict[str] = CIMultiDict([("MCP-Protocol-Version", V), ("Mcp-Method", req.method)])
-    if name is not None:
-        d.add("Mcp-Name", name)
-    for k, v in pairs:
-        d.add(k, v)
-    return CIMultiDictProxy(d)
 
 
 def session(h: Handler) -> SessionState:

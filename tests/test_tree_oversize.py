@@ -19,8 +19,8 @@ from typing import Any
 
 import peers
 import pytest
+from agentd_proc import Agentd
 from gateway import Gateway, Reply
-from test_reactive_cli import Agentd
 from waiting import until
 
 from agentd.tree.control import answer_limit

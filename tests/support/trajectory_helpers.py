@@ -11,7 +11,7 @@ from typing import Any
 
 from agentd_proc import agentd_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SECRET = "tr4j-s3cret-0815"
 USAGE = {"prompt_tokens": 11, "completion_tokens": 4}

@@ -48,6 +48,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 URIS = ("watch://counter/a", "watch://counter/b")
@@ -207,6 +208,21 @@ def main(argv: list[str]) -> None:
     stats["wire"] = stats_wire
     print(f"listening {port}", flush=True)
     uvicorn.run(sniffing, host="127.0.0.1", port=port, log_level="warning")
+
+
+# the control routes' client side, for the tests that drive this peer
+
+
+def bump(port: int, uri: str, times: int = 1) -> None:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/bump?uri={uri}&times={times}",
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
+def stats(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=30) as r:
+        return json.loads(r.read())
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from peers import unavailable
 
-VENV = Path(__file__).resolve().parent / ".venvs" / "harbor"
+VENV = Path(__file__).resolve().parents[1] / ".venvs" / "harbor"
 CHECK = ("import sys\n"
          "from harbor.models.trajectories import Trajectory\n"
          "for p in sys.argv[1:]:\n"

@@ -30,8 +30,10 @@ from typing import Any
 import pytest
 from waiting import until_sync
 
-ROOT = Path(__file__).resolve().parent.parent
-PEERS_DIR = ROOT / "tests" / "peers"
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+SUPPORT = TESTS / "support"  # the peer scripts and the suite's helpers
+PEERS_DIR = TESTS / "peers"
 NPM_BIN = PEERS_DIR / "node_modules" / ".bin"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 _install_lock = threading.Lock()
@@ -101,7 +103,7 @@ def ensure_conformance_2026() -> Path:
     pre-release with the 2026-07-28 client scenarios); run it under
     :func:`npm_env` (tests/peers' Node 22 first on PATH)."""
     ensure_npm_peers("node")
-    return ensure_npm_peers("conformance", peers_dir=ROOT / "tests" / "peers_2026") / "conformance"
+    return ensure_npm_peers("conformance", peers_dir=TESTS / "peers_2026") / "conformance"
 
 
 def npm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -201,7 +203,7 @@ class PeerProcess:
 
 
 class PythonPeer(PeerProcess):
-    """A Python peer script from tests/ (``script PORT args``); a first start that
+    """A Python peer script from tests/support/ (``script PORT args``); a first start that
     loses a race for its free port retries on another one."""
 
     def __init__(self, script: str, *args: str, port: int | None = None) -> None:
@@ -211,7 +213,7 @@ class PythonPeer(PeerProcess):
         super().__init__(self._argv(port), port)
 
     def _argv(self, port: int) -> list[str]:
-        return [sys.executable, str(ROOT / "tests" / self.script), str(port), *self.args]
+        return [sys.executable, str(SUPPORT / self.script), str(port), *self.args]
 
     def start(self, *, limit: float = 60.0) -> PeerProcess:
         for attempt in range(3):
@@ -229,15 +231,15 @@ class PythonPeer(PeerProcess):
 
 
 def python_peer(script: str, *args: str, port: int | None = None) -> PythonPeer:
-    """A Python peer script from tests/ run with this interpreter: ``script PORT args``."""
+    """A Python peer script from tests/support/ run with this interpreter: ``script PORT args``."""
     return PythonPeer(script, *args, port=port)
 
 
 class NodePeer(PythonPeer):
-    """A Node script from tests/ run with the npm peers' Node 22 (``script PORT args``)."""
+    """A Node script under tests/ run with the npm peers' Node 22 (``script PORT args``)."""
 
     def _argv(self, port: int) -> list[str]:
-        return [str(NPM_BIN / "node"), str(ROOT / "tests" / self.script), str(port), *self.args]
+        return [str(NPM_BIN / "node"), str(TESTS / self.script), str(port), *self.args]
 
 
 def ts_peer(major: int, *args: str, port: int | None = None) -> NodePeer:

@@ -5,15 +5,34 @@ the samples it sees in flight at once (a real recording gateway, tests/gateway.p
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway import Reply
+from agentd_proc import agentd_env
+from gateway import Gateway, Reply
+from peers import ROOT
 
 SAMPLE_RE = re.compile(r"sample (\d+)")
 ECHO_RE = re.compile(r"echo \d+")
+
+def env() -> dict[str, str]:
+    """`agentd_env()` with this checkout first on the children's PYTHONPATH."""
+    return agentd_env(PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+def batch_args(tasks: Path, out: Path, gw: Gateway, sdk, *extra: str) -> list[str]:
+    return ["batch", "--tasks", str(tasks), "--out", str(out), "--intelligence", gw.url,
+            "--mcp", f"sdk={sdk.url}", "--spawn", "forkserver", *extra]
+
+
+def cassette_of(rec: Path, sample_id: str) -> Path:
+    from agentd.batch.cassette import cassette_path
+
+    return rec / Path(cassette_path(str(rec), sample_id)).name
 
 
 def write_tasks(path: Path, n: int, **extra: Any) -> list[str]:
