@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 from agentd_proc import agentd_env, run_agentd, start_agentd
-from conftest import ROOT
 from logcapture import events
 from obs_peers import OtlpReceiver, Prometheus, prometheus_bin
-from peers import free_port, python_peer, require_modules
+from peers import ROOT, free_port, python_peer, require_modules
 from waiting import until
 
 TOKEN = "obs-bearer-7f3a9c"

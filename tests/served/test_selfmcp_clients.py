@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 pytestmark = [pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
               pytest.mark.timeout(300)]
 
-TS_PEERS = Path(__file__).resolve().parent / "ts_peers"
+TS_PEERS = Path(__file__).resolve().parents[1] / "ts_peers"
 REFUSED = ("agent://subagent/served.999", "agent://status", "file:///etc/passwd")
 BOOK = {"playback": 1, "scripts": [
     {"name": "quick", "match": "quick job", "turns": [{"content": "{\"quick\": true}"}]},

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 from agentd_proc import agentd_env, run_agentd
 from headless_chromium import browser, load
+from peers import ROOT as CHECKOUT
 
 from agentd.batch.report import Limits, build_report, render
 from agentd.config import ConfigError
 
 pytestmark = pytest.mark.timeout(240)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 HOSTILE = "</script><img src=x onerror=alert(1)><script>document.title='pwned'</script>"
 ROWS = "[...document.querySelectorAll('#samples tbody tr')].map(r => r.dataset.id)"
 

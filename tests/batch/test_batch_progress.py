@@ -14,10 +14,11 @@ import sys
 import pytest
 from agentd_proc import agentd_env, run_agentd
 from batch_helpers import read_results
+from peers import ROOT as CHECKOUT
 from peers import require_modules
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 # no tools: each sample is one model answer, played in the batch root (its broker)
 SCRIPT = {"playback": 1, "scripts": [
     {"match": "", "turns": [{"content": "ok", "delay": 0.5,

@@ -14,13 +14,14 @@ import pytest
 from agentd_proc import agentd_env, start_agentd
 from batch_helpers import SAMPLE_RE, read_results, write_tasks
 from gateway import Gateway, Reply
+from peers import ROOT as CHECKOUT
 from waiting import until
 
 from agentd.tree.control import answer_limit
 from agentd_native import MAX_FRAME
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 BIG = 20 * 1024 * 1024
 N = 4
 

@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 import pytest
-from peers import ROOT, ensure_conformance_2026, ensure_npm_peers, npm_env
+from peers import ROOT, SUPPORT, ensure_conformance_2026, ensure_npm_peers, npm_env
 
 
 @pytest.mark.parametrize("scenario", ["initialize", "tools_call", "sse-retry"])
 def test_conformance_client_scenario(scenario):
     bin_dir = ensure_npm_peers("conformance", "node")
-    adapter = f"{sys.executable} {ROOT / 'tests' / 'conformance_client.py'}"
+    adapter = f"{sys.executable} {SUPPORT / 'conformance_client.py'}"
     proc = subprocess.run(
         [str(bin_dir / "conformance"), "client", "--command", adapter, "--scenario", scenario],
         capture_output=True, text=True, timeout=120, env=npm_env(), cwd=ROOT)
@@ -28,7 +28,7 @@ def test_conformance_request_metadata_retries_with_a_supported_version():
     falls back to ``initialize``), and every POST carries the revision's ``_meta``
     and a matching ``MCP-Protocol-Version``."""
     conformance = ensure_conformance_2026()
-    adapter = f"{sys.executable} {ROOT / 'tests' / 'conformance_client.py'}"
+    adapter = f"{sys.executable} {SUPPORT / 'conformance_client.py'}"
     proc = subprocess.run(
         [str(conformance), "client", "--command", adapter, "--scenario", "request-metadata"],
         capture_output=True, text=True, timeout=120, env=npm_env(), cwd=ROOT)

@@ -9,11 +9,12 @@ import signal
 import sys
 
 import pytest
+from peers import ROOT as CHECKOUT
 from tree_helpers import precompile, running
 from waiting import until
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 
 SCRIPT = {"playback": 1, "scripts": [
     {"match": "orchestrate",

@@ -98,7 +98,7 @@ def test_section3_lines_as_printed(agentd_bin, tmp_path, netns):
     path = f"{Path(agentd_bin).parent}:{os.environ.get('PATH', '')}"
     prefix = ["ip", "netns", "exec", name]
     gateway = subprocess.Popen(
-        [*prefix, sys.executable, str(Path(__file__).parent / "tls_gateway.py"), "0.0.0.0",
+        [*prefix, sys.executable, str(peers.SUPPORT / "tls_gateway.py"), "0.0.0.0",
          "443", str(tls / "server.crt"), str(tls / "server.key"), str(gw_log)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     worker = None

@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from peers import ROOT as CHECKOUT
 from tree_helpers import exists, forkservers, make_config, precompile, running
 from waiting import until
 
@@ -120,13 +121,13 @@ PARENT = textwrap.dedent("""
 """)
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 
 
 async def test_parent_sigkilled_children_exit(tmp_path, spawn):
     cfg = make_config(tmp_path)
     env = dict(os.environ)
-    tests = os.path.join(ROOT, "tests")  # tests/waiting.py
+    tests = os.path.join(ROOT, "tests", "support")  # tests/support/waiting.py
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, tests, env.get("PYTHONPATH")) if p)
     parent = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PARENT, cfg.intelligence, spawn,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from peers import require_modules
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(600)  # a cold cache on a busy machine; warm runs take seconds

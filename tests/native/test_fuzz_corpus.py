@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("agentd_fuzz_run", ROOT / "fuzz" / "run.py")
 assert _spec is not None and _spec.loader is not None
 fuzz_run = importlib.util.module_from_spec(_spec)

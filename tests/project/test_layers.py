@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 PACKAGE = "agentd"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 # module prefix -> rank. A module may import modules of its own rank or lower.
 LAYERS: dict[str, int] = {

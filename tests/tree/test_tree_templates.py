@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
-from peers import python_peer, require_modules
+from peers import ROOT, python_peer, require_modules
 from tree_helpers import forkservers, make_config, precompile
 from waiting import until
 

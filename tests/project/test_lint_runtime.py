@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from peers import ROOT
 
 
 def test_ruff_clean():

@@ -26,13 +26,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from peers import ROOT, PythonPeer, ensure_npm_peers, npm_env, require_modules
+from peers import ROOT, SUPPORT, PythonPeer, ensure_npm_peers, npm_env, require_modules
 
 from agentd.mcp.client.oauth.challenge import parse_challenge
 from agentd.mcp.client.oauth.discovery import canonical_resource, resource_matches
 from agentd.mcp.client.oauth.store import TokenRecord, TokenStore
 
-BROWSER = str(ROOT / "tests" / "oauth_browser.py")
+BROWSER = str(SUPPORT / "oauth_browser.py")
 AGENTD = [sys.executable, "-m", "agentd"]
 
 # Every client auth scenario of @modelcontextprotocol/conformance 0.1.16 that applies
@@ -55,7 +55,7 @@ def test_conformance_auth_scenario(scenario):
     if scenario == "auth/client-credentials-jwt":
         require_modules("jwt", "cryptography")
     bin_dir = ensure_npm_peers("conformance", "node")
-    adapter = f"{sys.executable} {ROOT / 'tests' / 'conformance_auth_client.py'}"
+    adapter = f"{sys.executable} {SUPPORT / 'conformance_auth_client.py'}"
     proc = subprocess.run(
         [str(bin_dir / "conformance"), "client", "--command", adapter, "--scenario", scenario,
          "--timeout", "150000"],  # three agentd commands in a row, on a busy machine
