@@ -47,7 +47,7 @@ LAYERS: dict[str, int] = {
     # 2: sessions (sans-IO) and the data shared by every layer above
     "agentd.config": 2,
     "agentd.intelligence_config": 2,  # the model, its key and sampling settings (data)
-    "agentd.mcp": 2,  # the package __init__ (lazy names only)
+    "agentd.mcp": 2,  # the package __init__ (lazy names only), selftool (data shapes)
     "agentd.mcp.client.rules": 2,  # the client's sans-IO rules: session, revision, faults, ...
     "agentd.mcp.server.rules": 2,  # the server's sans-IO rules per revision
     "agentd.obs": 2,
@@ -59,7 +59,6 @@ LAYERS: dict[str, int] = {
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.client": 3,  # the client half's IO: facade, connection, transport, toolbox, OAuth
     "agentd.mcp.server": 3,  # the server half: the handler and the HTTP serving
-    "agentd.mcp.selftool": 3,  # tools agentd serves itself, beside the toolbox's
     "agentd.a2a": 3,
     # 4: intelligence
     "agentd.intelligence": 4,
@@ -355,3 +354,38 @@ def test_the_mcp_client_and_server_halves_never_import_each_other() -> None:
         for mine, other in (halves, halves[::-1])
         if (m == mine or m.startswith(mine + ".")) and (dep == other or dep.startswith(other + ".")))
     assert crossing == []
+
+
+# the map's entries that name one module inside a folder: the pool's IO beside its
+# sans-IO rules (agentd/pool/ is not split in two folders); every other entry is a
+# folder, or a base module directly in agentd/ (a room of its own)
+MODULE_ENTRIES = {"agentd.pool.relay", "agentd.pool.prober", "agentd.pool.dns",
+                  "agentd.pool.session_relay"}
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_the_layer_map_ranks_folders() -> None:
+    packages = {".".join([PACKAGE, *p.parent.relative_to(ROOT).parts])
+                for p in ROOT.rglob("__init__.py")}
+    single = sorted(name for name in LAYERS
+                    if name not in packages and name.count(".") > 1
+                    and name != f"{PACKAGE}.__main__")
+    assert single == sorted(MODULE_ENTRIES), (
+        "rank the folder, not its modules: " + ", ".join(sorted(set(single) - MODULE_ENTRIES)))
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in tests/support/ (the process harness, the fault
+    server, the peers, the pool and serving harnesses): a test module that
+    imported another would run that module's tests' set-up and tie the two."""
+    tests = {p.stem for p in TESTS.rglob("test_*.py")}
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        if any(part in ("peers", "peers_2026", ".venvs") for part in path.parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(TESTS)} imports {n}" for n in names
+                      if n.split(".")[0] in tests]
+    assert found == []
