@@ -1,9 +1,9 @@
 """`agentd acp` driven by the official ACP Python SDK (`agent-client-protocol`) as a
 real client of a real `agentd acp` process: initialize, sessions with an http MCP
-server (tests/sdk_servers.py, the official MCP SDK), prompts on the playback
+server (tests/support/sdk_servers.py, the official MCP SDK), prompts on the playback
 intelligence that call a tool and spawn a subagent (streamed updates asserted in
 order), a warm history across prompts, load, two sessions at once, cancel mid-run
-(the model held at tests/gateway.py's gate; no process left), a stdio entry
+(the model held at tests/support/gateway.py's gate; no process left), a stdio entry
 refused; and, over raw pipes, malformed and oversized frames answered with
 JSON-RPC errors while the process stays up."""
 

@@ -1,5 +1,5 @@
 """The model's configuration as people set it (agentd/intelligence_config.py), through
-the real `agentd` console script against the OpenAI-shaped gateway (tests/gateway.py):
+the real `agentd` console script against the OpenAI-shaped gateway (tests/support/gateway.py):
 the sampling settings as the gateway receives them, the model check's exit 2 before
 any MCP connection, OPENAI_BASE_URL / OPENAI_API_KEY as fallbacks and their
 precedence, a refused key named by its variable, a subagent's requests carrying

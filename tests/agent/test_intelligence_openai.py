@@ -1,4 +1,4 @@
-"""The OpenAI-compatible provider against a real HTTP gateway (tests/gateway.py)."""
+"""The OpenAI-compatible provider against a real HTTP gateway (tests/support/gateway.py)."""
 
 from __future__ import annotations
 

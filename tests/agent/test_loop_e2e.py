@@ -1,6 +1,6 @@
 """The loop end to end: the `agentd` console script, a real OpenAI-compatible
-gateway over HTTP (tests/gateway.py) asserting the exact request bodies, and
-official-SDK MCP servers (tests/sdk_servers.py, tests/hostile_server.py) as the
+gateway over HTTP (tests/support/gateway.py) asserting the exact request bodies, and
+official-SDK MCP servers (tests/support/sdk_servers.py, tests/support/hostile_server.py) as the
 MCP side."""
 
 from __future__ import annotations

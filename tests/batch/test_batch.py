@@ -1,5 +1,5 @@
 """`agentd batch` as an operator runs it: the real CLI, the official SDK server as
-the MCP side and a recording gateway (tests/gateway.py) as the intelligence."""
+the MCP side and a recording gateway (tests/support/gateway.py) as the intelligence."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ async def test_resume_cuts_a_torn_last_line(tmp_path, sdk, agentd_bin):
 async def test_batch_token_ceiling_stops_calls_within_the_trees_bound(tmp_path, sdk, agentd_bin):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     ids = write_tasks(tasks, 10)
-    ceiling, inflight, largest = 100, 2, 15  # each call is 15 tokens (tests/gateway.py)
+    ceiling, inflight, largest = 100, 2, 15  # each call is 15 tokens (tests/support/gateway.py)
     async with Gateway([Samples()] * 20) as gw:
         done = await run_agentd(agentd_bin, batch_args(
             tasks, out, gw, sdk, "--parallel", "3", "--batch-token-ceiling", str(ceiling),

@@ -2,7 +2,7 @@
 that is a link to /dev/zero or a FIFO, a link at the name --record will write, an
 --out that is a link or not a results file, a second batch on one --out, a model
 echoing a secret, a recorded answer past its live bound. Real `agentd batch`
-processes; the playback intelligence or a recording gateway (tests/gateway.py) as
+processes; the playback intelligence or a recording gateway (tests/support/gateway.py) as
 the model, the official SDK server where a sample needs MCP."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One sample's model answer too big for its control wire ends that sample, not the
 batch (issue 37): `agentd batch` (the real CLI) over the test gateway
-(tests/gateway.py), where sample 1 is answered with 20 MiB (under
+(tests/support/gateway.py), where sample 1 is answered with 20 MiB (under
 --intelligence-max-bytes, over the 16 MiB control frame) while the other samples
 are in flight, their answers held until sample 1's end is logged."""
 

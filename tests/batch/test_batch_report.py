@@ -1,5 +1,5 @@
 """`agentd batch report`: the page in a real headless Chromium (Debian's, over the
-DevTools protocol: tests/headless_chromium.py), and its reading of untrusted
+DevTools protocol: tests/support/headless_chromium.py), and its reading of untrusted
 results and trajectories (bounds, malformed lines, hostile text).
 
 The inputs are hand-written lines shaped like the result-line and ATIF

@@ -1,7 +1,7 @@
 """`agentd batch --trajectories DIR` as an operator runs it: the real CLI, the
 playback intelligence scripting a sample that calls a tool of the official SDK
 server and spawns a subagent, and Harbor's own model validating every file
-(tests/harbor_peer.py). The sample echoes a secret of the server's header:
+(tests/support/harbor_peer.py). The sample echoes a secret of the server's header:
 it never reaches a trajectory."""
 
 from __future__ import annotations

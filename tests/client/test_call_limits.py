@@ -2,7 +2,7 @@
 
 No sockets: :class:`CallDeadline` is fed ``(event, now)`` by hand; the token
 bookkeeping of :class:`CallWatches` is fed raw notification bytes on a bare
-event loop.  The real servers are in tests/test_client_progress.py.
+event loop.  The real servers are in tests/client/test_client_progress.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """agentd's client at MCP 2026-07-28 against the official SDK 2.3 server (real peers).
 
-Servers are ``tests/sdk_servers.py`` / ``tests/reactive_peers.py`` in
+Servers are ``tests/support/sdk_servers.py`` / ``tests/support/reactive_peers.py`` in
 subprocesses on loopback: ``--era modern`` is the SDK serving 2026-07-28
 statelessly (``server/discover``, ``subscriptions/listen``) beside 2025-11-25;
 the default is a 2025-11-25-only server.  The same client code is pointed at

@@ -1,4 +1,4 @@
-"""The official MCP conformance suite's client scenarios, through tests/conformance_client.py."""
+"""The official MCP conformance suite's client scenarios, through tests/support/conformance_client.py."""
 
 from __future__ import annotations
 

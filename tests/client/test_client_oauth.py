@@ -2,15 +2,15 @@
 real console script:
 
 * the official conformance suite's client ``auth/*`` scenarios
-  (tests/conformance_auth_client.py drives ``agentd auth login`` and a run);
+  (tests/support/conformance_auth_client.py drives ``agentd auth login`` and a run);
 * an official-SDK MCP server protected by the SDK's own OAuth
-  (tests/oauth_sdk_server.py): login, stored tokens (0600, never printed),
+  (tests/support/oauth_sdk_server.py): login, stored tokens (0600, never printed),
   refresh on 401, logout, ``--auth-interactive``, the exit-6 line without it,
   and bad input -- a wrong ``iss``, a missing promised ``iss``, a metadata
   document on another origin, a mismatched resource, an expired refresh token,
   a token endpoint answering HTML, a pre-registration bound to another issuer.
 
-``$BROWSER`` is tests/oauth_browser.py: it follows the authorization redirect
+``$BROWSER`` is tests/support/oauth_browser.py: it follows the authorization redirect
 to agentd's loopback listener as a person's browser would.
 """
 

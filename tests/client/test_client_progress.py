@@ -1,7 +1,7 @@
 """Long tool calls against real servers: progress keeps them alive, silence and the cap end
 them, the server is told and stays usable (issue 29).
 
-Peers are ``tests/progress_servers.py`` in subprocesses on loopback: the official
+Peers are ``tests/support/progress_servers.py`` in subprocesses on loopback: the official
 SDK 2.3 ``MCPServer`` and FastMCP 4, each at 2025-11-25 (``--era legacy``) and at
 2026-07-28 (``--era modern``); the TypeScript SDK 1.x's server-everything (its
 long-running operation) and a TypeScript SDK 2.x server at 2026-07-28

@@ -1,6 +1,6 @@
 """agentd's client against the official MCP Python SDK server (a real peer).
 
-Servers are ``tests/sdk_servers.py`` (the SDK's low-level ``Server`` over
+Servers are ``tests/support/sdk_servers.py`` (the SDK's low-level ``Server`` over
 Streamable HTTP) in subprocesses on free loopback ports.
 """
 

@@ -14,11 +14,11 @@
 The pinger's knob is at a small value (``--ping-interval 0.2``, so each miss
 is one interval and one ping timeout of that length), and where the model must "think" until the
 server has changed (frozen, or back with a rogue certificate), it is the test's
-own gateway (tests/gateway.py), holding its answer until agentd has logged what
+own gateway (tests/support/gateway.py), holding its answer until agentd has logged what
 the test waits for: no fixed delay is the synchronisation.  The rules walked
 here (the miss count, the Retry-After as the one delay) are unit-tested with an
-injected clock and sleep in tests/test_client_units.py and
-tests/test_fault_once.py; these tests prove the process acts on them.
+injected clock and sleep in tests/client/test_client_units.py and
+tests/client/test_fault_once.py; these tests prove the process acts on them.
 """
 
 from __future__ import annotations

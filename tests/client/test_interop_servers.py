@@ -1,8 +1,8 @@
 """agentd's client against the MCP servers people run, at every revision each speaks.
 
 Real peers on loopback (docs/peers.md lists them): FastMCP 4
-(tests/fastmcp_server.py), the official SDK 2.3's ``MCPServer``
-(tests/sdk_mcpserver.py) and low-level ``Server`` (tests/sdk_servers.py), the
+(tests/support/fastmcp_server.py), the official SDK 2.3's ``MCPServer``
+(tests/support/sdk_mcpserver.py) and low-level ``Server`` (tests/support/sdk_servers.py), the
 TypeScript SDK 1.x and 2.x (tests/ts_peers/server_v1.mjs, server_v2.mjs) and
 server-everything.  Each is driven through the library client for the catalogue
 details (tools listed with every page drained, a call, an ``isError`` result,
@@ -10,7 +10,7 @@ resources and templates listed, a read, a missing resource read as "resource
 not found" with one info line and no warning), and through one real ``agentd``
 CLI run per family with a playback intelligence.  The catalogue exclusions
 (a bad declaration leaves one tool out, never the server) run against
-tests/catalog_server.py and server-everything's task-only tool.
+tests/support/catalog_server.py and server-everything's task-only tool.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 * an SDK 2.3 low-level ``Server`` whose subscriptions are registered the 2025
   way (``on_subscribe_resource``), on an endpoint where ``server/discover``
-  succeeds (tests/reactive_peers.py ``--era modern --no-listen``): the reactive
+  succeeds (tests/support/reactive_peers.py ``--era modern --no-listen``): the reactive
   daemon speaks 2025-11-25 to it, subscribes and wakes;
 * server-everything restarted on the same port (it answers the old session
   HTTP 400 "No valid session ID provided", not 404): in task mode (the real

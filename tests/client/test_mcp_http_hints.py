@@ -1,5 +1,5 @@
 """An MCP server's HTTP fault in the user's words, with its fix (agentd/mcp/client/http_hints.py),
-through the real `agentd` console script against FastMCP 4 (tests/fastmcp_server.py:
+through the real `agentd` console script against FastMCP 4 (tests/support/fastmcp_server.py:
 plain, TLS with a test CA, behind a bearer): the exact `mcp.server.failed` line and
 exit 6 for each mistake a person makes when declaring a server."""
 

@@ -14,7 +14,7 @@ self-MCP answers at `/`. Its bearer comes from the config file's entry for
 `reviewer` (spec §1.2: headers are declared in the config file; a `--mcp` flag
 naming a file's server sets its endpoint), the CA from `SSL_CERT_FILE`.
 `https://gw.example/v1` is a test-owned OpenAI-compatible gateway
-(tests/tls_gateway.py) in the same namespace, `gw.example` pointed at it by the
+(tests/support/tls_gateway.py) in the same namespace, `gw.example` pointed at it by the
 namespace's hosts file. The parent drives the worker (`subagent.spawn`), the
 worker's subagent answers, and the parent completes with the worker's mark.
 """

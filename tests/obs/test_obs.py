@@ -2,7 +2,7 @@
 
 Real peers throughout: an OTLP/HTTP receiver decoding the exported protobuf
 with the official `opentelemetry-proto` types; an official-SDK MCP server that
-records the `_meta.traceparent` of each call (tests/obs_servers.py); Debian's
+records the `_meta.traceparent` of each call (tests/support/obs_servers.py); Debian's
 Prometheus scraping a serving agentd; `agentd top` driven in a pseudo-terminal
 (pexpect) against a worker whose served run is three levels deep.
 """

@@ -6,7 +6,7 @@ so most of them reach handles another worker owns (the relay).
 
 HAProxy is installed by the fixture when missing (``apt-get install -y
 haproxy``); when it cannot be had the test skips locally and fails under
-CI=true (tests/peers.py ``unavailable``).
+CI=true (tests/support/peers.py ``unavailable``).
 """
 
 from __future__ import annotations

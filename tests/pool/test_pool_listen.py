@@ -1,6 +1,6 @@
 """A 2026-07-28 listen naming handles on several pool workers is fanned in.
 
-Three real workers (the fixtures of tests/test_pool.py); the official MCP
+Three real workers (the fixtures of tests/pool/test_pool.py); the official MCP
 Python SDK's 2026-07-28 client listens on one worker for runs owned by all
 three.  The acknowledgement follows every owner's answer to its relayed
 ``subscribe``: when the client holds the ack, each peer owner has already

@@ -1,7 +1,7 @@
 """The worker-to-worker link under attack (issue 37): real workers on loopback.
 
-Console-script workers as in tests/test_pool.py, plus the misbehaving parties
-of tests/pool_link_peers.py: a key-holding member that answers badly on
+Console-script workers as in tests/pool/test_pool.py, plus the misbehaving parties
+of tests/support/pool_link_peers.py: a key-holding member that answers badly on
 purpose, and an eavesdropper on a plain-http link that replays what it saw.
 What must hold: relayed bodies are read whole up to the documented 4 MiB and
 refused past it with the bound named; a pool link is never evicted as an

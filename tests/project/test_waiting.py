@@ -1,4 +1,4 @@
-"""The suite's polling helper (tests/waiting.py): it returns what the condition
+"""The suite's polling helper (tests/support/waiting.py): it returns what the condition
 gave, takes plain and async conditions alike, and fails naming what never held.
 A limit of 0 makes the ceiling case immediate: no time passes in these tests."""
 

@@ -1,5 +1,5 @@
 """`agentd --mode reactive` end to end: the real console script, the real loop with
-playback intelligence, the official-SDK watched server (tests/reactive_peers.py).
+playback intelligence, the official-SDK watched server (tests/support/reactive_peers.py).
 
 Counts, ordering, logged events and exit codes are asserted — never durations;
 the waits below only bound how long we wait for something that must happen.

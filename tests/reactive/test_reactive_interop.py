@@ -2,16 +2,16 @@
 
 Real `agentd --mode reactive` processes with playback intelligence, against
 
-* FastMCP 4 (tests/fastmcp_server.py), which offers no subscriptions at any
+* FastMCP 4 (tests/support/fastmcp_server.py), which offers no subscriptions at any
   revision (2026-07-28, `--legacy-only` 2025-11-25, `--stateless`): the
   watched URI is polled (`reactive.polling`, once), a change made through its
   own `touch` tool wakes the daemon, and `/readyz` and `agent://status` say
   `poll`; with `--poll-interval 0` the daemon refuses to start (exit 6, one
   `reactive.refused` line);
-* the SDK 2.3 `MCPServer` at 2025-11-25 (tests/sdk_mcpserver.py
+* the SDK 2.3 `MCPServer` at 2025-11-25 (tests/support/sdk_mcpserver.py
   `--legacy-only`, with sessions or stateless): no `resources.subscribe`, polled;
 * a 2025-11-25 server that takes `resources/subscribe` but has no GET stream
-  (tests/reactive_peers.py `--no-get`): polled too, not waited on forever;
+  (tests/support/reactive_peers.py `--no-get`): polled too, not waited on forever;
 * `agentd__await_resource` on a URI FastMCP or that GET-less server cannot
   push: one `reactive.refused` line and a result that says "not watched";
 * the TypeScript SDK 1.x and 2.x servers (tests/ts_peers/): real

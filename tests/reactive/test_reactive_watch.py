@@ -1,13 +1,13 @@
 """Reactive mode against real watched servers.
 
-* an official-SDK low-level `Server` (tests/reactive_peers.py) with subscribable
+* an official-SDK low-level `Server` (tests/support/reactive_peers.py) with subscribable
   resources that it changes on request, and
 * `@modelcontextprotocol/server-everything` over Streamable HTTP (its updates
   are opt-in through its `toggle-subscriber-updates` tool),
 
 each reached through agentd's real `Toolbox`/`MCPClient`, driving the real
 `ReactiveDaemon` and `Router`. The loop run of each wake is a recorder (the
-agent loop itself is covered by tests/test_reactive_cli.py). Assertions are on
+agent loop itself is covered by tests/reactive/test_reactive_cli.py). Assertions are on
 counts, ordering and the state each wake read — never on durations; timeouts
 below only bound a wait for something that must happen.
 """

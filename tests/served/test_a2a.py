@@ -1,7 +1,7 @@
 """A2A peers (`--features a2a`, `--a2a-peer`, `a2a.delegate`) and `--serve-a2a`.
 
 Real peers only: the official `a2a-sdk` server (its own DefaultRequestHandlerV2,
-an agent executor written in tests/a2a_peer.py) reached over its JSON-RPC and
+an agent executor written in tests/support/a2a_peer.py) reached over its JSON-RPC and
 its HTTP+JSON (REST) bindings, with and without streaming; the `a2a-sdk`
 client driving agentd's served side; agentd driving agentd over A2A.
 """

@@ -5,7 +5,7 @@ self-MCP on loopback; the SDK ``Client`` negotiates by ``server/discover``, stay
 stateless, spawns sync and async, ``Client.listen()``s on the async run's
 ``agent://subagent/{handle}``, gets exactly one update (tagged with its
 subscription id), then reads the distillate.  ``mode="legacy"`` is covered,
-unchanged, by tests/test_tree_selfmcp_sdk.py and tests/test_selfmcp_sdk.py.
+unchanged, by tests/tree/test_tree_selfmcp_sdk.py and tests/served/test_selfmcp_sdk.py.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ async def test_spawn_modes_and_shapes():
     assert r["structuredContent"] == {"handle": "served.2", "status": "running", "done": False}
     assert "isError" not in r
     # two modes at once are refused in the subagent table's words (the loop's
-    # self-tools say the same: tests/test_selfmcp_sdk.py), never guessed
+    # self-tools say the same: tests/served/test_selfmcp_sdk.py), never guessed
     r = await spawn(conn, instruction="chat", warm=True, **{"async": True})
     assert r["isError"] is True and len(be.requests) == 2
     assert r["content"][0]["text"] == \

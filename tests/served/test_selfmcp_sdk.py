@@ -116,7 +116,7 @@ async def test_handshake_tools_and_errors(served):
 
 async def test_auto_mode_probe_is_answered(served):
     """The SDK's default mode probes server/discover first: answered, so it stays at
-    2026-07-28 (the stateless revision: tests/test_selfmcp_2026_sdk.py)."""
+    2026-07-28 (the stateless revision: tests/served/test_selfmcp_2026_sdk.py)."""
     async with Client(served.url) as c:
         assert c.protocol_version == "2026-07-28"
         assert (await c.call_tool("status", {})).structured_content["run_id"] == "run-42"

@@ -6,7 +6,7 @@ envelope/header/version error with its HTTP status, removed methods, ``Mcp-Param
 and missing client capabilities, ``subscriptions/listen`` (acknowledgement first,
 tagged updates, the unlisted-URI rule, unsupported types) and its per-client bound
 under 1,000 concurrent streams.  The self-MCP's backend is the scripted tree contract
-of tests/test_selfmcp_emission.py (runs end when the test says so).
+of tests/served/test_selfmcp_emission.py (runs end when the test says so).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`@modelcontextprotocol/conformance` server scenarios against agentd's self-MCP.
 
-The server is `tests/conformance_server.py` (the self-MCP on loopback http with
+The server is `tests/support/conformance_server.py` (the self-MCP on loopback http with
 the `Unavailable` backend) in a subprocess; the CLI needs Node >= 22, which the
 npm package `node` in tests/peers provides (put first on PATH).  Every check of
 every scenario must be SUCCESS or INFO: no failure and no warning.

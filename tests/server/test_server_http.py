@@ -104,7 +104,7 @@ async def test_session_lifecycle(server, http):
 
 async def test_sessionless_probe_gets_method_not_found(server, http):
     """A sessionless request of no revision for a method we do not serve: -32601.
-    (A 2026-07-28 ``server/discover`` is answered: tests/test_server_2026.py.)"""
+    (A 2026-07-28 ``server/discover`` is answered: tests/server/test_server_2026.py.)"""
     status, _, body = await post(http, server.url, {"jsonrpc": "2.0", "id": 7,
                                                     "method": "prompts/list", "params": {}})
     assert status == 200 and body["error"]["code"] == -32601 and body["id"] == 7

@@ -5,7 +5,7 @@ and answers a result, a ``Dispatch`` for the handler, or the response bytes and
 HTTP status; its ``Listen`` is fed what the handler subscribed and the
 hub's updates and answers frames.  The handler here is the real ``Handler``
 (its catalogue is all the rules read); nothing is awaited.  The envelope ladder
-without headers is covered by tests/test_server_2026.py; these are the rungs
+without headers is covered by tests/server/test_server_2026.py; these are the rungs
 and answers the HTTP tests only see through the wire.
 """
 

@@ -2,7 +2,7 @@
 
 Run as a script, one server per process, on loopback:
 
-    python tests/a2a_peer.py PORT [--binding jsonrpc|rest] [--no-streaming]
+    python tests/support/a2a_peer.py PORT [--binding jsonrpc|rest] [--no-streaming]
                                   [--card bad-url|not-json] [--bearer TOKEN]
 
 It is the SDK's own `DefaultRequestHandlerV2` with an in-memory task store and

@@ -1,6 +1,6 @@
 """Helpers of the `agentd batch` tests and benchmark: tasks files, results, and a
 gateway responder that plays one two-step sample per instruction and counts
-the samples it sees in flight at once (a real recording gateway, tests/gateway.py)."""
+the samples it sees in flight at once (a real recording gateway, tests/support/gateway.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """An official-SDK (2.3) MCP server whose catalogue holds tools a client must leave out.
 
-    python tests/catalog_server.py PORT [--era legacy|modern]
+    python tests/support/catalog_server.py PORT [--era legacy|modern]
 
 The low-level ``mcp.server.lowlevel.Server`` over Streamable HTTP at
 ``http://127.0.0.1:PORT/mcp`` (JSON answers).  ``--era modern`` (the default)
 serves 2026-07-28 beside 2025-11-25; ``legacy`` hides the 2026 version header
-from the SDK, so only 2025-11-25 answers (as in tests/sdk_servers.py).
+from the SDK, so only 2025-11-25 answers (as in tests/support/sdk_servers.py).
 
 tools/list (two pages of four) -- the good ones:
     ``echo{text}``, ``nullable{region}`` (``x-mcp-header: Region`` on

@@ -1,6 +1,6 @@
 """The conformance suite's client ``auth/*`` scenarios, through the real console script.
 
-    conformance client --command "python tests/conformance_auth_client.py" --scenario auth/…
+    conformance client --command "python tests/support/conformance_auth_client.py" --scenario auth/…
 
 The suite appends its MCP server URL and names the scenario in env
 ``MCP_CONFORMANCE_SCENARIO`` (credentials it expects in
@@ -8,7 +8,7 @@ The suite appends its MCP server URL and names the scenario in env
 scenario into a fresh state directory and runs ``agentd`` as a user would:
 
 * people (authorization code): ``agentd auth login conformance`` with
-  ``$BROWSER`` = tests/oauth_browser.py (follows the authorization redirect to
+  ``$BROWSER`` = tests/support/oauth_browser.py (follows the authorization redirect to
   agentd's loopback listener), then a playback run that lists and calls
   ``test-tool`` with the stored login -- with ``--auth-interactive`` for the
   step-up scenarios (the tool call needs a second, wider login);

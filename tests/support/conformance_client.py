@@ -1,6 +1,6 @@
 """One-shot adapter the MCP conformance suite runs against its mock servers.
 
-    conformance client --command "python tests/conformance_client.py" --scenario S
+    conformance client --command "python tests/support/conformance_client.py" --scenario S
 
 The suite appends the server URL as the last argument and names the scenario
 in env ``MCP_CONFORMANCE_SCENARIO``.  The adapter connects agentd's client,

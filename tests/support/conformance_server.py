@@ -1,10 +1,10 @@
 """Serve agentd's self-MCP on loopback http for peers that need a process.
 
-``python tests/conformance_server.py PORT`` -- the `Unavailable` backend (no
+``python tests/support/conformance_server.py PORT`` -- the `Unavailable` backend (no
 subagents), no auth (loopback development listener).  Used by the conformance
 suite tests; stops on SIGTERM/SIGINT.
 
-``python tests/conformance_server.py PORT engine`` serves the generic engine
+``python tests/support/conformance_server.py PORT engine`` serves the generic engine
 instead (a bare ``Handler`` with ``subscribe=True``, which tracks any URI):
 the suite's subscribe scenarios use a fixture URI (``test://watched-resource``)
 that the self-MCP refuses by design (docs/server.md), so the engine's

@@ -1,6 +1,6 @@
 """Hostile peers for the decode rows of issue 28: each misbehaves on purpose.
 
-    python tests/decode_peers.py PORT MODE
+    python tests/support/decode_peers.py PORT MODE
 
 MODE ``deep`` is an MCP server (2025-11-25, JSON answers, hand-written so it
 can break the rules) at http://127.0.0.1:PORT/mcp whose one tool ``deep``

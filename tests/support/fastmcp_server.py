@@ -1,13 +1,13 @@
 """A FastMCP 4 server (a real peer) with the interop surface of tests/ts_peers/.
 
-    python tests/fastmcp_server.py PORT [--stateless] [--legacy-only] [--tls CERT KEY]
+    python tests/support/fastmcp_server.py PORT [--stateless] [--legacy-only] [--tls CERT KEY]
                                         [--bearer TOKEN]
 
 Streamable HTTP at ``http://127.0.0.1:PORT/mcp``; prints ``listening PORT``
 when started.  FastMCP 4 (on the official SDK 2.3) serves 2026-07-28 beside
 2025-11-25 on one endpoint; ``--legacy-only`` hides the 2026 version header
 from it, so it answers as a 2025-11-25 server and a client falls back to
-``initialize`` (as tests/sdk_servers.py does).  ``--stateless``: FastMCP's
+``initialize`` (as tests/support/sdk_servers.py does).  ``--stateless``: FastMCP's
 ``stateless_http`` (no 2025 sessions).  ``--tls CERT KEY``: HTTPS (uvicorn's own TLS)
 on the same port.  ``--bearer TOKEN``: every request without ``Authorization: Bearer
 TOKEN`` gets a 401, as the reverse proxy in front of a deployed server answers it.

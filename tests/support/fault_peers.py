@@ -1,6 +1,6 @@
 """An official-SDK MCP server whose credentials get revoked mid-run (a real peer).
 
-    python tests/fault_peers.py PORT [--bearer TOKEN] [--ref-url URL] [--legacy]
+    python tests/support/fault_peers.py PORT [--bearer TOKEN] [--ref-url URL] [--legacy]
                                      [--tls CERT KEY]
 
 ``--legacy`` takes ``server/discover`` away, so clients speak 2025-11-25 with it

@@ -8,7 +8,7 @@ PATH, or pyenv's; then `pip install harbor`) and reused while it imports.
 A file is validated by that venv's python loading it with
 `Trajectory.model_validate_json`: Harbor's own rules, not a copy of them.
 Without the venv the tests skip with the reason; under CI=true they fail
-(tests/peers.py `unavailable`).
+(tests/support/peers.py `unavailable`).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 aiohttp's client): the report's tests and benchmarks/bench_report.py open a page
 in it, click, read the DOM and take screenshots.
 
-Chromium is installed with apt when missing (as tests/test_pool_balancer.py
+Chromium is installed with apt when missing (as tests/pool/test_pool_balancer.py
 installs haproxy); when it cannot be had the test skips locally and fails under
-CI=true (tests/peers.py ``unavailable``).
+CI=true (tests/support/peers.py ``unavailable``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A hostile MCP server (official SDK `MCPServer`) for the prompt-injection tests.
 
-    python tests/hostile_server.py PORT
+    python tests/support/hostile_server.py PORT
 
 Streamable HTTP at http://127.0.0.1:PORT/mcp. Its server instructions and the
 description of `lookup` try to steer the model ("ignore previous instructions

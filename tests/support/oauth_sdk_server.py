@@ -1,6 +1,6 @@
 """An official-SDK MCP server protected by the SDK's own OAuth (real peer).
 
-    python tests/oauth_sdk_server.py PORT [--iss right|wrong|omit] [--advertise-iss]
+    python tests/support/oauth_sdk_server.py PORT [--iss right|wrong|omit] [--advertise-iss]
                                           [--public-url URL] [--token-html]
 
 ``mcp.server.mcpserver.MCPServer`` with ``AuthSettings`` and an
@@ -10,7 +10,7 @@ the Protected Resource Metadata, and guards ``/mcp`` with its bearer
 middleware (401 + ``WWW-Authenticate: Bearer … resource_metadata=…``).  The
 provider here is in memory and consents at once (there is no person): its
 ``/authorize`` redirects straight back with a code, which a ``$BROWSER`` such
-as tests/oauth_browser.py follows.  Tokens are bound to the ``resource`` the
+as tests/support/oauth_browser.py follows.  Tokens are bound to the ``resource`` the
 client asked for and the SDK validates it.
 
 Knobs for the bad-input tests:

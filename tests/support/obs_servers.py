@@ -1,6 +1,6 @@
 """An official-SDK MCP server that records the trace context of each tool call.
 
-    python tests/obs_servers.py PORT
+    python tests/support/obs_servers.py PORT
 
 The low-level ``mcp.server.lowlevel.Server`` of the official Python SDK over
 Streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (a 2025-11-25 server), with

@@ -1,7 +1,7 @@
 """A hostile MCP server (official SDK `MCPServer`) whose answers are too big for a
-subagent's control wire, for the oversize tests (tests/test_tree_oversize.py).
+subagent's control wire, for the oversize tests (tests/tree/test_tree_oversize.py).
 
-    python tests/oversize_server.py PORT [BYTES]
+    python tests/support/oversize_server.py PORT [BYTES]
 
 Streamable HTTP at http://127.0.0.1:PORT/mcp. `blob{}` answers a text of BYTES
 (default 20 MiB) and `blob://huge` reads as one; both stay under agentd's

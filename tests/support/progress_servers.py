@@ -2,7 +2,7 @@
 
 Run as a script, one server per process, on loopback:
 
-    python tests/progress_servers.py PORT [--kind sdk|fastmcp] [--era legacy|modern]
+    python tests/support/progress_servers.py PORT [--kind sdk|fastmcp] [--era legacy|modern]
 
 ``sdk`` (the default) is the official Python SDK 2.x's high-level ``MCPServer``
 (tools reporting with ``ctx.report_progress``); ``fastmcp`` is FastMCP 4 (its

@@ -1,7 +1,7 @@
 """A watched MCP server built on the official SDK's low-level `Server`, for the
 reactive tests and benchmark. Run as a script:
 
-    python tests/reactive_peers.py PORT [--no-subscribe] [--unlisted] [--state FILE]
+    python tests/support/reactive_peers.py PORT [--no-subscribe] [--unlisted] [--state FILE]
                                   [--era legacy|modern] [--no-listen] [--no-get]
 
 It serves Streamable HTTP at http://127.0.0.1:PORT/mcp with subscribable

@@ -1,9 +1,9 @@
 """A official SDK 2.3 `MCPServer` (a real peer) with the interop surface of tests/ts_peers/.
 
-    python tests/sdk_mcpserver.py PORT [--stateless] [--legacy-only]
+    python tests/support/sdk_mcpserver.py PORT [--stateless] [--legacy-only]
 
 Streamable HTTP at ``http://127.0.0.1:PORT/mcp``; prints ``listening PORT``
-when started.  ``MCPServer`` (the SDK's high-level server; tests/sdk_servers.py
+when started.  ``MCPServer`` (the SDK's high-level server; tests/support/sdk_servers.py
 is its low-level ``Server``) serves 2026-07-28 beside 2025-11-25 on one
 endpoint; ``--legacy-only`` hides the 2026 version header from it, so it
 answers as a 2025-11-25 server and a client falls back to ``initialize``.

@@ -2,7 +2,7 @@
 
 Run as a script, one server per process, on loopback:
 
-    python tests/sdk_servers.py PORT [--page-size N] [--state FILE] [--json]
+    python tests/support/sdk_servers.py PORT [--page-size N] [--state FILE] [--json]
                                 [--era legacy|modern] [--tools-ttl MS] [--no-listen]
                                 [--stateless]
 

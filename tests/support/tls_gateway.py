@@ -1,9 +1,9 @@
 """A test-owned OpenAI-compatible gateway over HTTPS, answering by content (no script order).
 
-    python tests/tls_gateway.py HOST PORT CERT KEY LOG
+    python tests/support/tls_gateway.py HOST PORT CERT KEY LOG
 
 Used where agentd must run a command line exactly as printed, with
-`--intelligence https://gw.example/v1` (tests/test_spec_section3.py): the test
+`--intelligence https://gw.example/v1` (tests/e2e/test_spec_section3.py): the test
 points `gw.example` at this process and trusts its CA. Each request is one JSON
 line in LOG (the model, the last message's role, the tool names offered).
 

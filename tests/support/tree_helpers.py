@@ -1,4 +1,4 @@
-"""Shared helpers of the tree tests: playback scripts, /proc checks (polling: tests/waiting.py)."""
+"""Shared helpers of the tree tests: playback scripts, /proc checks (polling: tests/support/waiting.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The kill ladder's plan (agentd/tree/ladder.py), walked by hand: no process,
 no sleep -- ``now`` is the test's clock.  The real-process side (a child that
 ignores every rung meets the SIGKILL, and is reaped) is
-tests/test_tree_faults.py and tests/test_drain_bound.py."""
+tests/tree/test_tree_faults.py and tests/tree/test_drain_bound.py."""
 
 from __future__ import annotations
 

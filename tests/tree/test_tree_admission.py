@@ -4,7 +4,7 @@
 `agentd.tree.registry.Retention` takes `now` on every call, and
 `agentd.tree.ownership` is the one rule of who may touch a handle: all three
 are checked here on values alone, and the registry on an injected clock.  The same refusals with real children are
-in tests/test_tree_supervisor.py.
+in tests/tree/test_tree_supervisor.py.
 """
 
 from __future__ import annotations

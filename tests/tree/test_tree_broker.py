@@ -1,8 +1,8 @@
 """Brokered I/O of subagents (issue 17): real children, a recording gateway, SDK servers.
 
 Children use the OpenAI-compatible path through their parent: the test
-gateway (tests/gateway.py) records every request the parent makes for them;
-the official SDK's server (tests/sdk_servers.py) is their MCP side.
+gateway (tests/support/gateway.py) records every request the parent makes for them;
+the official SDK's server (tests/support/sdk_servers.py) is their MCP side.
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ async def test_a_grandchild_is_brokered_by_the_root_with_its_own_scope(tmp_path)
 @pytest.mark.timeout(120)
 async def test_a_childs_brokered_call_faults_as_the_roots_would(tmp_path, logs):
     """A real child's tool call that its server answers HTTP 500 (the official SDK's
-    server behind a throttle, tests/fault_peers.py): the fault crosses the control
+    server behind a throttle, tests/support/fault_peers.py): the fault crosses the control
     wire once, so the child's loop tells its model the server's own fault -- the
     same words the root's client raises for the same answer, not a fault "of the
     broker" -- and the child's loop holds it retryable, as the root's client does."""

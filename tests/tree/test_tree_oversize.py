@@ -3,8 +3,8 @@
 A worker (`agentd --serve-mcp`, the real console script) runs two async
 subagents spawned over its self-MCP by the official SDK's client. One of them
 is answered with 20 MiB -- a model answer from the test gateway
-(tests/gateway.py), a tool result, or a resource read from a hostile MCP server
-(tests/oversize_server.py) -- all under agentd's 64 MiB bounds of the gateway
+(tests/support/gateway.py), a tool result, or a resource read from a hostile MCP server
+(tests/support/oversize_server.py) -- all under agentd's 64 MiB bounds of the gateway
 and MCP reads, all over the 16 MiB control frame. The other is alive meanwhile:
 its model call is held by a gate until the first has ended. The worker lives
 on, the big run ends `failed` naming the bound (its result and the

@@ -1,6 +1,6 @@
 """Hostile peers' bytes never escape agentd's own errors (issue 28, the decode
 rows): each test runs the real `agentd` against a peer that misbehaves on
-purpose (tests/decode_peers.py, tests/gateway.py) and asserts the clean end —
+purpose (tests/support/decode_peers.py, tests/support/gateway.py) and asserts the clean end —
 one JSON object on stdout, the documented exit code, no traceback, a log line
 naming the peer."""
 

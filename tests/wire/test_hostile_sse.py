@@ -1,6 +1,6 @@
 """A hostile or broken SSE peer never exhausts or hangs agentd (issue 28, the
 byte layer's rows): the real `agentd` console script against the peers of
-`tests/hostile_sse_server.py` on loopback.
+`tests/support/hostile_sse_server.py` on loopback.
 
 * an MCP server answering `tools/call` with one endless SSE event: the stream
   is dropped at `--sse-event-bytes` (`mcp.fault` names the limit), the call is
