@@ -6,19 +6,16 @@ goes to a file and the batch ends with one readable block."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import sys
 
 import pytest
-from agentd_proc import agentd_env, run_agentd
-from batch_helpers import read_results
-from peers import ROOT as CHECKOUT
+from agentd_proc import run_agentd
+from batch_helpers import env, read_results
 from peers import require_modules
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 # no tools: each sample is one model answer, played in the batch root (its broker)
 SCRIPT = {"playback": 1, "scripts": [
     {"match": "", "turns": [{"content": "ok", "delay": 0.5,
@@ -33,10 +30,6 @@ def setup(tmp_path, n: int):
                              for i in range(n)))
     return pb, tasks, tmp_path / "out.jsonl"
 
-
-def env(*first: str) -> dict[str, str]:
-    return agentd_env(PYTHONPATH=os.pathsep.join(
-        p for p in (*first, ROOT, os.environ.get("PYTHONPATH")) if p))
 
 
 def without_rich(tmp_path) -> str:

@@ -16,22 +16,17 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from agentd_proc import agentd_env, run_agentd
+from agentd_proc import run_agentd
+from batch_helpers import env
 from headless_chromium import browser, load
-from peers import ROOT as CHECKOUT
 
 from agentd.batch.report import Limits, build_report, render
 from agentd.config import ConfigError
 
 pytestmark = pytest.mark.timeout(240)
-ROOT = str(CHECKOUT)  # on the children's PYTHONPATH
 HOSTILE = "</script><img src=x onerror=alert(1)><script>document.title='pwned'</script>"
 ROWS = "[...document.querySelectorAll('#samples tbody tr')].map(r => r.dataset.id)"
 
-
-def env() -> dict[str, str]:
-    return agentd_env(PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
 
 
 def result(i: str, status: str, **extra) -> str:

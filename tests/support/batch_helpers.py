@@ -18,10 +18,10 @@ from peers import ROOT
 SAMPLE_RE = re.compile(r"sample (\d+)")
 ECHO_RE = re.compile(r"echo \d+")
 
-def env() -> dict[str, str]:
-    """`agentd_env()` with this checkout first on the children's PYTHONPATH."""
+def env(*first: str) -> dict[str, str]:
+    """`agentd_env()` with ``first``, then this checkout, on the children's PYTHONPATH."""
     return agentd_env(PYTHONPATH=os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        p for p in (*first, str(ROOT), os.environ.get("PYTHONPATH")) if p))
 
 
 def batch_args(tasks: Path, out: Path, gw: Gateway, sdk, *extra: str) -> list[str]:
