@@ -2,7 +2,7 @@
 
     python benchmarks/bench_a2a.py [--calls 300] [--rounds 3] [--tasks 60] [--inflight 8]
 
-1. Delegation round trip. One `a2a-sdk` peer (tests/a2a_peer.py: the SDK's own
+1. Delegation round trip. One `a2a-sdk` peer (tests/support/a2a_peer.py: the SDK's own
    request handler, the test's trivial executor answering ``echo``) over
    JSON-RPC with streaming. Two clients, connected at once and measured in
    interleaved rounds of ``--calls`` sequential delegations each:
@@ -44,7 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from peers import PeerProcess, free_port, python_peer  # noqa: E402
 

@@ -5,10 +5,10 @@
                                      [--fast-agent-python PATH] [--no-fast-agent]
 
 Every sample is two model calls and one tool call: the gateway
-(tests/gateway.py, in this process, answering at once, or after
+(tests/support/gateway.py, in this process, answering at once, or after
 ``--model-latency`` seconds: a model's time) asks for
 ``sdk__echo`` and then answers with the echoed text; the MCP side is the
-official SDK server (tests/sdk_servers.py, its own process). The same
+official SDK server (tests/support/sdk_servers.py, its own process). The same
 samples run four ways, in the same run, against the same gateway and server:
 
 * ``batch``  -- ``agentd batch --parallel P --record DIR``: one process, one
@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import aiohttp  # noqa: E402
 import fast_agent_batch  # noqa: E402
@@ -86,7 +86,7 @@ def _cpu() -> float:
 
 
 async def _tool_calls(mcp_url: str) -> int:
-    """The server's tools/call count so far (tests/sdk_servers.py's GET /stats)."""
+    """The server's tools/call count so far (tests/support/sdk_servers.py's GET /stats)."""
     async with aiohttp.ClientSession() as http, \
             http.get(mcp_url.removesuffix("/mcp") + "/stats") as resp:
         return int((await resp.json())["calls"])

@@ -8,7 +8,7 @@ Each configuration starts one server in a subprocess and drives the same
 ``echo`` tool with all three clients, in turn:
 
 * ``sdk_json`` / ``sdk_sse`` -- the official SDK's low-level ``Server``
-  (``tests/sdk_servers.py``) answering JSON bodies / SSE streams;
+  (``tests/support/sdk_servers.py``) answering JSON bodies / SSE streams;
 * ``sdk_json_2026`` / ``sdk_sse_2026`` -- the same server run with
   ``--era modern``: it also speaks MCP 2026-07-28, so agentd's client (which
   probes ``server/discover`` first) and the SDK client in ``mode="auto"`` both
@@ -60,7 +60,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402

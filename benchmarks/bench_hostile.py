@@ -7,7 +7,7 @@ and hostile *servers* against agentd as a client.
                                        [--retry-max-ms MS]
 
 The client rows (issue 28) run the real `agentd` against the hostile MCP server
-of `tests/hostile_sse_server.py`:
+of `tests/support/hostile_sse_server.py`:
 
     {"bench": "hostile.client_sse_flood", "event_bytes", "rss_kib": {"before",
      "peak"}, "growth_mib", "target_mib", "flood_sent_mib", "fault"}
@@ -424,7 +424,7 @@ async def soak(server: Server, calls: int) -> dict:
 
 
 def _client_peers():
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from gateway import Gateway, Reply
     from hostile_sse_server import HostileMCP
 

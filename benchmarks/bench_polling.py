@@ -4,7 +4,7 @@
                                        [--seed 29]
 
 One watched server in a subprocess: the official-SDK server of the reactive
-tests (tests/reactive_peers.py `--no-subscribe`: no `resources.subscribe`, so
+tests (tests/support/reactive_peers.py `--no-subscribe`: no `resources.subscribe`, so
 agentd polls it). agentd's whole reactive path runs in-process — the real
 `Toolbox`, `ReactiveDaemon` (whose `Poller` re-reads the URI every
 `--poll-interval`), `Router` (debounce) and notify-then-read — up to the
@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from agentd.config.model import DEFAULT_DEBOUNCE, DEFAULT_POLL_INTERVAL, ServerSpec  # noqa: E402
 

@@ -33,11 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from conftest import agentd_executable  # noqa: E402
-from test_pool import Pool  # noqa: E402
-from test_pool_balancer import balancer, sdk  # noqa: E402
+from pool_harness import Pool, balancer, sdk_client  # noqa: E402
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -46,7 +45,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 async def relay_overhead(pool: Pool, calls: int) -> dict:
-    async with sdk(pool.url("w1"), "alice") as c1, sdk(pool.url("w2"), "alice") as c2:
+    async with sdk_client(pool.url("w1"), "alice") as c1, sdk_client(pool.url("w2"), "alice") as c2:
         own = (await c1.call_tool("subagent.spawn", {"instruction": "[slow] x",
                                                      "async": True})).structured_content
         peer = (await c2.call_tool("subagent.spawn", {"instruction": "[slow] x",
@@ -67,7 +66,7 @@ async def relay_overhead(pool: Pool, calls: int) -> dict:
 
 
 async def children_per_s(url: str, n: int) -> float:
-    async with sdk(url, "alice") as c:
+    async with sdk_client(url, "alice") as c:
         t0 = time.perf_counter()
         spawned = await asyncio.gather(*(c.call_tool(
             "subagent.spawn", {"instruction": "[quick] go", "async": True}) for _ in range(n)))
@@ -83,11 +82,11 @@ async def children_per_s(url: str, n: int) -> float:
 
 
 async def owner_lost(pool: Pool) -> dict:
-    async with sdk(pool.url("w1"), "alice") as c1:
+    async with sdk_client(pool.url("w1"), "alice") as c1:
         handle = (await c1.call_tool("subagent.spawn", {"instruction": "[slow] x",
                                                         "async": True})).structured_content
     w1 = pool.workers["w1"]
-    async with sdk(pool.url("w2"), "alice") as c2:
+    async with sdk_client(pool.url("w2"), "alice") as c2:
         t0 = time.perf_counter()
         w1.proc.send_signal(signal.SIGKILL)
         while True:

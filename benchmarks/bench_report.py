@@ -1,5 +1,5 @@
 """`agentd batch report` at 1,000 samples: the page's size, the time to write it,
-and its load time in headless Chromium (tests/headless_chromium.py).
+and its load time in headless Chromium (tests/support/headless_chromium.py).
 
 Each sample has a result line shaped like the batch's (status, score, epoch,
 usage, wall time, a result) and an ATIF trajectory of `--steps` steps (a user
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from headless_chromium import browser, load  # noqa: E402
 

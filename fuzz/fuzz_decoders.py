@@ -7,7 +7,7 @@ them to one decoder the way the code does with a peer's input and raises
 ``HandshakeError``, ``IntelligenceError``, ``OAuthError``, the A2A fault, the
 control wire's error, ``ConfigError``). ``fuzz/run.py`` discovers this file and
 runs the targets (atheris when installed, else a random loop);
-``tests/test_fuzz_decoders.py`` runs the same targets under hypothesis.
+``tests/native/test_fuzz_decoders.py`` runs the same targets under hypothesis.
 
 The decoders are called directly, never a mock of a peer: the bytes are the
 peer.

@@ -2,13 +2,13 @@
 
 Every target takes one `bytes` input, derives what it needs from it (bounds,
 chunk cuts, the stream itself), runs the compiled twin and the pure-Python one
-(the `.py` loaded explicitly, as `tests/native_twins.py` does) and raises
+(the `.py` loaded explicitly, as `tests/support/native_twins.py` does) and raises
 AssertionError when they disagree -- in results or in the class of the error
 -- or when either raises anything but the project's own error for that input
 (`agentd_native.errors`).  Without the compiled extension both sides are the
 pure twin, so the targets still check the invariants.
 
-`python fuzz/run.py --seconds 600 sse` runs one at length; `tests/test_fuzz_corpus.py`
+`python fuzz/run.py --seconds 600 sse` runs one at length; `tests/native/test_fuzz_corpus.py`
 replays `fuzz/corpus/<target>/` with the suite.
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from native_twins import load_pure  # tests/ is not a package: put on the path above
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from native_twins import load_pure  # tests/support is not a package: put on the path above
 
 from agentd_native.errors import FrameTooLarge, SpanRecordInvalid, SSEEventTooLarge
 

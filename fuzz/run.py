@@ -15,7 +15,7 @@ to a scratch directory, a crashing input to `fuzz/corpus/<target>/crash-*`);
 otherwise a seeded random loop mutates the corpus and random bytes (bit flips,
 inserted SSE/trace-context tokens, splices) for the same time.  The time is
 split evenly between the targets.  A finding is written to
-`fuzz/corpus/<target>/` (named by its SHA-1), where `tests/test_fuzz_corpus.py`
+`fuzz/corpus/<target>/` (named by its SHA-1), where `tests/native/test_fuzz_corpus.py`
 replays it with every test run from then on.  One JSON line per target:
 `{"fuzz": target, "engine", "seconds", "execs", "findings", "corpus"}`; the exit
 status is 1 when anything was found.  docs/fuzzing.md has the details.

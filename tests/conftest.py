@@ -1,4 +1,7 @@
-"""Suite-wide fixtures. Peer helpers (npm peers, free ports) live in tests/peers.py."""
+"""Suite-wide fixtures. The suite's helpers (the process harness, peers, free ports,
+the fault server) live in tests/support/, importable by their bare names from every
+test folder because this file puts that folder on sys.path before any test module
+is imported."""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = str(ROOT / "tests" / "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
