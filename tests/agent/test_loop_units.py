@@ -9,7 +9,14 @@ import pytest
 from agentd.agent import prompt as P
 from agentd.agent.loop import distil, wants_json
 from agentd.agent.selftools import SelfTools
-from agentd.agent.subagents import HandleState, Refusal, SpawnRequest, Unavailable, Unknown
+from agentd.agent.subagents import (
+    HandleState,
+    Refusal,
+    SpawnRequest,
+    Unavailable,
+    Unknown,
+    within,
+)
 from agentd.wire.shapes import ResourceInfo, ToolEntry
 
 
@@ -86,7 +93,8 @@ class Recorder(Unavailable):
 
     def status(self, caller: str, handle: str, *,
                principal: str | None = None) -> HandleState | Unknown:
-        if handle != "0.1":
+        # the backend applies the one ownership rule: a caller sees its own subtree
+        if handle != "0.1" or not within(handle, caller):
             return Unknown(handle)
         return HandleState(handle="0.1", status="completed", result={"x": 1})
 
