@@ -1,14 +1,10 @@
-"""The application layer: process entry points and composition roots.
+"""The application layer: composition roots.
 
-* `run` — the root run (`run(config) -> exit code`, `execute`), and the one
-  turn of a subagent (`run_child`): wires intelligence, toolbox, self-tools,
-  the tree and the reactive daemon together;
-* `child` — a subagent process from its first frame (stdlib only until the
-  first answer), then `childrt.serve`, the child's runtime;
-* `forkserver` — the forkserver process (`--forkserver`): preload, warm up,
-  fork children on request.
+* `run` — the root run (`run(config) -> exit code`, `execute`): wires the
+  intelligence, the toolbox, the self-tools, the tree, the served endpoints and
+  the reactive daemon together;
+* `compose` — the tree's composition (provider, toolbox, broker, Supervisor);
+* `serving` — the served endpoints' HTTP app, TLS, A2A, metrics and pool routes.
 
-Kept import-free, like `agentd.tree`: `agentd.child.entry` runs in a freshly
-exec'd subagent that must answer its first control frame before anything heavy
-is imported.
+A subagent's own process is `agentd.child`, which never imports this package.
 """

@@ -206,13 +206,16 @@ def batch(ctx: click.Context, **local: Any) -> None:
 def report(results: str, trajectories: str | None, out: str) -> None:
     """Write one self-contained HTML page of a results file: the summary, a sortable
     table of the samples, each sample's trajectory. Lines that are not result lines
-    are named on stderr and in the page; the rest is reported (exit 0)."""
+    are named in the log (`batch.report.skipped`) and in the page; the rest is
+    reported (`batch.report.written`, exit 0)."""
+    from agentd import log as _log
     from agentd.batch.report import write_report
 
+    _log.configure(level="info")
     written = write_report(results, out, trajectories)
     for problem in written.problems:
-        click.echo(f"agentd batch report: {problem}", err=True)
-    click.echo(f"agentd batch report: {len(written.samples)} samples -> {out}", err=True)
+        _log.log.warning("batch.report.skipped", problem=problem)
+    _log.log.info("batch.report.written", samples=len(written.samples), out=out)
 
 
 def _scorers(local: dict[str, Any]) -> tuple[tuple[Any, ...], float]:

@@ -1,7 +1,7 @@
-"""Subagents: the supervisor, the spawners, the private control wire, the kill ladder.
+"""Subagents, the parent's side: the supervisor, admission, the registry, the
+spawners and processes, the kill ladder and the broker of the children's I/O.
 
-The child's and the forkserver's own process code is `agentd.app` (`child`,
-`childrt`, `forkserver`). Kept import-free: `agentd.child.boot` is read by
-a freshly exec'd subagent that must answer its first control frame before
-anything heavy is imported.
+The child's own side, and the control wire's contract both sides use (boot,
+control messages, the framed channel), is `agentd.child`, ranked below: the
+tree imports that contract, the child never imports the tree.
 """
