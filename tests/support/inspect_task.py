@@ -21,15 +21,13 @@ Two tasks, one per setting of inspect's proposal check (a host tool runs only
 for a call the bridge matched to a model proposal by the tool's description as
 the agent declared it): `proposal_exempt` serves the tool with
 `require_proposal=False`, `proposal_checked` with inspect's default, which
-cannot match agentd's fenced descriptions (docs/batch.md).
+cannot match agentd's fenced descriptions (docs/harnesses.md, "inspect_swe").
 """
 
 from __future__ import annotations
 
-import json
-import re
-import socket
 import sys
+from pathlib import Path
 
 from inspect_ai import Task, task
 from inspect_ai.agent import (
@@ -40,20 +38,20 @@ from inspect_ai.agent import (
     sandbox_agent_bridge,
 )
 from inspect_ai.dataset import Sample
-from inspect_ai.model import ChatMessage, GenerateConfig, ModelOutput, ModelUsage, get_model
+from inspect_ai.model import get_model
 from inspect_ai.scorer import includes
-from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
+from inspect_ai.tool import Tool, tool
 from inspect_ai.util import sandbox, store
+
+# the example's scripted model (call `…__add` with the question's numbers, then answer
+# with the tool's result, reporting its own usage so the run stays offline) and its
+# port picker and how it turns agentd's stdout into the completion, reused so the
+# example's pieces are exercised too
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from inspect_agentd import _free_port, completed, scripted_model
 
 MAX_STEPS = 4
 SERVER = "host"
-
-
-def _free_port() -> int:
-    """A free loopback port (bound then released: the local sandbox shares the host)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @tool
@@ -70,29 +68,6 @@ def add() -> Tool:
         return str(a + b)
 
     return execute
-
-
-def scripted_model(
-    input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice,
-    config: GenerateConfig,
-) -> ModelOutput:
-    """Deterministic stand-in for a model: call `…__add` with the question's numbers, then
-    answer with the number the tool returned. It reports its own usage so mockllm does not
-    download tiktoken's encoding (the run stays offline)."""
-    last = input[-1]
-    add_name = next((t.name for t in tools if t.name.endswith("__add")), None)
-    if last.role == "tool":
-        numbers = re.findall(r"-?\d+", last.text)
-        out = ModelOutput.from_content("mockllm/model", f"The sum is {numbers[-1]}.")
-    elif add_name is None:
-        out = ModelOutput.from_content("mockllm/model", "no add tool was offered")
-    else:
-        question = next(m.text for m in reversed(input) if m.role == "user")
-        a, b = (int(n) for n in re.findall(r"-?\d+", question)[:2])
-        out = ModelOutput.for_tool_call("mockllm/model", add_name, {"a": a, "b": b})
-    out.usage = ModelUsage(input_tokens=len(input), output_tokens=1,
-                           total_tokens=len(input) + 1)
-    return out
 
 
 @agent
@@ -117,14 +92,7 @@ def agentd_agent(require_proposal: bool, max_steps: int = MAX_STEPS) -> Agent:
                  "--log-format", "json", "--log-level", "info"])
             store().set("agentd_stderr", run.stderr)
             store().set("mcp_url", config.url)
-            if not run.stdout.strip():
-                raise RuntimeError(f"agentd exited {run.returncode}: {run.stderr[-2000:]}")
-            out = json.loads(run.stdout)
-            store().set("agentd", out)
-            result = out["result"]
-            bridge.state.output.completion = (
-                result if isinstance(result, str) else json.dumps(result))
-            return bridge.state
+            return completed(bridge.state, run)
 
     return execute
 
