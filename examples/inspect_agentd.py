@@ -50,7 +50,7 @@ from inspect_ai.dataset import Sample
 from inspect_ai.model import ChatMessage, GenerateConfig, ModelOutput, ModelUsage, get_model
 from inspect_ai.scorer import includes
 from inspect_ai.tool import ToolChoice, ToolInfo
-from inspect_ai.util import ExecCompleted, ExecStdout, sandbox, store
+from inspect_ai.util import ExecCompleted, ExecResult, ExecStdout, sandbox, store
 
 MAX_STEPS = 4
 
@@ -103,6 +103,18 @@ async def _start_calc_server(port: int) -> Any:
     raise RuntimeError("calc MCP server ended before listening")
 
 
+def completed(state: AgentState, run: ExecResult[str]) -> AgentState:
+    """`state` with agentd's `result` as its completion; agentd's stdout object kept
+    in the sample's store (`agentd`), for the log to show its status, steps and usage."""
+    if not run.stdout.strip():
+        raise RuntimeError(f"agentd exited {run.returncode}: {run.stderr[-2000:]}")
+    out = json.loads(run.stdout)
+    store().set("agentd", out)
+    result = out["result"]
+    state.output.completion = result if isinstance(result, str) else json.dumps(result)
+    return state
+
+
 @agent
 def agentd_agent(max_steps: int = MAX_STEPS) -> Agent:
     """Run agentd in the sample's sandbox, its model calls bridged to inspect's model."""
@@ -122,14 +134,7 @@ def agentd_agent(max_steps: int = MAX_STEPS) -> Agent:
                      "--log-level", "warning"])
             finally:
                 await server.kill()
-            if not run.stdout.strip():
-                raise RuntimeError(f"agentd exited {run.returncode}: {run.stderr[-2000:]}")
-            out = json.loads(run.stdout)
-            store().set("agentd", out)
-            result = out["result"]
-            bridge.state.output.completion = (
-                result if isinstance(result, str) else json.dumps(result))
-            return bridge.state
+            return completed(bridge.state, run)
 
     return execute
 
