@@ -26,7 +26,8 @@ samples run four ways, in the same run, against the same gateway and server:
 * ``scored`` -- the ``batch`` column again with a target per task and the
   built-in scorers ``exact``, ``includes``, ``regex`` and ``json``; and
   ``scored_command`` with one ``command:`` scorer (a Python process per
-  sample): scoring on vs off (``batch``), in the same run.
+  sample): scoring on vs off (``batch``), in the same run; and ``trajectories``,
+  the same with ``--trajectories DIR`` (one ATIF file per sample).
 
 Each live column reports the gateway's requests and the server's tool calls
 it caused (``*_gateway_requests``, ``*_tool_calls``: 2 and 1 per sample), the
@@ -124,8 +125,12 @@ async def main(samples: int, parallel: int, latency: float, loop: bool,
             for column, scorers in (("scored", ("exact", "includes", "regex", "json")),
                                     ("scored_command", (f"command:{sys.executable} -c "
                                                         f"{json.dumps(SCORER)}",))):
-                figures.update(await _scored(column, scorers, work, tasks, parallel, gw.url,
+                flags = [x for s in scorers for x in ("--scorer", s)]
+                figures.update(await _scored(column, flags, work, tasks, parallel, gw.url,
                                              mcp, samples))
+            figures.update(await _scored("trajectories", ["--trajectories",
+                                                          str(work / "trajectories")],
+                                         work, tasks, parallel, gw.url, mcp, samples))
 
             gate = asyncio.Semaphore(parallel)
             failed = 0
@@ -210,12 +215,12 @@ def _targeted(tasks: Path, path: Path) -> Path:
     return path
 
 
-async def _scored(column: str, scorers: tuple[str, ...], work: Path, tasks: Path,
+async def _scored(column: str, flags: list[str], work: Path, tasks: Path,
                   parallel: int, url: str, mcp: str, samples: int) -> dict:
-    """The batch column again, each sample scored by `scorers` against its target."""
+    """The batch column again with `flags`: each sample scored against its target
+    (`--scorer`), or its trajectory written (`--trajectories`)."""
     targeted = _targeted(tasks, work / f"{column}-tasks.jsonl")
     out = work / f"{column}.jsonl"
-    flags = [x for s in scorers for x in ("--scorer", s)]
     t0, cpu = time.perf_counter(), _cpu()
     rc, _, err = await _run("batch", "--tasks", str(targeted), "--out", str(out),
                             "--parallel", str(parallel), "--intelligence", url, "--mcp", mcp,
@@ -224,7 +229,7 @@ async def _scored(column: str, scorers: tuple[str, ...], work: Path, tasks: Path
     assert rc == 0, err.decode()[-2000:]
     results = read_results(out)
     assert len(results) == samples and all(
-        min(r["scores"].values()) == 1.0 for r in results), results[:2]
+        "--scorer" not in flags or min(r["scores"].values()) == 1.0 for r in results), results[:2]
     return {f"{column}_wall_s": round(wall, 3),
             f"{column}_samples_per_s": round(samples / wall, 2),
             f"{column}_cpu_s": round(_cpu() - cpu, 2)}

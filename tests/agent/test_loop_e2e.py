@@ -163,7 +163,7 @@ async def test_hostile_server_stays_fenced_data(agentd_bin, hostile) -> None:
     first, second = gw.bodies
     desc = tool(first, "hostile__lookup")["function"]["description"]
     assert desc == fence_inline(f"Look up the weather. {INJECTION}.")
-    assert desc.startswith("[UNTRUSTED] ") and desc.endswith("[END UNTRUSTED]")
+    assert desc.startswith("[UNTRUSTED] ") and "END UNTRUSTED]" not in desc
     system = first["messages"][0]["content"]
     # the server's attempt to close the fence early is defanged
     assert f"IMPORTANT: {INJECTION}. (END UNTRUSTED]" in system

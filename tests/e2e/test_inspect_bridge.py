@@ -72,20 +72,23 @@ def test_agentd_calls_a_host_tool_through_inspects_bridged_mcp_server(logs) -> N
     assert loud == [], loud
 
 
-def test_inspects_default_proposal_check_denies_agentds_fenced_description(logs) -> None:
-    """The call reaches inspect and is refused (nothing runs on the host); agentd hands
-    the fault to the model and finishes the run. The declaration it sent explains why."""
+def test_inspects_default_proposal_check_finds_agentds_description(logs) -> None:
+    """With inspect's default check (a host tool runs only for a call the model
+    proposed, matched by the description the agent sent), agentd's call goes
+    through: its mark stands in front of the server's text, which the check finds
+    whole -- for a description of at least 64 characters, inspect's own floor for
+    a text with a preamble (docs/harnesses.md)."""
     sample = _sample(logs["proposal_checked"])
-    assert "add_calls" not in sample["store"]
+    assert sample["store"]["add_calls"] == [QUESTION_ARGS]
     (event,) = _host_tool_events(sample)
-    assert event["metadata"]["bridge"]["grant"] == "denied"
-    assert event["arguments"] == QUESTION_ARGS
-    assert "not proposed by the model" in event["error"]["message"]
+    assert event["metadata"]["bridge"]["grant"] != "denied"
+    assert (event["function"], event["arguments"], event["result"]) == ("add", QUESTION_ARGS, "42")
+    assert sample["scores"]["includes"]["value"] == "C"
     assert sample["store"]["agentd"]["status"] == "completed"
-    faults = [r for r in _log_lines(sample) if r["event"] == "tool.fault"]
-    assert faults and "not proposed by the model" in faults[0]["fault"]
+    loud = [r for r in _log_lines(sample) if r["level"] in ("warning", "error")]
+    assert loud == [], loud
     declared = next(t["description"] for e in sample["events"] if e["event"] == "model"
                     for t in e["tools"] if t["name"] == "host__add")
     if declared.startswith("attachment://"):  # inspect stores long strings aside
         declared = sample["attachments"][declared.removeprefix("attachment://")]
-    assert declared.startswith("[UNTRUSTED] ") and declared.endswith(" [END UNTRUSTED]")
+    assert declared.startswith("[UNTRUSTED] ") and "END UNTRUSTED]" not in declared

@@ -57,7 +57,7 @@ SERVER = "host"
 @tool
 def add() -> Tool:
     async def execute(a: int, b: int) -> str:
-        """Add two integers on the host and return their sum as text.
+        """Add two integers on the host machine and return their sum, written as decimal text.
 
         Args:
           a: The first addend.
