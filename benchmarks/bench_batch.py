@@ -68,6 +68,7 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_INTELLIGENCE")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["AGENTD_LOG_LEVEL"] = "warning"
+    env.setdefault("AGENTD_MODEL", "bench-model")  # an http gateway needs a model (docs/cli.md)
     return env
 
 
@@ -107,7 +108,9 @@ async def main(samples: int, parallel: int, latency: float, loop: bool,
     responder = Samples(latency=latency)
     with python_peer("sdk_servers.py") as server:
         mcp = f"sdk={server.url}"
-        async with Gateway([responder] * (6 * samples + 16)) as gw:
+        # two answers per sample and live column: batch, scored, scored_command,
+        # trajectories and the loop
+        async with Gateway([responder] * (10 * samples + 16)) as gw:
             t0, cpu = time.perf_counter(), _cpu()
             rc, _, err = await _run("batch", "--tasks", str(tasks), "--out",
                                     str(work / "batch.jsonl"), "--parallel", str(parallel),

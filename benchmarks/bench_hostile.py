@@ -434,6 +434,7 @@ def _client_peers():
 async def _agentd(*args: str) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_INTELLIGENCE")}
     env["PYTHONPATH"] = str(ROOT)
+    env.setdefault("AGENTD_MODEL", "bench-model")  # an http gateway needs a model (docs/cli.md)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentd", *args, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)

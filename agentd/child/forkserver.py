@@ -32,7 +32,8 @@ FORK_BATCH = 16  # queued fork requests served back to back
 # What the template imports besides the child runtime (a missing optional one is
 # skipped); never the HTTP stack: a child's I/O is brokered (agentd.tree.broker).
 PRELOAD = ("agentd.child.turn", "agentd.agent.loop", "agentd.intelligence",
-           "agentd.mcp.client.toolbox", "agentd.child.brokered", "orjson", "agentd_native")
+           "agentd.mcp.client.toolbox", "agentd.child.brokered", "agentd.trajectory.recorder",
+           "orjson", "agentd_native")
 
 
 def _preload() -> None:
