@@ -106,8 +106,11 @@ class SampleBroker(Broker):
 
     def __init__(self, *, intelligence: Any, toolbox: Any = None, record: str | None = None,
                  replay: str | None = None, cassette_bytes: int = 0,
-                 bounds: AnswerBounds = AnswerBounds()) -> None:
+                 bounds: AnswerBounds = AnswerBounds(), model: str | None = None,
+                 sampling: dict[str, Any] | None = None) -> None:
         super().__init__(intelligence=intelligence, toolbox=toolbox)
+        self.model = model  # what each cassette's header records of the requests
+        self.sampling = sampling
         self.tallies: dict[str, Tally] = {}
         self.record_dir = record
         self.replay_dir = replay
@@ -136,7 +139,8 @@ class SampleBroker(Broker):
                 tally.recorder = Recorder(self.record_dir, sample_id, sorted(scope),
                                           super().catalogue(scope),
                                           max_bytes=self.cassette_bytes
-                                          or DEFAULT_CASSETTE_BYTES)
+                                          or DEFAULT_CASSETTE_BYTES,
+                                          model=self.model, sampling=self.sampling)
             except OSError as exc:  # the sample runs; its line says it was not recorded
                 self._unrecorded(tally, sample_id, exc)
         elif isinstance(replay, Replay):

@@ -71,8 +71,10 @@ from agentd.output import Usage
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd_native import MAX_FRAME
 
-CASSETTE_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # a version-1 cassette is a version 2 without updates
+CASSETTE_VERSION = 3
+# a version-2 cassette is a version 3 without `model`/`sampling` in its header, a
+# version 1 a version 2 without update lines
+READABLE_VERSIONS = (1, 2, 3)
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -97,6 +99,10 @@ class Header(msgspec.Struct, forbid_unknown_fields=True):
     sample: str
     scope: list[str]
     catalogue: Catalogue | None = None
+    # what the recording asked the gateway with, besides the messages: the model and
+    # the sampling fields every request's body carried (--temperature ... --model-param)
+    model: str | None = None
+    sampling: dict[str, Any] | None = None
 
 
 class Entry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -224,7 +230,8 @@ class Recorder:
 
     def __init__(self, directory: str, sample_id: str, scope: list[str],
                  catalogue: Catalogue | None, *,
-                 max_bytes: int = DEFAULT_CASSETTE_BYTES) -> None:
+                 max_bytes: int = DEFAULT_CASSETTE_BYTES, model: str | None = None,
+                 sampling: dict[str, Any] | None = None) -> None:
         self.sample = sample_id
         self.path = cassette_path(directory, sample_id)
         self.max_bytes = max_bytes
@@ -232,7 +239,8 @@ class Recorder:
         fd, self._tmp = tempfile.mkstemp(dir=directory, suffix=".tmp",
                                          prefix=f".{os.path.basename(self.path)}.")
         self._f = os.fdopen(fd, "wb")
-        self._line(Header(CASSETTE_VERSION, sample_id, scope, catalogue))
+        self._line(Header(CASSETTE_VERSION, sample_id, scope, catalogue, model,
+                          sampling or None))
 
     def _line(self, obj: Any) -> None:
         line = scrubbed_line(obj)
@@ -304,7 +312,7 @@ class Replay:
         if self.header.cassette not in READABLE_VERSIONS or self.header.sample != sample_id:
             raise TreeError(f"cassette {path}: version {self.header.cassette} of sample "
                                 f"{self.header.sample!r}, expected version "
-                                f"{CASSETTE_VERSION} (or 1) of {sample_id!r}")
+                                f"{CASSETTE_VERSION} (or 1, 2) of {sample_id!r}")
         updates = [u for u in body if isinstance(u, UpdateLine)]
         if updates and self.header.cassette < 2:
             raise TreeError(f"cassette {path}: an update line in a version-1 cassette")

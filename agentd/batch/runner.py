@@ -408,7 +408,8 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                                   replay=opts.replay, cassette_bytes=config.cassette_bytes,
                                   bounds=AnswerBounds(
                                       completion=config.intelligence_max_bytes,
-                                      observation=config.mcp_max_bytes))
+                                      observation=config.mcp_max_bytes),
+                                  model=config.model, sampling=config.sampling.fields())
             sup = await stack.enter_async_context(Supervisor(
                 _supervisor_config(config), run_id=run_id, broker=broker,
                 ledger=metered.ledger))

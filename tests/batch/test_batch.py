@@ -250,7 +250,7 @@ async def test_record_then_replay_with_gateway_and_server_down(tmp_path, agentd_
         text = path.read_text()
         assert secret not in text
         lines = [json.loads(ln) for ln in text.splitlines()]
-        assert lines[0]["cassette"] == 2 and lines[0]["scope"] == ["sdk"]
+        assert lines[0]["cassette"] == 3 and lines[0]["scope"] == ["sdk"]
         assert [(e["handle"], e["step"], e["request"]["kind"]) for e in lines[1:]] == [
             ("", 1, "complete"), ("", 2, "call"), ("", 3, "complete")]
         assert lines[2]["request"]["name"] == "sdk__echo"
@@ -313,8 +313,8 @@ async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, age
     assert r["usage"]["total_tokens"] == 0
     # a version-1 cassette (no update lines: the same lines otherwise) still replays
     head, *rest = cassette.read_text().splitlines(keepends=True)
-    assert json.loads(head)["cassette"] == 2
-    cassette.write_text(head.replace('"cassette":2', '"cassette":1', 1) + "".join(rest))
+    assert json.loads(head)["cassette"] == 3
+    cassette.write_text(head.replace('"cassette":3', '"cassette":1', 1) + "".join(rest))
     v1 = tmp_path / "v1.jsonl"
     done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(v1),
                                          "--replay", str(rec)], env=env())
@@ -411,7 +411,7 @@ async def test_a_resource_update_is_recorded_and_replayed_at_its_point(
     assert live_result["status"] == "completed" and live_result["result"] == "saw v-new"
     (cassette,) = rec.iterdir()
     lines = [json.loads(ln) for ln in cassette.read_text().splitlines()]
-    assert lines[0]["cassette"] == 2
+    assert lines[0]["cassette"] == 3
     (at,) = [i for i, ln in enumerate(lines) if "update" in ln]
     update = lines[at]
     assert update["update"] == {"server": "sdk", "uri": "mem://watched"}
@@ -455,7 +455,7 @@ async def test_a_resource_update_is_recorded_and_replayed_at_its_point(
     assert "the run ended; the recording goes on with a read request" in bad["error"]
 
     # an update line is a version-2 line: a "version-1" cassette holding one is refused
-    cassette.write_text(whole.replace('"cassette":2', '"cassette":1', 1))
+    cassette.write_text(whole.replace('"cassette":3', '"cassette":1', 1))
     again = tmp_path / "again.jsonl"
     done = await run_agentd(agentd_bin, [*common, "--out", str(again), "--replay", str(rec)],
                             env=env(), limit=150)

@@ -95,13 +95,13 @@ def test_a_version_1_cassette_replays_and_may_not_hold_updates(tmp_path):
 ])
 def test_a_malformed_update_line_is_refused(tmp_path, line):
     write(tmp_path, 2, SUB, line)
-    with pytest.raises(TreeError, match="not a version-2 cassette"):
+    with pytest.raises(TreeError, match="not a version-3 cassette"):
         Replay(str(tmp_path), "s")
 
 
-def test_version_3_is_refused(tmp_path):
-    write(tmp_path, 3, SUB)
-    with pytest.raises(TreeError, match="version 3 of sample 's'"):
+def test_version_4_is_refused(tmp_path):
+    write(tmp_path, 4, SUB)
+    with pytest.raises(TreeError, match="version 4 of sample 's'"):
         Replay(str(tmp_path), "s")
 
 
@@ -134,7 +134,7 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
     path = next(tmp_path.glob("*.jsonl"))
     text = path.read_text().replace('"["', "[" * 100_000 + "]" * 100_000)
     path.write_text(text)
-    with pytest.raises(TreeError, match="not a version-2 cassette"):
+    with pytest.raises(TreeError, match="not a version-3 cassette"):
         Replay(str(tmp_path), "s")
 
 
