@@ -40,7 +40,7 @@ from agentd.mcp.client.rules.faults import parse_retry_after
 from agentd.mcp.client.rules.schema import Validator, schemas
 from agentd.mcp.client.rules.session import ClientSession
 from agentd.mcp.server.rules import stateless
-from agentd.pool import relay
+from agentd.pool.link import relay
 from agentd.wire import a2a as w
 from agentd.wire import codec
 from agentd.wire import mcp_types as t

@@ -23,7 +23,7 @@ from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.http.server import Limits, Runner
 from agentd.mcp.server.http.server import serve as _serve_http
 from agentd.obs import http as obs_http
-from agentd.pool.session_relay import session_middleware
+from agentd.pool.link.session_relay import session_middleware
 from agentd.secrets import DEFAULT_SECRETS_DIR
 from agentd.served.a2a import A2AServed
 from agentd.served.backend import LocalServed

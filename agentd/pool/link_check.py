@@ -2,7 +2,7 @@
 
 A proxied session or relayed call reaches its owner with the caller's
 principal as the first worker authenticated it, under the pool key's MAC
-(``agentd.pool.session_relay``, ``agentd.pool.relay``).  Two configurations
+(``agentd.pool.link.session_relay``, ``agentd.pool.link.relay``).  Two configurations
 defeat that, and :func:`refusal` names them (exit 2, docs/security.md,
 "Principals across the pool"):
 

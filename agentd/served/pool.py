@@ -6,7 +6,7 @@
 handle's owner (here, relayed, or lost), places a spawn this worker is too full
 for on the peer with the most room, watches peers' runs for this worker's
 subscribers, and answers peers' relayed operations
-(:class:`agentd.pool.relay.RelayTarget`).  The self-MCP handler only calls it.
+(:class:`agentd.pool.link.relay.RelayTarget`).  The self-MCP handler only calls it.
 
 The backend keeps minting ``served.{n}``; this object gives each served run a
 pool handle (:func:`agentd.pool.handles.mint_handle`, bound to the spawning
@@ -37,10 +37,10 @@ from agentd.obs import metrics
 from agentd.output import Usage
 from agentd.pool import handles
 from agentd.pool.discovery import Discovery
-from agentd.pool.dns import DnsRefresher
+from agentd.pool.link.dns import DnsRefresher
+from agentd.pool.link.prober import Prober
+from agentd.pool.link.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
 from agentd.pool.membership import Membership
-from agentd.pool.prober import Prober
-from agentd.pool.relay import ProbeAnswer, Relay, RelayAnswer, RelayRequest
 from agentd.served.backend import SERVED_CALLER, Body, LocalServed, Subscribed, spawn_body
 from agentd.tree.ownership import top_of
 from agentd.wire.guard import convert_peer
@@ -99,7 +99,7 @@ class PoolServed:
                            ssl_context=ssl_context, open_members=spec.dns is not None)
         self.membership = Membership(self.me, dead_after=spec.dead_after)
         dns = None
-        if spec.dns is not None:  # peers learned from the name's addresses (agentd.pool.dns)
+        if spec.dns is not None:  # peers learned from the name's addresses (agentd.pool.link.dns)
             found = Discovery(self.me, spec.dns.scheme, spec.dns.port, spec.dns.interval)
             dns = DnsRefresher(self.relay, found, spec.dns.name,
                                probe_timeout=self.membership.timeout)
@@ -400,11 +400,11 @@ class PoolBackend:
 
     # ------------------------------------------ the relay's target
     def probe_answer(self) -> ProbeAnswer:
-        """A peer's liveness probe (agentd.pool.relay.RelayTarget)."""
+        """A peer's liveness probe (agentd.pool.link.relay.RelayTarget)."""
         return self.pool.probe_answer(self.local.counts())
 
     async def relayed(self, request: RelayRequest, principal: str) -> RelayAnswer:
-        """A peer's relayed operation (agentd.pool.relay.RelayTarget): only on this
+        """A peer's relayed operation (agentd.pool.link.relay.RelayTarget): only on this
         worker's own handles (a relayed handle is never relayed on)."""
         if request.op == "spawn":  # placed here by a peer at its caps: never placed on
             try:

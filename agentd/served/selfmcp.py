@@ -48,7 +48,7 @@ it is :class:`agentd.served.pool.PoolBackend`, which names handles
 ``served.<owner>.<token>``, relays a peer's handle to its owner (status, send,
 cancel, read, a subscription's wait) and places a spawn at this worker's caps
 on a peer; 2025-11-25 sessions are proxied to the worker holding them
-(:mod:`agentd.pool.session_relay`).
+(:mod:`agentd.pool.link.session_relay`).
 
 Terminal runs stay readable as long as the backend retains them (the tree's
 one terminal retention, :mod:`agentd.tree.registry`: 600 s, at most 1024,

@@ -28,9 +28,9 @@ from agentd.config.model import PoolDns
 from agentd.errors import ConfigError, PoolError
 from agentd.pool import handles
 from agentd.pool.discovery import MAX_ADDRESSES, Discovery, address_url
-from agentd.pool.dns import DnsRefresher, SystemResolver
+from agentd.pool.link.dns import DnsRefresher, SystemResolver
+from agentd.pool.link.relay import Relay
 from agentd.pool.membership import Membership
-from agentd.pool.relay import Relay
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
 

@@ -51,10 +51,7 @@ LAYERS: dict[str, int] = {
     "agentd.mcp.server.rules": 2,  # the server's sans-IO rules per revision
     "agentd.obs": 2,
     "agentd.pool": 2,  # the pool's sans-IO rules: handles, relay MAC, membership
-    "agentd.pool.relay": 3,  # the worker-to-worker link (aiohttp)
-    "agentd.pool.prober": 3,
-    "agentd.pool.dns": 3,  # --pool-dns: resolves the name, probes new addresses
-    "agentd.pool.session_relay": 3,  # 2025-11-25 sessions proxied to their owner
+    "agentd.pool.link": 3,  # the pool's IO: relay, probes, --pool-dns, the session proxy
     # 3: transport, clients, servers, observability exporters
     "agentd.mcp.client": 3,  # the client half's IO: facade, connection, transport, toolbox, OAuth
     "agentd.mcp.server": 3,  # the server half: the handler and the HTTP serving
@@ -358,11 +355,9 @@ def test_the_mcp_client_and_server_halves_never_import_each_other() -> None:
     assert crossing == []
 
 
-# the map's entries that name one module inside a folder: the pool's IO beside its
-# sans-IO rules (agentd/pool/ is not split in two folders); every other entry is a
+# the map's entries that name one module inside a folder: none -- every entry is a
 # folder, or a base module directly in agentd/ (a room of its own)
-MODULE_ENTRIES = {"agentd.pool.relay", "agentd.pool.prober", "agentd.pool.dns",
-                  "agentd.pool.session_relay"}
+MODULE_ENTRIES: set[str] = set()
 TESTS = Path(__file__).resolve().parents[1]
 
 

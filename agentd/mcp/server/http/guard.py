@@ -16,7 +16,7 @@ listener: ``/metrics``, the A2A agent) passes :meth:`Guard.check` first:
   (``agentd.mcp.server.handler.current_principal``), and a 2026-07-28 GET or DELETE
   is ``405``, an unsupported ``MCP-Protocol-Version`` on them ``400``.
 
-A request a pool peer proxied (``agentd.pool.session_relay``) arrives over that
+A request a pool peer proxied (``agentd.pool.link.session_relay``) arrives over that
 peer's connection: its TLS certificate and missing bearer say who the *peer*
 is, not who the caller is.  The pool's middleware verifies the peer's MAC over
 the caller's principal before the guard runs and hands it over with

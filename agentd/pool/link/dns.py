@@ -4,7 +4,7 @@ Every ``interval`` seconds the loop resolves the ``--pool-dns`` name through
 the :class:`Resolver` seam (:class:`SystemResolver`: the event loop's
 ``getaddrinfo``, so ``/etc/hosts``, the cluster DNS or any resolver the
 system is configured with answers), probes each new address for its signed
-id (:meth:`~agentd.pool.relay.Relay.probe_url`) and hands the learned peer
+id (:meth:`~agentd.pool.link.relay.Relay.probe_url`) and hands the learned peer
 list to ``publish``.  A failed resolution or probe is logged
 (``pool.dns_failed``) and the last answer kept.
 """
@@ -21,7 +21,7 @@ from typing import Protocol
 from agentd.errors import PoolError
 from agentd.log import log
 from agentd.pool.discovery import Discovery
-from agentd.pool.relay import Relay
+from agentd.pool.link.relay import Relay
 
 __all__ = ["DnsRefresher", "Resolver", "SystemResolver"]
 

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 
 from agentd.errors import PoolError
 from agentd.log import log
-from agentd.pool.dns import DnsRefresher
+from agentd.pool.link.dns import DnsRefresher
+from agentd.pool.link.relay import Relay
 from agentd.pool.membership import Membership, Transition
-from agentd.pool.relay import Relay
 
 __all__ = ["Prober"]
 

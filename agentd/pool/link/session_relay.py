@@ -47,7 +47,7 @@ from agentd.log import log
 from agentd.log_bridge import throttled
 from agentd.obs import metrics
 from agentd.pool import handles
-from agentd.pool.relay import Relay, read_whole
+from agentd.pool.link.relay import Relay, read_whole
 
 __all__ = ["SESSION_HEADER", "Guarded", "proxy_target", "session_middleware"]
 
