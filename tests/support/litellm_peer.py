@@ -18,22 +18,18 @@ never reaches the network.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
-from peers import free_port, unavailable
+from peer_venv import PeerVenv
+from peers import free_port
 from waiting import until
 
-VENV = Path(__file__).resolve().parents[1] / ".venvs" / "litellm"
 READY_LIMIT = 300.0  # the hang guard of the proxy's start (a large import on a busy machine)
 # prisma: LiteLLM 1.108's handler of a refused key imports it (a 500 without it), and
 # the `proxy` extra does not bring it
@@ -41,53 +37,18 @@ PACKAGES = ("litellm[proxy]", "prisma")
 OFFLINE = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
 
 
-def _interpreters() -> list[str]:
-    found = [os.environ.get("AGENTD_LITELLM_PYTHON", ""), sys.executable,
-             *(shutil.which(n) or "" for n in ("python3.13", "python3.12", "python3.11")),
-             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[1-9]*/bin/python3")),
-                     reverse=True)]
-    return [p for p in found if p]
-
-
-def _modern(python: str) -> bool:
-    probe = subprocess.run([python, "-c", "import sys; sys.exit(sys.version_info < (3, 11))"],
-                           capture_output=True, timeout=60)
-    return probe.returncode == 0
-
-
-def _ready() -> bool:
-    py, cli = VENV / "bin" / "python", VENV / "bin" / "litellm"
-    return py.exists() and cli.exists() and subprocess.run(
-        [str(py), "-c", "import litellm.proxy.proxy_server, prisma"], capture_output=True,
-        env={**os.environ, **OFFLINE}, timeout=300).returncode == 0
-
-
-def _build() -> str | None:
-    """Create the venv; None when it worked, else why not."""
-    base = next((p for p in _interpreters() if _modern(p)), None)
-    if base is None:
-        return "no Python >= 3.11 for LiteLLM (set AGENTD_LITELLM_PYTHON)"
-    shutil.rmtree(VENV, ignore_errors=True)
-    steps = ([base, "-m", "venv", str(VENV)],
-             [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", *PACKAGES])
-    for argv in steps:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            return f"{' '.join(argv[:4])} failed: {done.stderr[-500:]}"
-    return None
+# ready once the proxy imports and its CLI is there
+LITELLM = PeerVenv("litellm", PACKAGES,
+                   "import os, sys, litellm.proxy.proxy_server, prisma; "
+                   "sys.exit(not os.path.exists(os.path.join(os.path.dirname(sys.executable), "
+                   "'litellm')))", "LiteLLM's proxy", python_env="AGENTD_LITELLM_PYTHON",
+                   env=OFFLINE)
 
 
 @pytest.fixture(scope="session")
 def litellm_cli() -> str:
     """The path of the venv's `litellm` console script (its proxy imports)."""
-    VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(VENV.parent / ".litellm.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _ready():
-            why = _build()
-            if why is not None or not _ready():
-                unavailable(f"LiteLLM's proxy: {why or 'litellm.proxy does not import'}")
-    return str(VENV / "bin" / "litellm")
+    return str(LITELLM.ensure() / "bin" / "litellm")
 
 
 class LitellmProxy:
