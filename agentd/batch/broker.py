@@ -21,14 +21,7 @@ from typing import Any
 
 import msgspec
 
-from agentd.batch.cassette import (
-    AnswerBounds,
-    Divergence,
-    ErrorBody,
-    Recorder,
-    Replay,
-    UpdateBody,
-)
+from agentd.batch.cassette import Divergence, Recorder, Replay, UpdateBody
 from agentd.child.control import (
     IO_FAULT,
     IO_UNAVAILABLE,
@@ -45,6 +38,7 @@ from agentd.child.control import (
 )
 from agentd.config.model import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
+from agentd.journal.exchange import AnswerBounds, ErrorBody
 from agentd.log import log
 from agentd.mcp.client.rules.faults import ABORT_CAUSES
 from agentd.output import Usage

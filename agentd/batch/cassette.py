@@ -51,25 +51,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import orjson
 
-from agentd.a2a.client import DEFAULT_MAX_BYTES as A2A_MAX_BYTES
 from agentd.batch.files import lines_within, open_regular, scrubbed_line
 from agentd.child.control import (
-    ENVELOPE_HEADROOM,
     Catalogue,
     IoCompletion,
     IoRequest,
     IoResult,
-    answer_limit,
 )
-from agentd.config.intelligence import DEFAULT_INTELLIGENCE_MAX_BYTES
-from agentd.config.model import DEFAULT_CASSETTE_BYTES, DEFAULT_MCP_MAX_BYTES
+from agentd.config.model import DEFAULT_CASSETTE_BYTES
 from agentd.errors import TreeError
-from agentd.log import redact
+from agentd.journal.exchange import (
+    AnswerBounds,
+    ErrorBody,
+    decode_result,
+    first_difference,
+    request_json,
+)
 from agentd.output import Usage
 from agentd.wire.guard import PEER_FAULTS, fault_text
-from agentd_native import MAX_FRAME
 
 CASSETTE_VERSION = 3
 # a version-2 cassette is a version 3 without `model`/`sampling` in its header, a
@@ -87,11 +87,6 @@ class Divergence:
 
     def __str__(self) -> str:
         return self.text
-
-
-class ErrorBody(msgspec.Struct, forbid_unknown_fields=True):
-    code: int
-    message: str
 
 
 class Header(msgspec.Struct, forbid_unknown_fields=True):
@@ -114,31 +109,6 @@ class Entry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     request: dict[str, Any]
     response: msgspec.Raw = msgspec.Raw()
     error: ErrorBody | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerBounds:
-    """The live bound of each kind of answer, which a replayed one meets too: a
-    completion's `--intelligence-max-bytes`, a tool result's or a read's
-    `--mcp-max-bytes`, an A2A answer's 8 MiB, and for every kind the control
-    wire's frame (the answer reaches the sample's child in one frame; a bigger
-    one would fail the frame and with it the batch, never just the sample)."""
-
-    completion: int = DEFAULT_INTELLIGENCE_MAX_BYTES
-    observation: int = DEFAULT_MCP_MAX_BYTES
-    frame: int = MAX_FRAME
-
-    def of(self, kind: Any) -> tuple[int, str]:
-        """The bound of the answer to a request of `kind`, and its name."""
-        own = {"complete": (self.completion, f"--intelligence-max-bytes={self.completion}"),
-               "call": (self.observation, f"--mcp-max-bytes={self.observation}"),
-               "read": (self.observation, f"--mcp-max-bytes={self.observation}"),
-               "a2a": (A2A_MAX_BYTES, f"the A2A answer bound of {A2A_MAX_BYTES} bytes")}
-        wire = (answer_limit(self.frame),
-                f"the control wire's answer bound of {answer_limit(self.frame)} bytes (its "
-                f"{self.frame}-byte frame less {ENVELOPE_HEADROOM} for the envelope)")
-        limit = own.get(kind)
-        return wire if limit is None or wire[0] <= limit[0] else limit
 
 
 class UpdateBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -180,40 +150,6 @@ def cassette_path(directory: str, sample_id: str) -> str:
     digest = hashlib.sha256(sample_id.encode()).hexdigest()[:16]
     slug = _SLUG.sub("_", sample_id)[:64].strip("._") or "sample"
     return os.path.join(directory, f"{slug}-{digest}.jsonl")
-
-
-def request_json(req: IoRequest) -> dict[str, Any]:
-    """A request as the cassette holds it: its wire JSON without the trace context,
-    secrets redacted (so a replay compares like with like)."""
-    out: dict[str, Any] = orjson.loads(redact(msgspec.json.encode(req).decode()))
-    out.pop("traceparent", None)
-    return out
-
-
-def _short(value: Any) -> str:
-    text = orjson.dumps(value).decode() if value is not ... else "(absent)"
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def first_difference(recorded: Any, now: Any, path: str = "") -> str | None:
-    """The first place two JSON values differ: `path: recorded X, now Y`."""
-    if isinstance(recorded, dict) and isinstance(now, dict):
-        for key in [*recorded, *(k for k in now if k not in recorded)]:
-            diff = first_difference(recorded.get(key, ...), now.get(key, ...), f"{path}.{key}")
-            if diff is not None:
-                return diff
-        return None
-    if isinstance(recorded, list) and isinstance(now, list):
-        for i, (a, b) in enumerate(zip(recorded, now, strict=False)):
-            diff = first_difference(a, b, f"{path}[{i}]")
-            if diff is not None:
-                return diff
-        if len(recorded) != len(now):
-            return f"{path or '.'}: recorded {len(recorded)} items, now {len(now)}"
-        return None
-    if recorded != now or type(recorded) is not type(now):
-        return f"{path or '.'}: recorded {_short(recorded)}, now {_short(now)}"
-    return None
 
 
 class Recorder:
@@ -270,9 +206,6 @@ class Recorder:
         finally:
             if os.path.lexists(self._tmp):
                 os.unlink(self._tmp)
-
-
-_result = msgspec.json.Decoder(IoResult)
 
 
 class Replay:
@@ -354,18 +287,16 @@ class Replay:
         if diff is not None:
             return self._diverged(handle, step, diff)
         self._used.add((handle, step))
-        size = len(entry.response) + (len(entry.error.message) if entry.error else 0)
-        limit, name = self.bounds.of(now.get("kind"))
-        if size > limit:
-            return self._refused(handle, step, f"a recorded answer of {size} bytes, past "
-                                               f"{name}: not replayed")
         if entry.error is not None:
+            limit, name = self.bounds.of(now.get("kind"))
+            if len(entry.error.message) > limit:
+                return self._refused(handle, step, f"a recorded answer of "
+                                     f"{len(entry.error.message)} bytes, past {name}: "
+                                     "not replayed")
             return entry.error
-        try:
-            result = _result.decode(entry.response)
-        except PEER_FAULTS as exc:
-            return self._refused(handle, step, f"the recorded answer is not one: "
-                                               f"{fault_text(exc)}")
+        result = decode_result(entry.response, now.get("kind"), self.bounds)
+        if isinstance(result, str):
+            return self._refused(handle, step, result)
         if isinstance(result, IoCompletion):  # it keeps its recorded usage: the sample's
             self.spent.add(result.completion.usage)  # loop counts it as it did, the line
         return result                                 # reports what the recording spent

@@ -41,7 +41,6 @@ from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
 from agentd.app.compose import metered_provider, open_toolbox
 from agentd.app.run import new_run_id
 from agentd.batch.broker import SampleBroker
-from agentd.batch.cassette import AnswerBounds
 from agentd.batch.files import ResultLine, ResultsFile, TaskLine
 from agentd.batch.progress import progress
 from agentd.batch.score import (
@@ -62,6 +61,7 @@ from agentd.intelligence.base import (
     ToolDef,
 )
 from agentd.intelligence.flow import FlowGate
+from agentd.journal.exchange import AnswerBounds
 from agentd.log import configure, log
 from agentd.output import Usage
 from agentd.tree.supervisor import ROOT, Supervisor

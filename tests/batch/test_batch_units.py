@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agentd.batch.cassette import Replay, cassette_path, first_difference
+from agentd.batch.cassette import Replay, cassette_path
 from agentd.batch.files import ResultsFile, load_tasks
 from agentd.errors import ConfigError, TreeError
+from agentd.journal.exchange import first_difference
 
 
 def test_first_difference_names_the_path_and_both_values():
@@ -139,8 +140,8 @@ def test_a_cassette_nested_past_the_decoders_guard_is_a_cassette_error(tmp_path)
 
 
 def test_a_replayed_answer_is_held_to_the_smaller_of_its_kinds_bound_and_the_frame():
-    from agentd.batch.cassette import AnswerBounds
     from agentd.child.control import ENVELOPE_HEADROOM
+    from agentd.journal.exchange import AnswerBounds
 
     bounds = AnswerBounds(completion=100, observation=1 << 30, frame=4096 + ENVELOPE_HEADROOM)
     assert bounds.of("complete") == (100, "--intelligence-max-bytes=100")

@@ -66,6 +66,8 @@ LAYERS: dict[str, int] = {
     # 7: the child process (entry, runtime, forkserver's own side, brokered I/O, remote
     # backend) and the control wire's contract both sides use (boot, control, channel)
     "agentd.child": 7,
+    # the journal: a run's record and exchanges on disk (its exchange shape, on the wire's)
+    "agentd.journal": 7,
     # 8: tree (the parent side: supervision, processes, the broker)
     "agentd.tree": 8,
     # 9: the served endpoints (self-MCP, served A2A, the pool's served side), on the tree
