@@ -37,8 +37,9 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
            "journal", "journal_run_bytes")
 
 # --journal-run-bytes, here and on the root command (one bound, one text)
-JOURNAL_RUN_BYTES_HELP = (f"the largest journal file of one run (batch: of one sample); past "
-                          f"it that run is no longer journaled and cannot be resumed  [default: {DEFAULT_JOURNAL_RUN_BYTES}; "
+JOURNAL_RUN_BYTES_HELP = ("the largest journal file of one run (batch: of one sample); past it "
+                          "that run is no longer journaled and cannot be resumed  "
+                          f"[default: {DEFAULT_JOURNAL_RUN_BYTES}; "
                           f"{JOURNAL_RUN_BYTES_BOUNDS[0]} to {JOURNAL_RUN_BYTES_BOUNDS[1]}]")
 
 

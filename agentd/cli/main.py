@@ -85,11 +85,6 @@ def warn_secret_flags(ctx: click.Context) -> None:
                         "{{secret:NAME}} reference (docs/cli.md)")
 
 
-JOURNAL_HELP = ("journal every served run (batch: every sample) in DIR, so results and "
-                "running runs survive a restart (docs/operations.md \"Durable runs\"); "
-                "unset: runs live in memory only")
-
-
 def _secs(text: str) -> str:
     return text + " (seconds)"
 
@@ -173,7 +168,9 @@ def _secs(text: str) -> str:
      help="also serve A2A (Agent Card, SendMessage, ...) on the --serve-mcp listener "
           "(--features a2a)")
 @opt("--journal", section="SERVE", metavar="DIR",
-     help=JOURNAL_HELP)
+     help="journal every served run (batch: every sample) in DIR, so results and running "
+          "runs survive a restart (docs/operations.md \"Durable runs\"); unset: runs live "
+          "in memory only")
 @opt("--journal-run-bytes", section="SERVE", type=int, metavar="N",
      help=JOURNAL_RUN_BYTES_HELP)
 @opt("--pool-id", section="POOL", metavar="ID",
