@@ -70,9 +70,10 @@ def acp(ctx: click.Context, max_line_bytes: int | None, trajectories: str | None
         raise ConfigError("agentd acp: the instructions come from session/prompt, "
                           "not --instruction")
     config = config_from_flags(flags, needs_instruction=False)
-    if config.mode != "task" or config.serve is not None or config.subscribe:
-        raise ConfigError("agentd acp: prompts run in task mode, without --serve-mcp "
-                          "or --subscribe")
+    if config.mode != "task" or config.serve is not None or config.subscribe \
+            or config.journal is not None:
+        raise ConfigError("agentd acp: prompts run in task mode, without --serve-mcp, "
+                          "--subscribe or --journal")
     check_intelligence(config)
     max_line = DEFAULT_MAX_LINE if max_line_bytes is None else max_line_bytes
     if max_line < 1024:

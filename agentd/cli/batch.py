@@ -17,10 +17,14 @@ from typing import Any
 
 import click
 
-from agentd.config.model import DEFAULT_SCORER_TIMEOUT
+from agentd.config.model import (
+    DEFAULT_JOURNAL_RUN_BYTES,
+    DEFAULT_SCORER_TIMEOUT,
+    JOURNAL_RUN_BYTES_BOUNDS,
+)
 from agentd.errors import ConfigError
 
-__all__ = ["batch", "share_run_flags"]
+__all__ = ["JOURNAL_RUN_BYTES_HELP", "batch", "share_run_flags"]
 
 # run flags accepted here as well as before `batch` (the root command's names)
 _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ceiling",
@@ -28,7 +32,15 @@ _SHARED = ("config_file", "intelligence", "model", "mcp", "max_steps", "token_ce
            "log_format", "log_level", "secrets_dir",
            # the batch's own limits: Config fields, so --config may set them too
            "parallel", "batch_token_ceiling", "progress_interval", "task_line_bytes",
-           "max_tasks", "cassette_bytes")
+           "max_tasks", "cassette_bytes",
+           # the journal: one key for a served run's and a sample's (docs/cli.md)
+           "journal", "journal_run_bytes")
+
+# --journal-run-bytes, here and on the root command (one bound, one text)
+JOURNAL_RUN_BYTES_HELP = ("the largest journal file of one run (batch: of one sample); past it "
+                          "that run is no longer journaled and cannot be resumed  "
+                          f"[default: {DEFAULT_JOURNAL_RUN_BYTES}; "
+                          f"{JOURNAL_RUN_BYTES_BOUNDS[0]} to {JOURNAL_RUN_BYTES_BOUNDS[1]}]")
 
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -83,6 +95,12 @@ Exit codes (the final state of every selected sample's line in --out):
                    "and replays alike)")
 @click.option("--cassette-bytes", type=int,
               help="largest cassette --replay reads  [default: 268435456]")
+@click.option("--journal", metavar="DIR",
+              help="journal every sample in DIR, so --resume resumes an interrupted sample "
+                   "from its journal instead of re-running it (docs/operations.md \"Durable "
+                   "runs\"); unset: samples live in memory only")
+@click.option("--journal-run-bytes", type=int, metavar="N",
+              help=JOURNAL_RUN_BYTES_HELP)
 @click.option("--progress-interval", type=float,
               help="off a terminal: a batch.progress JSON line this often (seconds)  "
                    "[default: 5]")

@@ -15,8 +15,8 @@ import click
 from agentd import __version__
 from agentd.cli.acp import acp as acp_command
 from agentd.cli.auth import auth as auth_commands
+from agentd.cli.batch import JOURNAL_RUN_BYTES_HELP, share_run_flags
 from agentd.cli.batch import batch as batch_command
-from agentd.cli.batch import share_run_flags
 from agentd.cli.flags import check_intelligence, config_from_flags, parse_log_level
 from agentd.errors import ConfigError
 from agentd.exitcodes import EXIT_CODE_HELP, ExitCode
@@ -167,6 +167,12 @@ def _secs(text: str) -> str:
 @opt("--serve-a2a", "serve_a2a", section="SERVE", is_flag=True, default=None,
      help="also serve A2A (Agent Card, SendMessage, ...) on the --serve-mcp listener "
           "(--features a2a)")
+@opt("--journal", section="SERVE", metavar="DIR",
+     help="journal every served run (batch: every sample) in DIR, so results and running "
+          "runs survive a restart (docs/operations.md \"Durable runs\"); unset: runs live "
+          "in memory only")
+@opt("--journal-run-bytes", section="SERVE", type=int, metavar="N",
+     help=JOURNAL_RUN_BYTES_HELP)
 @opt("--pool-id", section="POOL", metavar="ID",
      help="join a worker pool under this id (a DNS label)  [default: the host name's "
           "first label]")
@@ -244,6 +250,9 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     config = config_from_flags(flags)
+    if config.journal is not None and config.serve is None:
+        raise ConfigError("--journal needs --serve-mcp: it journals the runs peers spawn "
+                          "there (`agentd batch --journal` journals samples)")
     check_intelligence(config)
     from agentd import log as _log
     from agentd import runtime

@@ -5,7 +5,7 @@ which the CLI turns into exit 2 with one line on stderr -- before a socket is
 opened or a process started. What belongs to one subsystem is checked by it
 (`endpoints`: the servers and A2A peers; `serve`: the metrics listener;
 `intelligence`: the sampling settings); the run's own settings (mode,
-subscriptions, spawn, limits, stream bounds) are checked here.
+subscriptions, spawn, limits, stream bounds, the journal) are checked here.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from agentd.config.model import (
     DEFAULT_SSE_EVENT_BYTES,
     DEFAULT_SSE_RETRY_MAX_MS,
     DEFAULT_SSE_RETRY_MIN_MS,
+    JOURNAL_RUN_BYTES_BOUNDS,
     MODES,
     SPAWN_MODES,
     Config,
@@ -55,6 +56,7 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
                                        and os.path.isdir(os.path.dirname(trajectory) or ".")):
         raise ConfigError(f"--trajectory {trajectory!r}: the file's directory must exist "
                           "(config key `trajectory`)")
+    check_journal(values)
     if needs_instruction and not values.get("instruction"):
         raise ConfigError("--instruction is required for a run")
     for key in ("max_depth", "max_children", "max_subagents", "max_steps",
@@ -95,3 +97,31 @@ def build(values: dict, *, needs_instruction: bool = True) -> Config:
     except msgspec.ValidationError as exc:
         raise ConfigError(f"config: {exc}") from None
 
+
+
+def check_journal(values: dict) -> None:
+    """`--journal DIR` and `--journal-run-bytes N` among merged `values`. DIR is made
+    absolute here, against the working directory at start, so that the children and
+    a restart from elsewhere name the same journal. It is not created here (the
+    journal creates it, 0700, when it opens it, after the whole config is checked);
+    only something already there that is not a directory is refused."""
+    journal = values.get("journal")
+    if journal is not None:
+        if not isinstance(journal, str) or not journal.strip():
+            raise ConfigError(f"--journal {journal!r}: expected a directory path "
+                              "(config key `journal`)")
+        path = os.path.abspath(journal)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise ConfigError(f"--journal {journal}: exists and is not a directory: name a "
+                              "directory, or a path to create (config key `journal`)")
+        values["journal"] = path
+    size = values.get("journal_run_bytes")
+    if size is None:
+        return
+    low, high = JOURNAL_RUN_BYTES_BOUNDS
+    if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high:
+        raise ConfigError(f"--journal-run-bytes {size!r}: must be {low} (1 MiB) to {high} "
+                          "(16 GiB) bytes (config key `journal_run_bytes`)")
+    if journal is None:
+        raise ConfigError("--journal-run-bytes needs --journal (config key `journal`): it "
+                          "bounds each run's journal file")

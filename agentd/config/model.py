@@ -35,6 +35,11 @@ DEFAULT_TASK_LINE_BYTES = 1 << 20
 DEFAULT_MAX_TASKS = 100_000
 DEFAULT_SCORER_TIMEOUT = 60.0  # seconds a `command:` scorer of agentd batch has per sample
 DEFAULT_CASSETTE_BYTES = 256 << 20
+# --journal-run-bytes: one run's journal file (agentd.journal); past it the run is no
+# longer journaled and cannot be resumed (docs/cli.md), so the floor keeps a run's
+# first steps resumable and the ceiling keeps one runaway run from filling the volume
+DEFAULT_JOURNAL_RUN_BYTES = 256 << 20
+JOURNAL_RUN_BYTES_BOUNDS = (1 << 20, 16 << 30)
 LOG_FORMATS = ("auto", "json", "text")
 DEFAULT_LOG_FORMAT = "auto"  # text on a terminal, else JSON lines (agentd.log)
 # Documented defaults (docs/cli.md, docs/config.md).
@@ -251,6 +256,10 @@ class Config(RunLimits, frozen=True):
     log_level: str | None = None
     secrets_dir: str = DEFAULT_SECRETS_DIR
     state_dir: str | None = None  # --state-dir: the OAuth token store (agentd.mcp.client.oauth)
+    # --journal DIR: the durable journal of every served run or batch sample (agentd.journal),
+    # absolute; None: runs live in memory only. Never defaulted (docs/cli.md says why)
+    journal: str | None = None
+    journal_run_bytes: int = DEFAULT_JOURNAL_RUN_BYTES  # --journal-run-bytes: one run's file
     auth_interactive: bool = False  # --auth-interactive: a login may happen during a run
     metrics_listen: str | None = None  # --metrics-listen HOST:PORT (/metrics, probes)
     # bearer for /metrics on that listener: a token, or "{{secret:NAME}}" (resolved at

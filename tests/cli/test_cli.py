@@ -7,7 +7,9 @@ nothing listens on and check that stdout stays empty and stderr is one line.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from agentd_proc import assert_log_only
@@ -120,6 +122,18 @@ def test_help_groups_flags_and_lists_exit_codes(agentd_bin):
     assert "--mcp name=<endpoint>" in tools_section
     assert "declare a remote MCP server" in tools_section
     assert "130" in out and "a required MCP server failed its handshake" in out
+
+
+@pytest.mark.parametrize("command", [(), ("batch",), ("acp",), ("top",)])
+def test_every_flag_of_help_is_in_the_cli_page(agentd_bin, command):
+    # --help and docs/cli.md must agree: a flag --help lists and the page does not
+    # name (`--flag`, in a table row or a synopsis) is undocumented
+    out = run(agentd_bin, *command, "--help").stdout
+    flags = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", out, re.M)) - {"--help"}
+    assert len(flags) > 3, out
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    missing = sorted(f for f in flags if not re.search(f"`{re.escape(f)}[ `/=]", page))
+    assert missing == []
 
 
 def test_python_dash_m_is_the_same_cli(python):
