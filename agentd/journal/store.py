@@ -49,6 +49,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from agentd.child.control import IoAnswer, IoRequest
+from agentd.config.model import DEFAULT_JOURNAL_RUN_BYTES
 from agentd.errors import ConfigError
 from agentd.journal.exchange import request_json
 from agentd.journal.records import JOURNAL_VERSION, RunRecord, Step
@@ -56,9 +57,8 @@ from agentd.log import log, redact
 from agentd.wire.guard import PEER_FAULTS, fault_text
 from agentd.wire.jsonrpc import ErrorObject
 
-__all__ = ["DEFAULT_RUN_BYTES", "ID_BYTES", "Broken", "Journal", "Loaded", "RunJournal"]
+__all__ = ["ID_BYTES", "Broken", "Journal", "Loaded", "RunJournal"]
 
-DEFAULT_RUN_BYTES: Final = 256 * 1024 * 1024
 ID_BYTES: Final = 5  # the journal's id: a pool handle's incarnation (agentd.pool.handles)
 KEY_BYTES: Final = 32
 MAC_BYTES: Final = 16
@@ -151,7 +151,7 @@ class Journal:
     # ------------------------------------------------------------- opening
     @classmethod
     def open(cls, path: str, *, key: bytes | None = None,
-             run_bytes: int = DEFAULT_RUN_BYTES) -> Journal:
+             run_bytes: int = DEFAULT_JOURNAL_RUN_BYTES) -> Journal:
         """Take the directory (made 0700 if missing): its lock, its id, its key.
         Raises ConfigError (exit 2) naming `--journal` when it cannot be used."""
         try:

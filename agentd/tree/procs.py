@@ -387,3 +387,16 @@ class ExecSpawner:
     def down(self) -> str | None:
         """Readiness: exec can always spawn (a failed spawn fails only its run)."""
         return None
+
+
+def raise_fd_limit(want: int) -> None:
+    """Each live child holds 3-4 fds here: lift the soft RLIMIT_NOFILE toward the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ImportError, ValueError, OSError):
+        pass

@@ -89,6 +89,21 @@ class Registry:
         self.live += 1
         self._counts["spawned"] += 1
 
+    def restore(self, run: ChildRun, ended_ago: float | None = None) -> None:
+        """A run an earlier process on the same journal held, under its old handle:
+        live (`ended_ago` None: it is driven again) or terminal `ended_ago` seconds
+        ago (retained for what is left of its TTL). Its parent's count of minted
+        handles moves past it, so no new run is given its handle."""
+        self.runs[run.handle] = run
+        parent = self.runs[run.parent]
+        parent.minted = max(parent.minted, int(run.handle.rsplit(".", 1)[1]))
+        if ended_ago is None:
+            parent.live_children.add(run.handle)
+            self.live += 1
+            return
+        self.retention.ended(run.handle, self.clock() - ended_ago)
+        self._counts[run.state.status] = self._counts.get(run.state.status, 0) + 1
+
     def withdraw(self, run: ChildRun) -> None:
         """`run` never started (its spawn refused after all): as if never added,
         but its handle stays minted (never given to another run)."""

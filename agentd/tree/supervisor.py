@@ -56,7 +56,6 @@ from agentd.child.control import (
     IoCall,
     IoComplete,
     IoCompletion,
-    IoRead,
     MessageParams,
     Oversize,
     RunOutcome,
@@ -66,6 +65,7 @@ from agentd.config.model import Config
 from agentd.errors import RPCError, TreeError
 from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
+from agentd.journal.store import Broken, Loaded
 from agentd.log import log
 from agentd.obs import health, metrics, trace
 from agentd.output import Usage
@@ -74,8 +74,10 @@ from agentd.tree.admission import Admitted, CallerView, TreeView, admit
 from agentd.tree.broker import Broker
 from agentd.tree.child_run import ChildRun
 from agentd.tree.forkserver import ForkserverSpawner, available
+from agentd.tree.io_words import io_attrs, io_event, io_kind, io_what
+from agentd.tree.journaling import Journaling
 from agentd.tree.ownership import Owners
-from agentd.tree.procs import ChildProcess, ExecSpawner
+from agentd.tree.procs import ChildProcess, ExecSpawner, raise_fd_limit
 from agentd.tree.registry import DEFAULT_KEEP_TERMINAL, DEFAULT_TERMINAL_TTL, Registry, Retention
 from agentd.wire.jsonrpc import ErrorObject
 
@@ -84,52 +86,6 @@ __all__ = ["ROOT", "SERVED", "Supervisor"]
 ROOT = "0"
 SERVED = "served"
 CONFIGURE_TIMEOUT = 60.0  # the least time a child gets to answer child/configure
-
-
-def _raise_fd_limit(want: int) -> None:
-    """Each live child holds 3-4 fds here: lift the soft RLIMIT_NOFILE toward the hard one."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-    except (ImportError, ValueError, OSError):
-        pass
-
-
-def _io_attrs(handle: str, req: object) -> dict[str, Any]:
-    """The `agentd.io` span's attributes (dotted names, so not keywords)."""
-    return {"agentd.handle": handle, "agentd.io": type(req).__name__}
-
-
-def _io_kind(req: msgspec.Struct) -> str:
-    """A brokered request's kind: its tag on the wire (`complete`, `call`, ...)."""
-    tag = req.__struct_config__.tag
-    return tag if isinstance(tag, str) and tag else type(req).__name__
-
-
-def _io_what(req: msgspec.Struct) -> str:
-    """What answers a brokered request, in the words of an oversize's reason."""
-    if isinstance(req, IoComplete):
-        return "the model's answer"
-    if isinstance(req, IoCall):
-        return f"the result of tool {str(req.name)[:80]!r}"
-    if isinstance(req, IoRead):
-        return f"the read of resource {str(req.uri)[:200]!r}"
-    return f"the answer to {_io_kind(req)}"
-
-
-def _io_event(req: msgspec.Struct, steps: int) -> str:
-    """A brokered request as a live-view event: the tool's name, never arguments."""
-    kind = _io_kind(req)
-    if kind == "complete":
-        return f"step {steps + 1}: thinking"
-    if kind == "call":
-        return f"tool {str(req.name)[:80]}"  # type: ignore[attr-defined]
-    return {"read": "reading a resource", "subscribe": "subscribing",
-            "unsubscribe": "unsubscribing"}.get(kind, str(kind))
 
 
 async def _first(*events: asyncio.Event) -> None:
@@ -155,7 +111,7 @@ class Supervisor:
                  scope: Iterable[str] | None = None, spawn: str | None = None,
                  run_id: str = "", terminal_ttl: float = DEFAULT_TERMINAL_TTL,
                  keep_terminal: int = DEFAULT_KEEP_TERMINAL,
-                 max_frame: int | None = None) -> None:
+                 max_frame: int | None = None, journaling: Journaling | None = None) -> None:
         from agentd_native import MAX_FRAME
 
         self.config = config
@@ -197,10 +153,15 @@ class Supervisor:
         # a serving worker's own --instruction: it frames every run of the served
         # subtree (docs/server.md); set by its owner (agentd.app.compose)
         self.framing: str | None = None
+        # --journal: the top runs under `journaling.under` are journaled and resumed
+        # (agentd.tree.journaling); built and closed by the owner
+        self.journaling = journaling
+        if journaling is not None:
+            self.registry.on_evicted(self._journal_forget)
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Supervisor:
-        _raise_fd_limit(4 * self.config.max_subagents + 256)
+        raise_fd_limit(4 * self.config.max_subagents + 256)
         self._tg = asyncio.TaskGroup()
         await self._tg.__aenter__()
         try:
@@ -239,16 +200,101 @@ class Supervisor:
                 async with asyncio.timeout(self.config.drain_timeout + 5.0):
                     await asyncio.gather(*(r.done.wait() for r in live))
 
+    async def settle(self, until: float) -> None:
+        """A drain with a journal (docs/operations.md "Durable runs"): no more spawns;
+        the journaled runs may end until `until` (the loop's clock); then those still
+        running are suspended: no exchange starts, those in flight are journaled,
+        their processes are stopped and their journals stay running. Without a
+        journal this does nothing (the drain cancels the runs, as it always has)."""
+        j = self.journaling
+        if j is None:
+            return
+        self._closing = True
+        loop = asyncio.get_running_loop()
+
+        def journaled() -> list[ChildRun]:
+            return [r for r in self.registry.runs.values()
+                    if r.live and r.request is not None and j.journals(r.parent)]
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(until):
+                while live := journaled():
+                    await asyncio.wait([asyncio.ensure_future(r.done.wait()) for r in live],
+                                       return_when=asyncio.FIRST_COMPLETED)
+        left = journaled()
+        j.hold()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(1.0, until - loop.time())):
+                await j.quiet()
+        self.log.info("journal.suspended", runs=len(left))
+        for run in left:
+            for r in self.registry.subtree(run.handle):
+                r.request_stop("cancelled")
+        if left:
+            await asyncio.gather(*(r.done.wait() for r in left))
+
+    async def resume(self, loaded: Iterable[Loaded | Broken], *, drive: bool = True) -> None:
+        """What an earlier process left in the journal (agentd.journal.store.Journal.load):
+        terminal runs answer again for the rest of their retention, running ones are
+        driven again under their old handle (`drive`; a batch instead resumes each
+        when it spawns its sample), broken ones end `failed` with the reason."""
+        j = self.journaling
+        assert j is not None and self._tg is not None, "resume() in a journaling Supervisor"
+        parent = self.registry.runs[j.under]
+        now = time.time()
+        for item in loaded:
+            rec = item.record
+            if rec is None or not rec.handle.startswith(j.under + "."):
+                self.log.error("journal.broken", path=item.path, reason=getattr(
+                    item, "reason", "not a run of this journal"))
+                continue
+            request = msgspec.convert(rec.request, SpawnRequest)
+            scope = parent.scope if request.tool_scope is None \
+                else parent.scope & frozenset(request.tool_scope)
+            run = ChildRun(rec.handle, j.under, scope, request.mode, request)
+            if rec.principal is not None:
+                self.owners.claim(run.handle, rec.principal)
+            if isinstance(item, Broken) or rec.terminal:
+                reason = item.reason if isinstance(item, Broken) else rec.reason
+                status = "failed" if isinstance(item, Broken) else rec.status
+                run.state.status, run.state.partial = status, rec.partial
+                run.state.result = {"error": f"journal: {reason}"} \
+                    if isinstance(item, Broken) else rec.result
+                run.reason, run.last = reason, "restored"
+                run.done.set()
+                self.registry.restore(run, max(0.0, now - (rec.ended_at or now)))
+                if isinstance(item, Broken):
+                    self.log.error("journal.broken", handle=run.handle, path=item.path,
+                                   reason=reason)
+                continue
+            if not drive:
+                j.expect(item)
+                continue
+            await j.adopt(run.handle, item)
+            self.registry.restore(run)
+            metrics.SUBAGENTS.inc("spawned")
+            self.log.info("journal.resumed", handle=run.handle, steps=len(item.steps))
+            run.span = trace.start("agentd.spawn", **{"agentd.handle": run.handle,
+                                                      "agentd.resumed": True})
+            self._tg.create_task(run.drive(self), name=f"subagent {run.handle}")
+
     # ------------------------------------------------------------- backend
     async def spawn(self, caller: str, request: SpawnRequest, *,
                     principal: str | None = None,
-                    admitted: Callable[[str], None] | None = None) -> HandleState | Refusal:
+                    admitted: Callable[[str], None] | None = None,
+                    name: str | None = None) -> HandleState | Refusal:
         """``admitted`` is told the handle before the child exists: an owner that keeps
         per-run state for the child's I/O (the batch's broker) has it in place before
-        the child's first request, which can come before this returns."""
+        the child's first request, which can come before this returns. ``name`` is
+        a journaled run's name in the journal (default: its handle); a run of that
+        name an earlier process left running is resumed (a batch's sample)."""
         run = self._admit(caller, request, principal)
         if isinstance(run, Refusal):
             return run
+        j = self.journaling
+        if j is not None and j.journals(caller):
+            # durably created before the spawn is answered (docs/operations.md)
+            await j.begin(run.handle, name or run.handle, request, principal)
         if admitted is not None:
             admitted(run.handle)
         assert self._tg is not None, "use the Supervisor as an async context manager"
@@ -486,6 +532,9 @@ class Supervisor:
         still be tearing down; agentd.tree.child_run)."""
         if not run.live:
             return
+        if self.journaling is not None and self.journaling.suspends(run.handle):
+            self._suspended(run)
+            return
         state = run.state
         state.status = status if status in TERMINAL else "failed"
         state.partial = partial
@@ -509,6 +558,10 @@ class Supervisor:
             task.cancel()
         if self.broker.holds(run.handle) and self._tg is not None:
             self._tg.create_task(self.broker.drop(run.handle))
+        if self.journaling is not None and self._tg is not None \
+                and self.journaling.journals(run.parent):
+            self._tg.create_task(self.journaling.ended(run.handle, state.status, state.result,
+                                                       state.partial, reason))
         # structured: nothing outlives its run (detached subagents excepted); a run
         # that never spawned has no descendants (spares a scan of every run per exit)
         if run.minted:
@@ -516,6 +569,20 @@ class Supervisor:
                 if within(h, run.handle) and r.live and r.mode != "detach":
                     r.request_stop("cancelled")
         self.registry.announce(state)
+
+    def _suspended(self, run: ChildRun) -> None:
+        """A journaled run stopped by the drain: its process goes, its journal stays
+        running (the next process on the journal resumes it); nothing is announced."""
+        run.last = "suspended"
+        run.span.end()
+        run.done.set()
+        for task in list(run.io):
+            task.cancel()
+
+    def _journal_forget(self, handle: str) -> None:
+        if self.journaling is not None and self._tg is not None \
+                and self.journaling.top_of(handle) == handle:
+            self._tg.create_task(self.journaling.forget(handle))
 
     # -------------------------------------------------- requests from children
     def _incoming(self, run: ChildRun, ev: Incoming) -> None:
@@ -550,10 +617,10 @@ class Supervisor:
         traceparent = p.traceparent if isinstance(p, IoComplete | IoCall) else None
         try:
             with trace.span("agentd.io", parent=traceparent, kind="server",
-                            **_io_attrs(run.handle, p)) if trace.enabled else trace.NOSPAN:
+                            **io_attrs(run.handle, p)) if trace.enabled else trace.NOSPAN:
                 t0 = time.perf_counter()
-                run.last = _io_event(p, run.steps)
-                result = await self.broker.serve(run.handle, run.scope, p)
+                run.last = io_event(p, run.steps)
+                result = await self._answer(run, p)
             if isinstance(result, IoCompletion):  # a subagent's loop step
                 run.steps += 1
                 calls = len(result.completion.tool_calls)
@@ -570,12 +637,19 @@ class Supervisor:
             self.log.error("subagent.io_error", handle=run.handle, error=repr(exc)[:300])
             ch.error(ev.id, IO_FAULT, f"{type(exc).__name__}: {exc}")
 
+    async def _answer(self, run: ChildRun, req: Any) -> Any:
+        """The broker's answer, through the run's journal when it has one."""
+        if self.journaling is None:
+            return await self.broker.serve(run.handle, run.scope, req)
+        return await self.journaling.serve(
+            run.handle, req, lambda: self.broker.serve(run.handle, run.scope, req))
+
     def _oversize(self, run: ChildRun, ch: Channel, rid: int | str | None,
                   req: msgspec.Struct, over: Oversize) -> None:
         """An answer too large for `run`'s wire is that run's fault: it is told so
         (IO_OVERSIZE) and fails with the bound named; nobody else is touched."""
-        reason = over.words(_io_what(req))
-        self.log.warning("subagent.io_oversize", handle=run.handle, io=_io_kind(req),
+        reason = over.words(io_what(req))
+        self.log.warning("subagent.io_oversize", handle=run.handle, io=io_kind(req),
                          bytes=over.size, limit=over.limit)
         ch.error(rid, IO_OVERSIZE, reason)
         run.request_stop("failed", why=reason)
