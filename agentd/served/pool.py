@@ -366,7 +366,7 @@ class PoolBackend:
 
     def _placement(self) -> str | None:
         """The peer a refused spawn goes to: only when this worker has no free slot
-        left (a scope refusal stays a refusal)."""
+        left, or drains (a scope refusal stays a refusal)."""
         if self.pool.probe_answer(self.local.counts()).free > 0:
             return None
         return self.pool.membership.place()
