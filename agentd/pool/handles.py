@@ -11,9 +11,10 @@ pool key over the owner, the incarnation, the random part and the principal
 that spawned it, truncated.  Why each part:
 
 * the owner tells any worker where to relay, without a lookup;
-* the incarnation (random per process start) lets a restarted owner answer a
-  handle of its former self with the terminal "worker lost" body instead of
-  "unknown handle";
+* the incarnation (random per process start, or the journal's id for a worker
+  with ``--journal``, so its handles outlive a restart) lets a restarted owner
+  answer a handle of its former self with the terminal "worker lost" body
+  instead of "unknown handle";
 * the principal inside the MAC makes the ownership rule checkable by every
   worker: another principal's handle fails verification, so it is unknown
   everywhere, the same answer a single worker gives;
@@ -73,6 +74,7 @@ __all__ = [
     "parse_handle",
     "probe_mac",
     "sign_request",
+    "token_incarnation",
     "verify_session",
 ]
 
@@ -153,6 +155,14 @@ def _check(key: PoolKey, domain: bytes, owner: str, token: str, principal: str) 
     return inc if hmac.compare_digest(want, raw[-MAC_BYTES:]) else None
 
 
+def token_incarnation(token: str) -> bytes:
+    """The incarnation a handle's token carries, unverified (a worker reading the
+    names its own journal kept); ValueError for what is not a token."""
+    if _TOKEN_RE.fullmatch(token) is None:
+        raise ValueError("not a pool handle's token")
+    return _unb32(token)[:INCARNATION_BYTES]
+
+
 def mint_handle(key: PoolKey, owner: str, incarnation: bytes, rand: bytes,
                 principal: str) -> str:
     """``served.<owner>.<token>`` for a run ``principal`` spawned on ``owner``."""
@@ -229,12 +239,18 @@ def sign_request(key: PoolKey, sender: str, now: float, nonce: str, method: str,
             RELAY_PRINCIPAL_HEADER: principal}
 
 
-def probe_mac(key: PoolKey, worker: str, incarnation: str, free: int, nonce: str) -> str:
-    """The MAC of a probe's answer: the answering worker's id, incarnation and free
-    slots, bound to the probing request's nonce, so an answer is neither forged
-    nor replayed to learn a wrong id for an address (``--pool-dns``)."""
-    return key.mac(b"probe", worker.encode(), incarnation.encode(), str(free).encode(),
-                   nonce.encode()).hex()
+def probe_mac(key: PoolKey, worker: str, incarnation: str, free: int, nonce: str, *,
+              durable: bool = False) -> str:
+    """The MAC of a probe's answer: the answering worker's id, incarnation, free
+    slots and whether it is durable (journals its runs: its peers then hold its
+    handles while it is down), bound to the probing request's nonce, so an answer
+    is neither forged nor replayed to learn a wrong id for an address
+    (``--pool-dns``) nor altered to make a peer's runs look lost or kept.  A
+    non-durable answer's MAC is the one an agentd without journals computes."""
+    parts = [worker.encode(), incarnation.encode(), str(free).encode(), nonce.encode()]
+    if durable:
+        parts.append(b"durable")
+    return key.mac(b"probe", *parts).hex()
 
 
 class Signed(NamedTuple):

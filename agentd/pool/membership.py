@@ -9,6 +9,12 @@ is when its handles read the terminal "worker lost" body and their
 subscribers get ``updated``; an incarnation change (the peer restarted, its
 runs are gone) is the same event even if the peer never looked dead.
 
+A *durable* peer (one that last answered ``durable: true``: it journals its
+runs, ``--journal``, and its incarnation is its journal's id) keeps its runs
+while it is down: its death is not a loss (``lost`` stays None), it holds its
+handles through a restart on the same journal, and only an answer with
+another incarnation (its journal is gone: a node loss) reports them lost.
+
 States: ``alive`` (a probe answered within ``dead_after``), ``suspect`` (the
 last probe failed or is overdue: the peer still owns its handles, new spawns
 are not placed on it), ``dead`` (no answer for ``dead_after`` seconds,
@@ -66,6 +72,15 @@ class PeerState:
     next_probe: float = 0.0
     in_flight: bool = False
     free: int = 0  # spawn slots the peer reported free with its last answer
+    durable: bool = False  # its last answer said it journals its runs (they outlive it)
+
+    def holds(self, incarnation: bytes) -> bool:
+        """Whether the runs of ``incarnation`` still live with this peer: it has not
+        answered with another incarnation, and it is not dead, unless durable (a
+        durable peer that is down is restarting, its runs journaled)."""
+        if self.incarnation not in (None, incarnation):
+            return False
+        return self.status != "dead" or self.durable
 
 
 @dataclass(slots=True)
@@ -113,8 +128,10 @@ class Membership:
             self.peers[p].in_flight = True
         return sorted(ready)
 
-    def answered(self, peer: str, incarnation: bytes, free: int, now: float) -> list[Transition]:
-        """A probe answered with the peer's incarnation and free spawn slots."""
+    def answered(self, peer: str, incarnation: bytes, free: int, now: float, *,
+                 durable: bool = False) -> list[Transition]:
+        """A probe answered with the peer's incarnation, free spawn slots and whether
+        it journals its runs."""
         state = self.peers.get(peer)
         if state is None:
             return []
@@ -128,6 +145,7 @@ class Membership:
         elif state.status != "alive":
             out.append(Transition(peer, "alive"))
         state.incarnation = incarnation
+        state.durable = durable
         state.status = "alive"
         return out
 
@@ -152,7 +170,8 @@ class Membership:
         if state.status != "dead" and now - since >= self.dead_after:
             state.status = "dead"
             state.free = 0
-            return [Transition(peer, "dead", state.incarnation)]
+            # a durable peer's runs are journaled: down is not lost
+            return [Transition(peer, "dead", None if state.durable else state.incarnation)]
         overdue = failed or now - since >= self.interval + self.timeout
         if state.status == "alive" and overdue:
             state.status = "suspect"

@@ -15,6 +15,14 @@ worker's (-> its ``served.N``), another member's (-> relayed to that owner),
 a former incarnation's of this worker (-> the terminal "worker lost" body) or
 nothing (-> the one unknown-handle answer, with no relay: a forged, altered or
 another principal's handle fails the MAC on every worker).
+
+With a journal (``journal_id``) the worker is *durable*: its incarnation is the
+journal's id, so its handles name their runs across restarts (a restarted
+worker adopts (:meth:`PoolServed.adopt`) its journaled runs' pool names), its probes
+say ``durable: true``, and its peers hold its handles while it is down: an
+operation on one is the retryable "not answering" refusal, a subscriber's
+watch keeps waiting, and only an answer with another incarnation (the journal
+gone: a node loss) makes them "worker lost".
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from agentd.config.model import PoolSpec
 from agentd.errors import PoolError
 from agentd.log import log
 from agentd.log_bridge import throttled
-from agentd.obs import metrics
+from agentd.obs import health, metrics
 from agentd.output import Usage
 from agentd.pool import handles
 from agentd.pool.discovery import Discovery
@@ -90,11 +98,19 @@ class PoolServed:
     """Pool handles for one worker's served runs, and the relay to the others."""
 
     def __init__(self, spec: PoolSpec, *, capacity: int,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 journal_id: bytes | None = None) -> None:
+        """``journal_id``: the worker's journal identity (``--journal``), its stable
+        incarnation; None: a random one per process, as without a journal."""
+        if journal_id is not None and len(journal_id) != handles.INCARNATION_BYTES:
+            raise ValueError(f"a journal id has {handles.INCARNATION_BYTES} bytes, "
+                             f"not {len(journal_id)}")
         self.key = handles.PoolKey(spec.key.encode())
         self.me = spec.id
         self.capacity = capacity  # this worker's --max-subagents: its free slots' ceiling
-        self.incarnation = os.urandom(handles.INCARNATION_BYTES)
+        self.durable = journal_id is not None
+        self.incarnation = journal_id if journal_id is not None \
+            else os.urandom(handles.INCARNATION_BYTES)
         self.relay = Relay(self.key, self.me, {p.id: p.url for p in spec.peers},
                            ssl_context=ssl_context, open_members=spec.dns is not None)
         self.membership = Membership(self.me, dead_after=spec.dead_after)
@@ -124,7 +140,8 @@ class PoolServed:
     def watch(self, uri: str, handle: str, owner: str, principal: str,
               ended: Callable[[str], None]) -> bool:
         """Watch a peer's run for this worker's subscribers of ``uri``: ``ended(uri)``
-        once the owner answers it terminal, unknown (evicted) or it is lost.  False
+        once the owner answers it terminal, unknown (evicted) or it is lost (a
+        durable owner that is down is waited for: its run is journaled).  False
         when this worker is not serving (no TaskGroup to run the watch in)."""
         if self._tg is None:
             return False
@@ -220,6 +237,27 @@ class PoolServed:
         top = self._to_internal.get(".".join(parts[:3]))
         return top + "".join("." + p for p in parts[3:]) if top is not None else None
 
+    def adopt(self, internal_top: str, pool_handle: str) -> bool:
+        """A restarted durable worker's journaled run ``internal_top`` (``served.N``)
+        takes back its pool name, so its former handles answer again.  False (and
+        nothing adopted) for a name this worker would not have minted: another
+        owner's, or another incarnation's (the journal ran under another
+        ``--pool-id`` or identity).  The MAC is not checked here: the name comes
+        from this worker's own journal, and callers' handles are still checked
+        against it, principal included, by :meth:`where`."""
+        parts = pool_handle.split(".")
+        if len(parts) != 3 or parts[1] != self.me or _top(internal_top) != internal_top:
+            return False
+        try:
+            incarnation = handles.token_incarnation(parts[2])
+        except ValueError:
+            return False
+        if incarnation != self.incarnation:
+            return False
+        self._to_pool[internal_top] = pool_handle
+        self._to_internal[pool_handle] = internal_top
+        return True
+
     def forget(self, internal_top: str) -> None:
         """An evicted run's pool name goes with it (it then reads unknown)."""
         pool = self._to_pool.pop(internal_top, None)
@@ -237,9 +275,9 @@ class PoolServed:
             return None
         if ref.owner != self.me:
             peer = self.membership.peers.get(ref.owner)
-            if peer is not None and (peer.status == "dead" or peer.incarnation
-                                     not in (None, ref.incarnation)):
-                return Where(lost=lost_body(handle, ref.owner))  # dead, or restarted since
+            if peer is not None and not peer.holds(ref.incarnation):
+                # dead (and not durable), or answering with another incarnation since
+                return Where(lost=lost_body(handle, ref.owner))
             return Where(owner=ref.owner)
         if ref.incarnation != self.incarnation:  # this worker restarted since
             return Where(lost=lost_body(handle, self.me))
@@ -250,15 +288,26 @@ class PoolServed:
 
     async def call(self, owner: str, op: str, handle: str, message: str | None,
                    principal: str, *, arguments: dict[str, Any] | None = None) -> RelayAnswer:
-        """One operation relayed to ``owner`` (raises a PoolError of kind "unavailable")."""
+        """One operation relayed to ``owner`` (raises a PoolError of kind "unavailable";
+        for a durable owner, in words saying its runs are journaled: retry)."""
         request = RelayRequest(op=op, handle=handle, message=message,  # type: ignore[arg-type]
                                arguments=arguments)
-        return await self.relay.call(owner, request, principal)
+        try:
+            return await self.relay.call(owner, request, principal)
+        except PoolError as exc:
+            peer = self.membership.peers.get(owner)
+            if peer is None or not peer.durable:
+                raise
+            raise PoolError(f"pool member {owner} holding this run is not answering "
+                            f"(restarting?); its runs are journaled there: retry ({exc})",
+                            kind="unavailable") from None
 
     def probe_answer(self, counts: dict[str, int]) -> ProbeAnswer:
-        """This worker's incarnation and free slots (``counts``: the backend's)."""
-        return ProbeAnswer(self.incarnation.hex(),
-                           max(0, self.capacity - counts.get("running", 0)))
+        """This worker's incarnation, whether it is durable, and its free slots
+        (``counts``: the backend's); none while it drains (SIGTERM: peers place
+        nothing on a worker that is stopping)."""
+        free = 0 if health.draining() else max(0, self.capacity - counts.get("running", 0))
+        return ProbeAnswer(self.incarnation.hex(), free, durable=self.durable)
 
     def share(self, counts: dict[str, int]) -> dict[str, Any]:
         """``agent://status``'s ``pool``: this worker's id, its free slots, its view of
@@ -317,7 +366,7 @@ class PoolBackend:
 
     def _placement(self) -> str | None:
         """The peer a refused spawn goes to: only when this worker has no free slot
-        left (a scope refusal stays a refusal)."""
+        left, or drains (a scope refusal stays a refusal)."""
         if self.pool.probe_answer(self.local.counts()).free > 0:
             return None
         return self.pool.membership.place()

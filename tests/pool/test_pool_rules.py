@@ -206,3 +206,68 @@ def test_membership_refuses_timing_beyond_the_bound() -> None:
         Membership("w1", dead_after=14.0)
     with pytest.raises(ValueError):
         Membership("w1", interval=0)
+
+
+def _dies(m: Membership, peer: str) -> list[Transition]:
+    """``peer``'s probes fail from now on, until the membership calls it dead."""
+    seen: list[Transition] = []
+    t = m.started
+    while m.status(peer) != "dead":
+        t += m.interval
+        for p in m.due(t):
+            seen += m.failed(p, t)
+        seen += m.tick(t)
+    return seen
+
+
+def test_a_durable_peer_that_dies_keeps_its_runs_until_another_incarnation_answers() -> None:
+    m = Membership("w1")
+    m.set_peers({"w2"}, 0.0)
+    m.due(0.0)
+    m.answered("w2", b"jrnl1", 2, 0.0, durable=True)
+    assert m.peers["w2"].holds(b"jrnl1") and not m.peers["w2"].holds(b"other")
+    seen = _dies(m, "w2")
+    assert seen[-1] == Transition("w2", "dead")  # down is not lost: its runs are journaled
+    assert m.peers["w2"].holds(b"jrnl1") and m.place() is None
+    # restarted on the same journal: alive, nothing reported lost
+    t = m.started + m.bound + 10 * m.interval
+    m.due(t)
+    assert m.answered("w2", b"jrnl1", 2, t, durable=True) == [Transition("w2", "alive")]
+    assert m.peers["w2"].holds(b"jrnl1")
+    # its journal is gone (a node loss): another incarnation answers, the runs are lost
+    m.due(t + m.interval)
+    assert m.answered("w2", b"jrnl2", 2, t + m.interval, durable=True) \
+        == [Transition("w2", "alive", b"jrnl1")]
+    assert not m.peers["w2"].holds(b"jrnl1") and m.peers["w2"].holds(b"jrnl2")
+
+
+def test_a_peer_without_a_journal_that_dies_loses_its_runs_as_before() -> None:
+    m = Membership("w1")
+    m.set_peers({"w2"}, 0.0)
+    m.due(0.0)
+    m.answered("w2", b"rand1", 2, 0.0)
+    assert _dies(m, "w2")[-1] == Transition("w2", "dead", b"rand1")
+    assert not m.peers["w2"].holds(b"rand1")
+    # a peer that answered durable once but non-durable last is held to the old rule
+    m.due(100.0)
+    m.answered("w2", b"rand2", 2, 100.0, durable=True)
+    m.due(101.0)
+    m.answered("w2", b"rand2", 2, 101.0)
+    assert _dies(m, "w2")[-1] == Transition("w2", "dead", b"rand2")
+
+
+def test_the_probe_mac_binds_durable_and_keeps_the_non_durable_mac() -> None:
+    plain = h.probe_mac(KEY, "w2", "ab12", 3, "nonce-1")
+    durable = h.probe_mac(KEY, "w2", "ab12", 3, "nonce-1", durable=True)
+    assert plain != durable  # an answer cannot be altered to look durable, or not
+    assert plain == h.probe_mac(KEY, "w2", "ab12", 3, "nonce-1", durable=False)
+    # the non-durable MAC is the one an agentd without journals computes
+    assert plain == KEY.mac(b"probe", b"w2", b"ab12", b"3", b"nonce-1").hex()
+
+
+def test_a_token_carries_its_incarnation() -> None:
+    handle = _mint("w1")
+    assert h.token_incarnation(handle.split(".")[2]) == INC
+    for bad in ("", "1" * 40, handle.split(".")[2][:-1], "served"):
+        with pytest.raises(ValueError):
+            h.token_incarnation(bad)

@@ -57,7 +57,8 @@ class Prober:
         except (PoolError, ValueError):
             self._apply(self.membership.failed(peer, self.clock()))
             return
-        self._apply(self.membership.answered(peer, incarnation, answer.free, self.clock()))
+        self._apply(self.membership.answered(peer, incarnation, answer.free, self.clock(),
+                                             durable=answer.durable))
 
     def publish(self, learned: dict[str, str]) -> None:
         """DNS discovery's peers join the static ones (a static id keeps its URL)."""

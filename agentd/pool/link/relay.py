@@ -93,15 +93,19 @@ class RelayAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     text: str | None = None
 
 
-class ProbeAnswer(msgspec.Struct, frozen=True):
+class ProbeAnswer(msgspec.Struct, frozen=True, omit_defaults=True):
     """A liveness probe's answer: the process's incarnation (hex), free spawn slots,
-    the answering worker's ``--pool-id`` and :func:`~agentd.pool.handles.probe_mac`
-    over them and the probe's nonce (``--pool-dns`` learns a peer's id from it)."""
+    the answering worker's ``--pool-id``, ``durable`` (it journals its runs, so its
+    incarnation is its journal's id and its runs outlive it) and
+    :func:`~agentd.pool.handles.probe_mac` over them and the probe's nonce
+    (``--pool-dns`` learns a peer's id from it).  Defaults are not sent: a worker
+    without a journal answers the bytes an agentd without journals does."""
 
     incarnation: str
     free: int
     id: str = ""
     mac: str = ""
+    durable: bool = False
 
 
 class ProbeRequest(msgspec.Struct, frozen=True):
@@ -213,7 +217,8 @@ class Relay:
                                    "", limit)
         answer = decode_peer(_decode_probe, raw, lambda text: _unavailable(
             f"pool: worker at {base} answered a bad probe: {text}"))
-        want = handles.probe_mac(self.key, answer.id, answer.incarnation, answer.free, nonce)
+        want = handles.probe_mac(self.key, answer.id, answer.incarnation, answer.free, nonce,
+                                 durable=answer.durable)
         if not hmac.compare_digest(want.encode(), answer.mac.encode()):
             raise _unavailable(f"pool: worker at {base} answered an unsigned probe")
         return answer
@@ -342,7 +347,8 @@ class Relay:
             except ValueError as exc:
                 return web.Response(status=400, text=f"bad probe: {exc}"[:300])
             answer = target.probe_answer()
-            mac = handles.probe_mac(self.key, self.me, answer.incarnation, answer.free, nonce)
+            mac = handles.probe_mac(self.key, self.me, answer.incarnation, answer.free, nonce,
+                                    durable=answer.durable)
             return web.Response(body=_encode(msgspec.structs.replace(answer, id=self.me, mac=mac)),
                                 content_type="application/json")
 
