@@ -24,13 +24,18 @@ from agentd.intelligence import for_config
 from agentd.intelligence.base import Intelligence
 from agentd.intelligence.flow import FlowGate
 from agentd.intelligence.ledger import Ledger, Metered
+from agentd.journal.exchange import AnswerBounds
+from agentd.journal.store import Journal
 from agentd.mcp.client.rules.call_limits import tool_limits
 from agentd.mcp.client.seams import AgentToolbox
 from agentd.mcp.client.toolbox import Toolbox
 from agentd.tree.broker import Broker
-from agentd.tree.supervisor import Supervisor
+from agentd.tree.journaling import Journaling
+from agentd.tree.registry import DEFAULT_TERMINAL_TTL
+from agentd.tree.supervisor import SERVED, Supervisor
 
-__all__ = ["metered_provider", "open_supervisor", "open_toolbox", "start_supervisor"]
+__all__ = ["metered_provider", "open_journaling", "open_supervisor", "open_toolbox",
+           "start_supervisor"]
 
 
 def open_toolbox(config: Config, run_id: str) -> Toolbox:
@@ -57,11 +62,29 @@ async def start_supervisor(stack: contextlib.AsyncExitStack, config: Config, *,
     """The root's Supervisor on the run's own metered provider and Toolbox (one
     ledger and one flow gate for the tree: the root's calls and every subagent's)."""
     broker = Broker(intelligence=provider, toolbox=toolbox)
+    journaling = None
+    if config.journal is not None and config.serve is not None:
+        journaling = open_journaling(config, SERVED, toolbox)
+        stack.push_async_callback(journaling.aclose)  # after the Supervisor closed
     sup = await stack.enter_async_context(Supervisor(config, run_id=run_id, broker=broker,
-                                                     ledger=provider.ledger))
+                                                     ledger=provider.ledger,
+                                                     journaling=journaling))
     if config.serve is not None:  # a worker: its instruction frames the runs it serves
         sup.framing = config.instruction
+    if journaling is not None:  # what the last process on the journal left
+        await sup.resume(await journaling.journal.load(retention=DEFAULT_TERMINAL_TTL))
     return sup
+
+
+def open_journaling(config: Config, under: str, toolbox: AgentToolbox | None) -> Journaling:
+    """`--journal`: the directory taken (exit 2 if another process holds it) and the
+    tree's side of it for the top runs under `under` (agentd.tree.journaling)."""
+    assert config.journal is not None
+    key = config.pool.key.encode() if config.pool is not None and config.pool.key else None
+    journal = Journal.open(config.journal, key=key, run_bytes=config.journal_run_bytes)
+    return Journaling(journal, under=under, bounds=AnswerBounds(
+        completion=config.intelligence_max_bytes, observation=config.mcp_max_bytes),
+        idempotent=toolbox.idempotent if toolbox is not None else lambda _name: False)
 
 
 @contextlib.asynccontextmanager

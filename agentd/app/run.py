@@ -86,6 +86,7 @@ class RunContext:
         self.spent: Callable[[], int] | None = None
         self.prior: list[Message] | None = None  # a warm session's conversation so far
         self.stop = asyncio.Event()  # set on SIGINT/SIGTERM: reactive mode drains itself
+        self.stopped_at: float | None = None  # the loop's time of that signal
         self.interrupted = False
         self.scope: asyncio.Timeout | None = None
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
@@ -176,6 +177,28 @@ async def _serve_self(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None
 
     ctx.served = await stack.enter_async_context(
         serving.serve(ctx.config, run_id=ctx.run_id, backend=ctx.backend))
+
+
+# The share of --drain-timeout journaled runs get to end before they are suspended;
+# the rest is for stopping their processes (agentd.tree.supervisor.Supervisor.settle).
+JOURNALED_RUN_SHARE = 0.6
+
+
+def _settle_at_drain(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
+    """With --journal: at the drain, while the listener still answers, the served
+    runs may end; those that do not are suspended, journaled for the next process."""
+    from agentd.tree.supervisor import Supervisor
+
+    sup = ctx.backend
+    if not isinstance(sup, Supervisor) or sup.journaling is None:
+        return
+
+    async def settle() -> None:
+        now = asyncio.get_running_loop().time()
+        start = ctx.stopped_at if ctx.stopped_at is not None else now
+        await sup.settle(start + ctx.config.drain_timeout * JOURNALED_RUN_SHARE)
+
+    stack.push_async_callback(settle)
 
 
 async def _run_reactive(ctx: RunContext) -> RunResult:
@@ -276,6 +299,7 @@ async def _body(ctx: RunContext, *, serve: bool, backend: SubagentBackend | None
                 ctx.selftools = make_selftools(ctx)
                 if serve and config.serve is not None:
                     await _serve_self(stack, ctx)
+                    _settle_at_drain(stack, ctx)
                 if extra is not None:
                     await extra(stack, ctx)
                 return await _run_mode(ctx)
@@ -381,6 +405,7 @@ async def _drive(ctx: RunContext, *, serve: bool, signals: bool,
         if signals:
             health.set_draining()  # /readyz fails from the first moment of the drain
         log.warning("run.signal", signal=name, drain_timeout_s=config.drain_timeout)
+        ctx.stopped_at = loop.time()
         ctx.stop.set()
         # One clock for the whole drain, in every mode: everything (an in-flight
         # reactive wake, the kill ladder, closing MCP sessions) ends by

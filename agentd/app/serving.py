@@ -19,6 +19,7 @@ from typing import Any
 from agentd.agent.subagents import SubagentBackend, Unavailable
 from agentd.config.model import Config, ServeSpec
 from agentd.config.serve import resolve_bearers
+from agentd.log import log
 from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.http.server import Limits, Runner
 from agentd.mcp.server.http.server import serve as _serve_http
@@ -29,6 +30,7 @@ from agentd.served.a2a import A2AServed
 from agentd.served.backend import LocalServed
 from agentd.served.pool import PoolBackend, PoolServed
 from agentd.served.selfmcp import SelfMCP
+from agentd.tree.supervisor import Supervisor
 
 __all__ = ["serve", "serve_self_mcp"]
 
@@ -83,9 +85,17 @@ async def serve(config: Config, *, run_id: str = "",
     """``async with serving.serve(config, run_id=..., backend=...)``: serve for the run."""
     assert config.serve is not None, "serve() needs --serve-mcp"
     pool = None
+    journaling = backend.journaling if isinstance(backend, Supervisor) else None
     if config.pool is not None:
         pool = PoolServed(config.pool, capacity=config.max_subagents,
-                          ssl_context=_peer_ssl(config.serve))
+                          ssl_context=_peer_ssl(config.serve),
+                          journal_id=journaling.journal.id if journaling is not None else None)
+        if journaling is not None:  # served runs' pool names are journaled with them
+            journaling.namer = pool.name
+            for rec in journaling.restored:
+                if rec.external is not None and not pool.adopt(rec.handle, rec.external):
+                    log.warning("journal.name_not_adopted", handle=rec.handle,
+                                reason="minted under another --pool-id or journal identity")
     runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
                                   secrets_dir=config.secrets_dir, a2a=config.serve_a2a,
                                   pool=pool)

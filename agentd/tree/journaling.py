@@ -84,6 +84,10 @@ class Journaling:
         self.idempotent = idempotent
         self.bounds = bounds
         self.replayed: Callable[[str, IoRequest, IoAnswer], None] | None = None
+        # a pool worker's name for a served run (agentd.served.pool.PoolServed.name),
+        # journaled with it so that a restarted worker answers it again
+        self.namer: Callable[[str, str], str] | None = None
+        self.restored: list[RunRecord] = []  # the runs `resume` brought back
         self._runs: dict[str, _Journaled] = {}  # top handle ->
         self._pending: dict[str, Loaded] = {}  # by name: running runs a spawn will resume
         self._held = False
@@ -117,9 +121,11 @@ class Journaling:
             rj.record = msgspec.structs.replace(rj.record, handle=handle)
             self._runs[handle] = _Journaled(rj, Resumption(loaded.steps, self.bounds))
             return True
+        external = self.namer(handle, principal) \
+            if self.namer is not None and principal is not None else None
         rj = await self.journal.begin(RunRecord(
             name=name, handle=handle, request=msgspec.to_builtins(request),
-            started_at=time.time(), principal=principal))
+            started_at=time.time(), principal=principal, external=external))
         self._runs[handle] = _Journaled(rj, Resumption({}, self.bounds))
         return False
 

@@ -254,6 +254,7 @@ class Supervisor:
             run = ChildRun(rec.handle, j.under, scope, request.mode, request)
             if rec.principal is not None:
                 self.owners.claim(run.handle, rec.principal)
+            j.restored.append(rec)
             if isinstance(item, Broken) or rec.terminal:
                 reason = item.reason if isinstance(item, Broken) else rec.reason
                 status = "failed" if isinstance(item, Broken) else rec.status
