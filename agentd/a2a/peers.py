@@ -508,6 +508,11 @@ class WithPeers:
     def required_down(self) -> list[str]:
         return self._toolbox.required_down()
 
+    def idempotent(self, qualified_name: str) -> bool:
+        """The Toolbox's rule for its MCP tools; an A2A delegation is never
+        idempotent (a peer's task is a new task each time it is sent)."""
+        return self._toolbox.idempotent(qualified_name)
+
     @property
     def clients(self) -> dict[str, ResourceServer]:
         return {**self._toolbox.clients, **self.peers.sources}

@@ -104,6 +104,11 @@ class BrokeredToolbox:
     def required_down(self) -> list[str]:
         return []
 
+    def idempotent(self, qualified_name: str) -> bool:
+        """Never asked here: the root decides about a brokered call (its journal,
+        its toolbox's annotations); a child knows no tool's annotations."""
+        return False
+
     def updated(self, ev: IoUpdated) -> None:
         """The parent routed an update of a resource this child subscribed to."""
         self.updates.put_nowait((ev.server, ev.uri))

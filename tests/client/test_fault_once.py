@@ -8,6 +8,10 @@ endpoint on loopback) whose ``tools/call`` handlers here misbehave on purpose
 * a non-idempotent ``tools/call`` cut by a reset is sent exactly once (it may
   have run), through the root's toolbox and through a subagent's brokered
   call alike, and the model gets the documented notice;
+* a ``tools/call`` of a tool its server declares ``idempotentHint: true`` or
+  ``readOnlyHint: true`` is re-sent under the same fault, and under a 500, as an
+  idempotent method is (``idempotent_tool``, the one rule, which
+  ``Toolbox.idempotent`` also answers by name for a resumed journal);
 * a 503's ``Retry-After: N`` is waited once, N seconds (the policy's injected
   sleep records it: no real wait);
 * a fault that persists is sent at most ``RetryPolicy.max_attempts`` times in
@@ -24,9 +28,11 @@ from typing import Any
 import pytest
 from agentd_proc import agentd_env, run_agentd
 from aiohttp import web
-from fault_server import FaultServer
+from fault_server import TOOL, FaultServer
+from logcapture import events
 from tree_helpers import precompile
 
+from agentd.a2a.peers import A2APeers, WithPeers
 from agentd.config.model import ServerSpec
 from agentd.errors import RPCError, ToolFault
 from agentd.mcp import RetryPolicy, Toolbox
@@ -37,6 +43,7 @@ from agentd.mcp.client.rules.faults import (
     SessionExpired,
     TransportError,
     classify,
+    idempotent_tool,
 )
 
 NOTICE = "failed with a protocol or transport fault"
@@ -83,8 +90,18 @@ def then_ok(*first: Handler) -> Handler:
     return answer
 
 
-def calls(server: FaultServer) -> int:
-    return server.methods().count("tools/call")
+def calls(server: FaultServer, tool: str | None = None) -> int:
+    return sum(1 for m, msg, _ in server.seen if m == "tools/call"
+               and (tool is None or msg["params"]["name"] == tool))
+
+
+def listing(**annotated: dict) -> Handler:
+    """``tools/list`` answering the plain tool ``t`` and one tool per keyword,
+    each with those annotations."""
+    async def answer(msg: dict, request: web.Request) -> Any:
+        return {"tools": [TOOL, *({**TOOL, "name": name, "annotations": a}
+                                  for name, a in annotated.items())]}
+    return answer
 
 
 def toolbox(server: FaultServer, sleeps: Sleeps, *, required: bool = True) -> Toolbox:
@@ -131,6 +148,20 @@ def test_the_retry_after_travels_in_the_decision_and_is_the_one_delay() -> None:
     assert 0.5 <= backoff <= 1.0  # full jitter of the capped exponential
 
 
+@pytest.mark.parametrize(("annotations", "idempotent"), [
+    ({"idempotentHint": True}, True),
+    ({"readOnlyHint": True}, True),
+    ({"readOnlyHint": True, "idempotentHint": False}, True),  # read-only: no effect at all
+    ({"readOnlyHint": False, "idempotentHint": True, "destructiveHint": True}, True),
+    ({}, False),  # the spec's defaults
+    ({"idempotentHint": False, "readOnlyHint": False}, False),
+    ({"destructiveHint": False, "openWorldHint": False, "title": "safe"}, False),
+    ({"idempotentHint": "true", "readOnlyHint": 1}, False),  # only a literal true counts
+])
+def test_a_tool_is_idempotent_when_its_server_declares_it_so(annotations, idempotent) -> None:
+    assert idempotent_tool(annotations) is idempotent
+
+
 def test_invalid_params_are_the_models_to_fix_except_on_a_listed_tool() -> None:
     d = classify(RPCError(-32602, "bad", side="remote"), idempotent=True, method="resources/read")
     assert not d.abort and not d.resend and not d.retryable
@@ -151,6 +182,71 @@ async def test_a_reset_tools_call_is_sent_once_and_the_server_kept(fault) -> Non
         assert "f" in tb.clients and not tb.lost.done()  # a notice, not an abort
         assert (await tb.call("f__t", {})).text == "ok"  # after the reconnect
     assert calls(server) == 2
+
+
+@pytest.mark.parametrize("hint", ["idempotentHint", "readOnlyHint"])
+async def test_a_reset_call_of_a_tool_declared_idempotent_is_sent_again(fault, logs,
+                                                                        hint) -> None:
+    """The counterpart of the test above: the same reset, on a tool its server
+    declares idempotent (or read-only), is re-sent once the connection is back
+    -- the same request under a fresh id -- and answered; the plain tool beside
+    it on the same server is still sent once."""
+    server = await fault()
+    server.handlers["tools/list"] = listing(same={hint: True})
+    server.handlers["tools/call"] = then_ok(reset)
+    sleeps = Sleeps()
+    async with toolbox(server, sleeps) as tb:
+        assert (await tb.call("f__same", {"n": 1})).text == "ok"
+        sent = [msg for m, msg, _ in server.seen if m == "tools/call"]
+        assert [m["params"]["name"] for m in sent] == ["same", "same"]
+        assert [m["params"]["arguments"] for m in sent] == [{"n": 1}, {"n": 1}]
+        assert sent[0]["id"] != sent[1]["id"]
+        assert sleeps.delays == []  # a reconnect is waited for, not slept on
+        server.handlers["tools/call"] = then_ok(reset)
+        with pytest.raises(ToolFault):
+            await tb.call("f__t", {})
+        assert calls(server, "t") == 1
+    assert [(e["method"], e["attempt"]) for e in events(logs, "mcp.retry")] == [
+        ("tools/call", 1)]
+
+
+async def test_a_500_answering_an_idempotent_tool_is_sent_again(fault) -> None:
+    """Every row that re-sends an idempotent method re-sends an idempotent
+    tool's call: a 500 (may have run) is re-sent after one backoff; the plain
+    tool's is not."""
+    server = await fault()
+    server.handlers["tools/list"] = listing(look={"readOnlyHint": True})
+    server.handlers["tools/call"] = then_ok(status(500))
+    sleeps = Sleeps()
+    async with toolbox(server, sleeps) as tb:
+        assert (await tb.call("f__look", {})).text == "ok"
+        assert calls(server, "look") == 2 and len(sleeps.delays) == 1
+        server.handlers["tools/call"] = then_ok(status(500))
+        with pytest.raises(ToolFault) as info:
+            await tb.call("f__t", {})
+        assert info.value.code == 500 and calls(server, "t") == 1
+
+
+async def test_the_toolbox_answers_by_name_whether_a_call_may_be_sent_twice(fault) -> None:
+    """``Toolbox.idempotent``: the rule over each tool as its server listed it,
+    by the name the model calls; False for a name no server lists.  The run's
+    toolbox with A2A peers answers the same (a delegation never is)."""
+    server = await fault()
+    server.handlers["tools/list"] = listing(same={"idempotentHint": True},
+                                            look={"readOnlyHint": True},
+                                            write={"idempotentHint": False,
+                                                   "destructiveHint": True})
+    async with toolbox(server, Sleeps()) as tb, \
+            A2APeers((), secrets_dir="/nonexistent", updates=tb.updates) as peers:
+        assert sorted(tb.tools) == ["f__look", "f__same", "f__t", "f__write"]
+        box = WithPeers(tb, peers)
+        for name, idempotent in [("f__same", True), ("f__look", True), ("f__t", False),
+                                 ("f__write", False), ("f__nope", False), ("same", False),
+                                 ("agentd__a2a_delegate", False)]:
+            assert tb.idempotent(name) is idempotent, name
+            assert box.idempotent(name) is idempotent, name
+        await tb.drop("f", "gone for the test")
+        assert not tb.idempotent("f__same")  # its server left the catalogue
 
 
 async def test_a_503s_retry_after_is_waited_once(fault) -> None:

@@ -46,7 +46,10 @@ class AgentToolbox(Protocol):
     dropped since the last call, told to the model once; `lost`: resolved when a
     required server is gone after its handshake (None where no server is
     connected here); `required_down()`: the required servers not connected now
-    (readiness; none where no server is connected here)."""
+    (readiness; none where no server is connected here); `idempotent(name)`:
+    whether a call of that tool may be sent twice (its server declares it
+    idempotent or read-only: `agentd.mcp.client.rules.faults.idempotent_tool`;
+    False where no server is connected here, and for an A2A delegation)."""
 
     @property
     def tools(self) -> Mapping[str, ToolEntry]: ...
@@ -63,6 +66,7 @@ class AgentToolbox(Protocol):
 
     def take_notices(self) -> list[tuple[str, str]]: ...
     def required_down(self) -> list[str]: ...
+    def idempotent(self, qualified_name: str) -> bool: ...
     async def call(self, qualified_name: str, arguments: Mapping[str, Any] | None = None,
                    *, time_limit: float | None = None) -> Observed: ...
     async def read_resource(self, uri: str, *, server: str | None = None) -> Observed: ...

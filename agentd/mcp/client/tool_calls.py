@@ -7,7 +7,11 @@ an ``is_error`` observation and nothing is sent), builds each send of a call
 -- the ``_meta`` the revision asks for (or the live span's ``traceparent``), a
 fresh ``progressToken`` per send, the headers the revision asks for -- and
 renders the answer, checking ``structuredContent`` against an
-``outputSchema``.  Where the revision says so (2026-07-28), a header mismatch
+``outputSchema``.  A call of a tool its server declares idempotent
+(:func:`~agentd.mcp.client.rules.faults.idempotent_tool`) is handed to the
+request loop as idempotent, so a fault that may have let it run is re-sent
+like an idempotent method's; any other call is sent once unless the fault
+proves it was not processed.  Where the revision says so (2026-07-28), a header mismatch
 (-32020) is re-listed and retried once, and an ``input_required`` result is
 answered (MRTR, bounded by ``MAX_INPUT_ROUNDS``).
 """
@@ -30,6 +34,7 @@ from agentd.mcp.client.listings import Listings
 from agentd.mcp.client.request_loop import RequestLoop
 from agentd.mcp.client.rules.arguments import wire_arguments
 from agentd.mcp.client.rules.content import render_content
+from agentd.mcp.client.rules.faults import idempotent_tool
 from agentd.mcp.client.rules.revision import InputRequired
 from agentd.mcp.client.rules.schema import input_validator, output_validator
 from agentd.obs import trace
@@ -122,10 +127,13 @@ class ToolCalls:
         rounds = 0
         while True:
             rev = self._conn.session.revision
-            headers = rev.call_headers(self._listings.tools.get(name), name, args)
+            tool = self._listings.tools.get(name)  # as listed now (a re-list may change it)
+            headers = rev.call_headers(tool, name, args)
+            # a tool its server declares idempotent is re-sent like an idempotent method
+            idempotent = tool is not None and idempotent_tool(tool.annotations)
             try:
                 raw = await self._send_once(name_json, args_json, time_limit, headers, extra,
-                                            watch)
+                                            watch, idempotent=idempotent)
             except ToolFault as exc:
                 if relisted or not rev.relists_on(exc.code):
                     raise
@@ -142,7 +150,8 @@ class ToolCalls:
             extra = await answer_input(self.name, self.log, ir, rounds, mt.TOOLS_CALL)
 
     async def _send_once(self, name_json: bytes, args_json: bytes, time_limit: float | None,
-                         headers: Any, extra: bytes, watch: CallWatch | None) -> msgspec.Raw:
+                         headers: Any, extra: bytes, watch: CallWatch | None, *,
+                         idempotent: bool) -> msgspec.Raw:
         session = self._conn.session
 
         def build() -> tuple[int | str, bytes, Any]:
@@ -154,7 +163,7 @@ class ToolCalls:
             return rid, data, headers
 
         return await self._requests.retrying(mt.TOOLS_CALL, build, time_limit,
-                                             idempotent=False, watch=watch)
+                                             idempotent=idempotent, watch=watch)
 
     def _observation(self, name: str, tool: ToolInfo | None, raw: msgspec.Raw) -> Observation:
         r = self._requests.decode(raw, mt.CallToolResult, mt.TOOLS_CALL)

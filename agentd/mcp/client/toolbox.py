@@ -26,7 +26,12 @@ import msgspec
 from agentd.config.model import DEFAULT_INIT_TIMEOUT, DEFAULT_PING_INTERVAL, ServerSpec
 from agentd.errors import ToolFault
 from agentd.log import log
-from agentd.mcp.client.rules.faults import RequiredServerLost, RetryPolicy, kind
+from agentd.mcp.client.rules.faults import (
+    RequiredServerLost,
+    RetryPolicy,
+    idempotent_tool,
+    kind,
+)
 from agentd.mcp.client.seams import AgentToolbox, ResourceServer
 from agentd.mcp.client.updates import UpdateQueue
 from agentd.secrets import DEFAULT_SECRETS_DIR
@@ -270,6 +275,19 @@ class Toolbox:
         return await self._guarded(
             client, lambda: client.call_tool(entry.name, arguments, time_limit=time_limit),
             what=f"tools/call {entry.name}")
+
+    def idempotent(self, qualified_name: str) -> bool:
+        """Whether a call of this tool may be sent twice: its server declares it
+        idempotent or read-only, by the one rule the client's re-sends follow
+        (:func:`~agentd.mcp.client.rules.faults.idempotent_tool`).  False for a
+        name no connected server lists.  The journal asks it of a call that was
+        in flight when its worker stopped: only such a call is sent again."""
+        entry = self.tools.get(qualified_name)
+        if entry is None:
+            return False
+        client = self.clients.get(entry.server)
+        info = client.tools.get(entry.name) if client is not None else None
+        return info is not None and idempotent_tool(info.annotations)
 
     # ------------------------------------------------------------ fault policy
 

@@ -11,9 +11,13 @@ through :class:`agentd.mcp.client.request_loop.RequestLoop`, the one place this 
 
 ``resend``
     send the same request again now (a fresh JSON-RPC id).  Only when that
-    cannot run an operation twice: the method is idempotent, or the fault
+    cannot run an operation twice: the request is idempotent, or the fault
     proves the request was not processed (never sent, session unknown, HTTP
-    429/502/503/504, -32022).  At most ``RetryPolicy.max_attempts`` sends in
+    429/502/503/504, -32022).  A request is idempotent when its method is
+    (:data:`IDEMPOTENT_METHODS`), or when it is a ``tools/call`` of a tool its
+    server declares idempotent (:func:`idempotent_tool`: ``idempotentHint`` or
+    ``readOnlyHint``) -- the same rule decides whether a journaled call that
+    was in flight at a crash is sent again (docs/faults.md).  At most ``RetryPolicy.max_attempts`` sends in
     all, one sleep before each re-send: the server's ``Retry-After`` when its
     answer carried one, else ``RetryPolicy.backoff``.  Nothing above the
     client re-sends a request: the toolbox, the agent loop, the broker and the
@@ -44,7 +48,7 @@ import email.utils
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
@@ -74,6 +78,7 @@ __all__ = [
     "SessionExpired",
     "TransportError",
     "classify",
+    "idempotent_tool",
     "kind",
     "no_answer",
     "parse_retry_after",
@@ -84,6 +89,23 @@ IDEMPOTENT_METHODS: Final = frozenset({
     "ping", "tools/list", "resources/list", "resources/templates/list", "resources/read",
     "resources/subscribe", "resources/unsubscribe", "prompts/list",
 })
+
+
+def idempotent_tool(annotations: Mapping[str, Any]) -> bool:
+    """Whether a ``tools/call`` of the tool whose listed ``annotations`` these are
+    may be sent twice: THE rule, for the request loop's re-sends and for a
+    journaled call in flight at a crash alike.
+
+    True when its server declares it ``idempotentHint: true`` (calling it again
+    with the same arguments has no further effect) or ``readOnlyHint: true``
+    (it has no effect on its environment at all; MCP 2025-11-25, ToolAnnotations).
+    Only a literal ``true`` counts; an absent hint is the spec's default,
+    false.  Hints are untrusted server text, but this one is the server's word
+    about its own tool: a false one can only make that server run its own tool
+    twice, which it said was harmless.  Nothing else is ever trusted from it.
+    """
+    return annotations.get("idempotentHint") is True or annotations.get("readOnlyHint") is True
+
 
 # The causes a given-up ToolFault carries when the server cannot be used any
 # more: "stale" (missed pings) and "gone" (the client gave the connection up),
@@ -299,7 +321,9 @@ def classify(fault: BaseException, *, idempotent: bool, method: str = "") -> Dec
     """THE disposition of a fault: the first row of :data:`TABLE` that matches it
     (docs/faults.md); a fault no row names is not retried.
 
-    ``idempotent``: the request may run twice without harm.  ``method`` names
+    ``idempotent``: the request may run twice without harm (its method is in
+    :data:`IDEMPOTENT_METHODS`, or it calls a tool :func:`idempotent_tool`
+    admits).  ``method`` names
     it: a -32601/-32602 answering ``tools/call`` contradicts the server's own
     catalogue (agentd calls only the tools a server listed: the loop and the
     broker refuse any other name), and ``resources/read`` has its own "missing"
