@@ -346,6 +346,17 @@ class Journal:
         """Delete a run's file (a Broken one the worker has reported)."""
         await self._do(lambda: self._delete(path))
 
+    async def set_aside(self, path: str) -> None:
+        """A file no run can be named from: renamed `*.broken` (kept for the operator,
+        never read again)."""
+        def job() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, path + ".broken")
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(path + suffix, path + ".broken" + suffix)
+        await self._do(job)
+
     @staticmethod
     def _connect(path: str) -> _Open:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

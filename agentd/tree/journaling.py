@@ -88,6 +88,7 @@ class Journaling:
         # journaled with it so that a restarted worker answers it again
         self.namer: Callable[[str, str], str] | None = None
         self.restored: list[RunRecord] = []  # the runs `resume` brought back
+        self._files: dict[str, str] = {}  # a restored terminal run's file, by handle
         self._runs: dict[str, _Journaled] = {}  # top handle ->
         self._pending: dict[str, Loaded] = {}  # by name: running runs a spawn will resume
         self._held = False
@@ -129,6 +130,10 @@ class Journaling:
         self._runs[handle] = _Journaled(rj, Resumption({}, self.bounds))
         return False
 
+    def keep(self, handle: str, path: str) -> None:
+        """A restored terminal (or broken) run's file: deleted when the run is evicted."""
+        self._files[handle] = path
+
     async def adopt(self, handle: str, loaded: Loaded) -> None:
         """A running run of an earlier process, driven again under its old handle."""
         rj = await self.journal.reopen(loaded)
@@ -145,6 +150,9 @@ class Journaling:
         entry = self._runs.pop(handle, None)
         if entry is not None:
             await entry.journal.forget()
+        path = self._files.pop(handle, None)
+        if path is not None:
+            await self.journal.discard(path)
 
     async def aclose(self) -> None:
         for entry in list(self._runs.values()):

@@ -247,6 +247,7 @@ class Supervisor:
             if rec is None or not rec.handle.startswith(j.under + "."):
                 self.log.error("journal.broken", path=item.path, reason=getattr(
                     item, "reason", "not a run of this journal"))
+                await j.journal.set_aside(item.path)
                 continue
             request = msgspec.convert(rec.request, SpawnRequest)
             scope = parent.scope if request.tool_scope is None \
@@ -264,6 +265,7 @@ class Supervisor:
                 run.reason, run.last = reason, "restored"
                 run.done.set()
                 self.registry.restore(run, max(0.0, now - (rec.ended_at or now)))
+                j.keep(run.handle, item.path)
                 if isinstance(item, Broken):
                     self.log.error("journal.broken", handle=run.handle, path=item.path,
                                    reason=reason)
