@@ -8,7 +8,10 @@ model answers (its own handle's: the result line's `steps`) and the tokens of
 its subtree (`usage`), and is the one place a cassette is recorded from
 (`--record`: after the real broker answered) or replayed into (`--replay`:
 instead of it, with no provider and no MCP connection at all), see
-agentd.batch.cassette. A resource update routed to a handle of a sample is
+agentd.batch.cassette. Under `--journal --resume` the tree answers a resumed
+sample's recorded steps from its journal instead of this broker and tells it
+(`replayed`): each is counted and recorded as one this broker gave, the one
+code path of an answer given (`_given`). A resource update routed to a handle of a sample is
 recorded with the number of that handle's requests answered by then, and a
 replay sends it to the handle once it answered that many: on the next turn
 of the loop, so after the response the Supervisor sends at once.
