@@ -51,30 +51,35 @@ def run_files(journal: Path) -> list[str]:
     return sorted(p.name for p in (journal / "runs").iterdir())
 
 
-async def killed_mid_sample(agentd_bin: str, tmp_path: Path, sdk, n: int
-                            ) -> tuple[Path, Path, Path, list[dict]]:
+async def killed_mid_sample(agentd_bin: str, tmp_path: Path, sdk, n: int,
+                            sig: int = signal.SIGKILL) -> tuple[Path, Path, Path, list[dict]]:
     """A batch of `n` samples with --journal, SIGKILLed once every sample made its
     tool call and sent its next model request (its 3rd step, held by the gateway):
-    (tasks, out, journal, the bodies the gateway received)."""
+    (tasks, out, journal, the bodies the gateway received). With `sig` SIGINT the
+    batch drains instead: the sample is cancelled when the drain's grace ends and
+    its journal ends `cancelled`, its line not written."""
     tasks, out, journal = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl", tmp_path / "j"
     write_tasks(tasks, n)
     gate = asyncio.Event()
     async with Gateway([held_at_step_3(Samples(), gate)] * (2 * n)) as gw:
         proc = await start_agentd(agentd_bin, batch_args(
-            tasks, out, gw, sdk, "--journal", str(journal), "--parallel", str(n)), env=env())
+            tasks, out, gw, sdk, "--journal", str(journal), "--parallel", str(n),
+            "--drain-timeout", "2"), env=env())
         await until(lambda: len(gw.bodies) == 2 * n or proc.proc.poll() is not None,
                     limit=90, what="every sample's 3rd step at the gateway")
         assert len(gw.bodies) == 2 * n, proc.stderr()[-3000:]
-        proc.signal(signal.SIGKILL)
-        assert await asyncio.to_thread(proc.proc.wait, 60) == -signal.SIGKILL
+        proc.signal(sig)
+        assert await asyncio.to_thread(proc.proc.wait, 60) == \
+            (-sig if sig == signal.SIGKILL else 130)
     assert read_results(out) == []  # nothing ended
     return tasks, out, journal, list(gw.bodies)
 
 
-async def test_a_killed_sample_resumes_from_its_journal_each_step_sent_once(
-        tmp_path, sdk, agentd_bin):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+async def test_an_interrupted_sample_resumes_from_its_journal_each_step_sent_once(
+        tmp_path, sdk, agentd_bin, sig):
     before = calls(sdk)
-    tasks, out, journal, first = await killed_mid_sample(agentd_bin, tmp_path, sdk, 1)
+    tasks, out, journal, first = await killed_mid_sample(agentd_bin, tmp_path, sdk, 1, sig)
     assert calls(sdk) - before == 1
     assert journal_of(journal, "t000").exists()
 
@@ -92,7 +97,9 @@ async def test_a_killed_sample_resumes_from_its_journal_each_step_sent_once(
     # the steps answered before the kill were not sent again; the one in flight was
     assert [b["messages"] for b in gw.bodies] == [first[1]["messages"]]
     assert calls(sdk) - before == 1  # the tool ran once, before the kill
-    assert [e["sample"] for e in done.events("batch.sample.resumable")] == ["t000"]
+    # a drained sample's journal ended `cancelled`: replayed all the same
+    assert [(e["sample"], e.get("ended")) for e in done.events("batch.sample.resumable")] \
+        == [("t000", "cancelled" if sig == signal.SIGINT else None)]
     # its cassette is whole: the replayed steps and the live one, in order
     lines = [json.loads(x) for x in cassette_of(rec, "t000").read_text().splitlines()]
     assert [(x["handle"], x["step"], x["request"]["kind"]) for x in lines[1:]] == [
