@@ -8,7 +8,10 @@ model answers (its own handle's: the result line's `steps`) and the tokens of
 its subtree (`usage`), and is the one place a cassette is recorded from
 (`--record`: after the real broker answered) or replayed into (`--replay`:
 instead of it, with no provider and no MCP connection at all), see
-agentd.batch.cassette. A resource update routed to a handle of a sample is
+agentd.batch.cassette. Under `--journal --resume` the tree answers a resumed
+sample's recorded steps from its journal instead of this broker and tells it
+(`replayed`): each is counted and recorded as one this broker gave, the one
+code path of an answer given (`_given`). A resource update routed to a handle of a sample is
 recorded with the number of that handle's requests answered by then, and a
 replay sends it to the handle once it answered that many: on the next turn
 of the loop, so after the response the Supervisor sends at once.
@@ -170,26 +173,49 @@ class SampleBroker(Broker):
         step = tally.next_step(rel)
         if self.replay_dir is not None:
             result = self._replay(tally, handle, rel, step, req)
+            self._counted(tally, rel, result, spent=False)  # a replay spends nothing
         else:
             result = await super().serve(handle, scope, req)
-            self._answered(tally, rel, step)
-            if isinstance(result, ErrorObject):
-                tally.fault = tally.fault or _infrastructure(result)
-                self._record(tally, rel, step, req,
-                             error=ErrorBody(result.code, result.message))
-            else:
-                self._record(tally, rel, step, req, result)
+            self._given(tally, rel, step, req, result)
         if isinstance(req, IoSubscribe) and isinstance(result, IoDone) and result.ok:
             # from here on an update of this URI reaches the handle (and its cassette)
             log.info("batch.subscribed", sample=tally.sample_id, handle=rel, step=step,
                      server=req.server, uri=req.uri)
+        return result
+
+    def replayed(self, handle: str, req: IoRequest, answer: IoAnswer) -> None:
+        """An answer the sample's journal gave instead of this broker (`--journal
+        --resume`, agentd.tree.journaling): the same run going on, so it is taken
+        as if this broker had given it -- counted in the sample's steps and usage
+        (what the recording spent) and recorded into its cassette under --record."""
+        sample = sample_of(handle)
+        tally = self.tallies.get(sample)
+        if tally is not None:
+            rel = handle[len(sample):]
+            self._given(tally, rel, tally.next_step(rel), req, answer)
+
+    def _given(self, tally: Tally, rel: str, step: int, req: IoRequest,
+               result: IoAnswer) -> None:
+        """An answer the sample was given (live, or from its journal): its counts,
+        its infrastructure fault, its cassette line."""
+        self._answered(tally, rel, step)
+        if isinstance(result, ErrorObject):
+            tally.fault = tally.fault or _infrastructure(result)
+            self._record(tally, rel, step, req, error=ErrorBody(result.code, result.message))
+        else:
+            self._record(tally, rel, step, req, result)
+        self._counted(tally, rel, result, spent=True)
+
+    @staticmethod
+    def _counted(tally: Tally, rel: str, result: IoAnswer, *, spent: bool) -> None:
+        """A model answer is a step of the sample (its own handle's) and, when it
+        was `spent`, its tokens are the sample's usage (docs/batch.md)."""
         if isinstance(result, IoCompletion):
             if not rel:
                 tally.steps += 1
             u = result.completion.usage
-            if self.replay_dir is None:  # a replay spends nothing (docs/batch.md)
+            if spent:
                 tally.usage.add(Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens))
-        return result
 
     @staticmethod
     def _answered(tally: Tally, rel: str, step: int) -> None:

@@ -24,6 +24,14 @@ flight `DRAIN_SHARE` of `--drain-timeout` to end (their lines are written);
 then the rest are cancelled through the kill ladder (within the remainder)
 and are not written, so `--resume` runs them again. A second signal cancels
 at once. The exit code is 130.
+
+`--journal DIR`: each sample (each epoch, each attempt) is a journaled run
+named by `Unit.cassette`, the same in every invocation (agentd.tree.journaling,
+under the root `0`). `--resume` hands the journal of each sample it runs again
+to the tree, so that sample's spawn resumes it: its recorded steps are
+answered from the journal (told to the broker, `SampleBroker.replayed`) and
+it goes on live from the exchange in flight. A sample's journal is deleted
+once its line is written (docs/batch.md, "Journal and resume").
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from agentd.agent.subagents import HandleState, Refusal, SpawnRequest
-from agentd.app.compose import metered_provider, open_toolbox
+from agentd.app.compose import metered_provider, open_journaling, open_toolbox
 from agentd.app.run import new_run_id
 from agentd.batch.broker import SampleBroker
 from agentd.batch.files import ResultLine, ResultsFile, TaskLine
@@ -62,8 +70,10 @@ from agentd.intelligence.base import (
 )
 from agentd.intelligence.flow import FlowGate
 from agentd.journal.exchange import AnswerBounds
+from agentd.journal.store import Broken, Loaded, run_path
 from agentd.log import configure, log
 from agentd.output import Usage
+from agentd.tree.journaling import Journaling
 from agentd.tree.supervisor import ROOT, Supervisor
 
 DRAIN_SHARE = 0.5  # of --drain-timeout, for the samples in flight at a signal to end
@@ -85,6 +95,7 @@ class BatchOptions(msgspec.Struct, frozen=True, kw_only=True):
     scorer_timeout: float = DEFAULT_SCORER_TIMEOUT
     retry_errors: int = 0  # re-runs of a sample that ended in `error`, within the run
     retry_failed: bool = False  # with --resume: re-run `failed` lines too
+    resume: bool = False  # --resume: with --journal, interrupted samples resume from it
 
 
 class Unit(NamedTuple):
@@ -95,8 +106,14 @@ class Unit(NamedTuple):
 
     @property
     def cassette(self) -> str:
-        """Its cassette's name: the id, and `#N` for an epoch past the first."""
-        return self.task.id if self.epoch == 1 else f"{self.task.id}#{self.epoch}"
+        """Its cassette's name (and its journal's): the id, and `#N` for an epoch
+        past the first. The same in every invocation of the batch."""
+        return unit_name(self.task.id, self.epoch)
+
+
+def unit_name(sample_id: str, epoch: int) -> str:
+    """A (task, epoch)'s cassette and journal name (`Unit.cassette`)."""
+    return sample_id if epoch == 1 else f"{sample_id}#{epoch}"
 
 
 def plan(tasks: list[TaskLine], opts: BatchOptions,
@@ -193,6 +210,31 @@ class Batch:
         self.settings = {k: v for k, v in settings.items() if v is not None}
         sup.on_terminal(self._terminal)
         self.trajectories: SampleTrajectories | None = None  # --trajectories
+        self.journaling: Journaling | None = sup.journaling  # --journal
+        self._broken: dict[str, Broken] = {}  # a sample's journal that cannot be resumed
+
+    async def resume_journals(self, todo: list[Unit]) -> None:
+        """`--journal --resume`: what the last invocation left. A planned sample's
+        journal is resumed by its spawn (its recorded steps answered from it, even
+        when it ended without its line written: then it replays whole); a broken one
+        is that sample's `failed` line; the journal of a sample whose line is written
+        (the batch stopped between the line and the delete) is deleted. Nothing is
+        restored into the tree: a handle `0.k` of another process means nothing."""
+        j = self.journaling
+        assert j is not None
+        planned = {u.cassette for u in todo}
+        done = {unit_name(i, e) for (i, e) in self.results.finished} - planned
+        by_path = {run_path(j.journal.runs_dir, name): name for name in planned | done}
+        for item in await j.journal.load():
+            name = item.record.name if item.record is not None else by_path.get(item.path)
+            if name in done:
+                await j.journal.discard(item.path)
+            elif name in planned and isinstance(item, Broken):
+                self._broken[name] = item
+            elif name in planned and isinstance(item, Loaded):
+                j.expect(item)
+                log.info("batch.sample.resumable", sample=name, steps=len(item.steps),
+                         ended=item.record.status if item.record.terminal else None)
 
     def _terminal(self, state: HandleState) -> None:
         fut = self._waiting.pop(state.handle, None)
@@ -229,6 +271,13 @@ class Batch:
         req = SpawnRequest(instruction=task.instruction, output_contract=task.output_contract,
                            tool_scope=scope, mode="async")
         began = time.monotonic()
+        broken = self._broken.get(unit.cassette)
+        if broken is not None:  # its journal cannot be trusted: not run, the line says why
+            return self._line(unit, "failed", False, None, 0, Usage(), f"{self.run_id}/-",
+                              f"--journal {self.config.journal}: the journal of sample "
+                              f"{unit.cassette!r} cannot be resumed: {broken.reason} "
+                              "(set aside as *.broken; --resume --retry-failed runs it "
+                              "again from its start)", began, retries), None
         # the cassette is read before the child exists (its first request finds it),
         # off the loop: a slow disk never holds the batch's signals or other samples
         loaded = None if self.broker.replay_dir is None else \
@@ -240,10 +289,12 @@ class Batch:
             begun.append(handle)
             self.broker.begin(handle, unit.cassette, servers, loaded)
 
-        state = await self.sup.spawn(ROOT, req, admitted=admitted)
+        state = await self.sup.spawn(ROOT, req, admitted=admitted, name=unit.cassette)
         if isinstance(state, Refusal):  # past the batch's ceiling: budget_exhausted, not failed
             for handle in begun:  # admitted, then refused at start (a machine limit)
                 self.broker.end(handle)
+                if self.journaling is not None:
+                    await self.journaling.forget(handle)
             ledger = self.sup.ledger
             spent = ledger.ceiling is not None and ledger.spent >= ledger.ceiling
             return self._line(unit, "budget_exhausted" if spent else "failed", spent, None, 0,
@@ -300,6 +351,7 @@ class Batch:
                                     self.opts.scorer_timeout)
         self.results.write(line)
         self.final[line.key] = line
+        await self._journal_done(unit, handle)
         self.stats.ended(line.status, (line.wall_ms or 0) / 1000, line.usage.total_tokens)
         if line.scores:  # the live display's mean: a sample's scorers averaged
             self.stats.scores.append(sum(line.scores.values()) / len(line.scores))
@@ -311,6 +363,18 @@ class Batch:
             self.trajectories.write(unit.cassette, unit.task.instruction, handle,
                                     session_id=f"{self.run_id}/{handle or '-'}",
                                     status=line.status, error=line.error)
+
+    async def _journal_done(self, unit: Unit, handle: str | None) -> None:
+        """The line is written: the sample's journal is over (deleted; a broken one
+        set aside as `*.broken` for the operator, never read again)."""
+        j = self.journaling
+        if j is None:
+            return
+        broken = self._broken.pop(unit.cassette, None)
+        if broken is not None:
+            await j.journal.set_aside(broken.path)
+        elif handle is not None:
+            await j.forget(handle)
 
     async def _until_ended(self, handle: str, fut: asyncio.Future[HandleState]
                            ) -> HandleState:
@@ -410,11 +474,18 @@ async def run_batch(config: Config, opts: BatchOptions, tasks: list[TaskLine],
                                       completion=config.intelligence_max_bytes,
                                       observation=config.mcp_max_bytes),
                                   model=config.model, sampling=config.sampling.fields())
+            journaling = None
+            if config.journal is not None:  # each sample journaled (docs/batch.md)
+                journaling = open_journaling(config, ROOT, toolbox)
+                journaling.replayed = broker.replayed
+                stack.push_async_callback(journaling.aclose)  # after the Supervisor
             sup = await stack.enter_async_context(Supervisor(
                 _supervisor_config(config), run_id=run_id, broker=broker,
-                ledger=metered.ledger))
+                ledger=metered.ledger, journaling=journaling))
             batch = Batch(config, opts, run_id=run_id, sup=sup, broker=broker,
                           results=results, stats=stats)
+            if journaling is not None and opts.resume:
+                await batch.resume_journals(todo)
             if opts.trajectories is not None:  # every sample's subtree records its runs
                 sup.trajectories = {}
                 batch.trajectories = SampleTrajectories(opts.trajectories, sup.trajectories,

@@ -155,6 +155,10 @@ def batch(ctx: click.Context, **local: Any) -> None:
     record, replay = local["record"], local["replay"]
     if record and replay:
         raise ConfigError("--record and --replay exclude each other")
+    if replay and config.journal is not None:
+        raise ConfigError("--journal and --replay exclude each other: a replay spends "
+                          "nothing and is run again whole; drop --journal (or the config "
+                          "key `journal`)")
     if replay:
         if not os.path.isdir(replay):
             raise ConfigError(f"--replay {replay}: not a directory of cassettes")
@@ -202,7 +206,7 @@ def batch(ctx: click.Context, **local: Any) -> None:
                             log_file=log_file, epochs=local["epochs"],
                             scorers=scorers, scorer_timeout=timeout,
                             retry_errors=local["retry_errors"],
-                            retry_failed=local["retry_failed"])
+                            retry_failed=local["retry_failed"], resume=local["resume"])
         from agentd.log_bridge import route_stdlib
 
         route_stdlib()
