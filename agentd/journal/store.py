@@ -155,6 +155,8 @@ class Journal:
         """Take the directory (made 0700 if missing): its lock, its id, its key.
         Raises ConfigError (exit 2) naming `--journal` when it cannot be used."""
         try:
+            # each level its own call: makedirs gives `mode` to the last level only
+            os.makedirs(path, mode=0o700, exist_ok=True)
             os.makedirs(os.path.join(path, "runs"), mode=0o700, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--journal {path}: cannot be made a directory: "
