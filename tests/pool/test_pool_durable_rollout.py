@@ -218,3 +218,85 @@ async def test_a_rolling_restart_loses_no_run(agentd_bin, tmp_path) -> None:
 async def _done(c, handle: str) -> dict[str, Any] | None:
     state = await _status(c, handle)
     return state if state["status"] != "running" else None
+
+
+@contextlib.asynccontextmanager
+async def _journaled_pool(agentd_bin, tmp_path, model: Model):
+    """Three journaled workers on the gateway and the SDK server, behind HAProxy:
+    (pool, balancer URL, the SDK server's URL)."""
+    with peers.python_peer("sdk_servers.py") as srv:
+        async with Gateway([model] * 500) as gw:
+            pool = Pool(tmp_path, intelligence=gw.url, journals=True)
+            try:
+                for wid in IDS:
+                    await asyncio.to_thread(pool.start, agentd_bin, wid, 0,
+                                            _extra(pool, wid, srv.url))
+                with balancer(tmp_path, pool.ports, checks=True) as url:
+                    yield pool, url, srv.url
+            finally:
+                pool.stop()
+
+
+async def test_a_result_is_read_through_the_balancer_after_its_owner_restarted(
+        agentd_bin, tmp_path) -> None:
+    model = Model()
+    runs: dict[str, str] = {}
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv_url):
+        async with sdk_client(url, "alice") as c:
+            for n in range(1, 4):
+                model.release(str(n))  # these answer at once
+                await _spawn(c, model, str(n), runs)
+            for t, h in runs.items():
+                state = await until(lambda h=h: _done(c, h), limit=120, what=f"run {t} ended")
+                assert state["status"] == "completed", state
+            for wid in sorted({_owner(h) for h in runs.values()}):
+                await asyncio.to_thread(pool.restart, agentd_bin, wid,
+                                        _extra(pool, wid, srv_url))
+            for _ in range(2):  # through whichever worker the balancer picks
+                for t, h in runs.items():
+                    state = await _status(c, h)
+                    assert state["status"] == "completed", state
+                    assert state["result"] == expected(t), state
+                    body = json.loads((await c.read_resource(
+                        f"agent://subagent/{h}")).contents[0].text)
+                    assert body["handle"] == h and body["result"] == expected(t), body
+            forged = h[:-1] + ("a" if h[-1] != "a" else "b")  # stays unknown everywhere
+            for _ in IDS:
+                r = await c.call_tool("subagent.status", {"handle": forged})
+                assert r.is_error and r.content[0].text == f"unknown handle: {forged}"
+        async with sdk_client(url, "bob") as b:  # and another principal's
+            r = await b.call_tool("subagent.status", {"handle": h})
+            assert r.is_error and r.content[0].text == f"unknown handle: {h}"
+    assert all(len(model.steps(t, s)) == 1 for t in runs for s in (1, 2))  # nothing re-run
+
+
+async def test_a_restart_under_another_pool_key_fails_its_journaled_runs(
+        agentd_bin, tmp_path) -> None:
+    model = Model()
+    runs: dict[str, str] = {}
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv_url):
+        async with sdk_client(pool.url("w3"), "alice") as direct:
+            for n in range(1, 3):
+                await _spawn(direct, model, str(n), runs)
+        await until(lambda: all(model.steps(t, 2) for t in runs), what="both runs held")
+        other = "another-pool-key-for-tests-0c4e"
+        w3 = await asyncio.to_thread(pool.restart, agentd_bin, "w3",
+                                     _extra(pool, "w3", srv_url), key=other)
+        broken = w3.events("journal.broken")
+        assert len(broken) == len(runs), broken
+        for line in broken:
+            assert line["level"] == "error"
+            assert "written under another key (another --pool-key" in line["reason"], line
+        for t in runs:
+            model.release(t)
+        async with sdk_client(pool.url("w3"), "alice") as direct, \
+                sdk_client(url, "alice") as c:
+            for h in runs.values():
+                r = await direct.call_tool("subagent.status", {"handle": h})
+                assert r.is_error and r.content[0].text == f"unknown handle: {h}", r
+                for _ in IDS:  # through the balancer: never completed (its peers, on
+                    # the pool's key, are refused by w3, or w3 does not know it)
+                    r = await c.call_tool("subagent.status", {"handle": h})
+                    assert r.is_error, r.structured_content
+        assert not any(who == "m-w3-1" for t in runs for who in model.steps(t, 2))
+        assert not w3.events("journal.resumed")
