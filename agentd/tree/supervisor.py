@@ -277,8 +277,8 @@ class Supervisor:
             self.registry.restore(run)
             metrics.SUBAGENTS.inc("spawned")
             self.log.info("journal.resumed", handle=run.handle, steps=len(item.steps))
-            run.span = trace.start("agentd.spawn", **{"agentd.handle": run.handle,
-                                                      "agentd.resumed": True})
+            attrs: dict[str, Any] = {"agentd.handle": run.handle, "agentd.resumed": True}
+            run.span = trace.start("agentd.spawn", **attrs)
             self._tg.create_task(run.drive(self), name=f"subagent {run.handle}")
 
     # ------------------------------------------------------------- backend
