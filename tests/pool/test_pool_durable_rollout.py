@@ -176,7 +176,7 @@ async def test_a_rolling_restart_loses_no_run(agentd_bin, tmp_path) -> None:
                                 await restart
                                 suspended += len(held)
                                 # the resumed runs ask their last step again
-                                await until(lambda: all(
+                                await until(lambda wid=wid, held=held: all(
                                     model.steps(t, 2)[-1] == f"m-{wid}-{pool.starts[wid] - 1}"
                                     for t in held), what=f"{wid}'s runs resumed")
                             for t in held:  # the resumed runs may end now
