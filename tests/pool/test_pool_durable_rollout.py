@@ -138,83 +138,6 @@ async def _polling(c, runs: dict[str, str], seen: dict[str, set[str]]):
         await task
 
 
-async def test_a_rolling_restart_loses_no_run(agentd_bin, tmp_path) -> None:
-    model = Model()
-    runs: dict[str, str] = {}  # tag -> pool handle
-    seen: dict[str, set[str]] = defaultdict(set)
-    suspended = 0
-    REFUSED.clear()
-    with peers.python_peer("sdk_servers.py") as srv:
-        async with Gateway([model] * 2000) as gw:
-            pool = Pool(tmp_path, intelligence=gw.url, journals=True)
-            try:
-                for wid in IDS:
-                    await asyncio.to_thread(pool.start, agentd_bin, wid, 0,
-                                            _extra(pool, wid, srv.url))
-                with balancer(tmp_path, pool.ports, checks=True) as url:
-                    async with sdk_client(url, "alice") as c:
-                        n = 0
-                        for wid in IDS:
-                            for _ in range(3):  # round robin: runs on every worker
-                                n += 1
-                                await _spawn(c, model, str(n), runs)
-                            # every run not yet released holds its final answer
-                            await until(lambda: all(
-                                model.steps(t, 2) and model.steps(t, 2)[-1].startswith(
-                                    f"m-{_owner(h)}-{pool.starts[_owner(h)] - 1}")
-                                for t, h in runs.items() if not model.done(t)),
-                                what="every held run at its last step")
-                            held = [t for t, h in runs.items()
-                                    if _owner(h) == wid and not model.done(t)]
-                            async with _polling(c, runs, seen):
-                                restart = asyncio.create_task(asyncio.to_thread(
-                                    pool.restart, agentd_bin, wid,
-                                    _extra(pool, wid, srv.url)))
-                                for _ in range(2):  # spawns go on while it restarts
-                                    n += 1
-                                    await _spawn(c, model, str(n), runs)
-                                await restart
-                                suspended += len(held)
-                                # the resumed runs ask their last step again
-                                await until(lambda wid=wid, held=held: all(
-                                    model.steps(t, 2)[-1] == f"m-{wid}-{pool.starts[wid] - 1}"
-                                    for t in held), what=f"{wid}'s runs resumed")
-                            for t in held:  # the resumed runs may end now
-                                model.release(t)
-                        assert {_owner(h) for h in runs.values()} == set(IDS), runs
-                        for t in runs:
-                            model.release(t)
-                        ends = {}
-                        for t, h in runs.items():
-                            ends[t] = await until(lambda h=h: _done(c, h), limit=120,
-                                                  what=f"run {t} ended")
-                for t, state in ends.items():
-                    assert state["status"] == "completed", state
-                    assert state["result"] == expected(t), state
-                    assert "failed" not in seen[t]
-                # the model: each recorded step asked once; a last step held when its
-                # owner stopped asked again by the next process only
-                for t, h in runs.items():
-                    assert len(model.steps(t, 1)) == 1, (t, model.steps(t, 1))
-                    last = model.steps(t, 2)
-                    assert len(last) == len(set(last)), (t, last)
-                    assert all(who.startswith(f"m-{_owner(h)}-") for who in last), (t, last)
-                # the tool: each call made once (a resumed run's is answered from its journal)
-                async with httpx2.AsyncClient() as http:
-                    stats = (await http.get(f"http://127.0.0.1:{srv.port}/stats")).json()
-                assert stats["calls"] == len(runs), stats
-                # the held runs were suspended and resumed (at least; one spawned on a
-                # worker as its SIGTERM came may have been too)
-                resumed = [e for w in pool.workers.values() for e in w.events("journal.resumed")]
-                assert len(resumed) >= suspended >= len(IDS), (resumed, suspended)
-                assert REFUSED, "the client never met a restarting owner"
-                for w in [*pool.retired, *pool.workers.values()]:
-                    assert not w.events("run.drain.timeout"), w.err
-                    assert not any("worker lost" in json.dumps(e) for e in w.events())
-            finally:
-                pool.stop()
-
-
 async def _done(c, handle: str) -> dict[str, Any] | None:
     state = await _status(c, handle)
     return state if state["status"] != "running" else None
@@ -223,25 +146,92 @@ async def _done(c, handle: str) -> dict[str, Any] | None:
 @contextlib.asynccontextmanager
 async def _journaled_pool(agentd_bin, tmp_path, model: Model):
     """Three journaled workers on the gateway and the SDK server, behind HAProxy:
-    (pool, balancer URL, the SDK server's URL)."""
+    (pool, balancer URL, the SDK server)."""
     with peers.python_peer("sdk_servers.py") as srv:
-        async with Gateway([model] * 500) as gw:
+        async with Gateway([model] * 2000) as gw:
             pool = Pool(tmp_path, intelligence=gw.url, journals=True)
             try:
                 for wid in IDS:
                     await asyncio.to_thread(pool.start, agentd_bin, wid, 0,
                                             _extra(pool, wid, srv.url))
                 with balancer(tmp_path, pool.ports, checks=True) as url:
-                    yield pool, url, srv.url
+                    yield pool, url, srv
             finally:
                 pool.stop()
 
+
+async def test_a_rolling_restart_loses_no_run(agentd_bin, tmp_path) -> None:
+    model = Model()
+    runs: dict[str, str] = {}  # tag -> pool handle
+    seen: dict[str, set[str]] = defaultdict(set)
+    suspended = 0
+    REFUSED.clear()
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv):
+        async with sdk_client(url, "alice") as c:
+            n = 0
+            for wid in IDS:
+                for _ in range(3):  # round robin: runs on every worker
+                    n += 1
+                    await _spawn(c, model, str(n), runs)
+                # every run not yet released holds its final answer
+                await until(lambda: all(
+                    model.steps(t, 2) and model.steps(t, 2)[-1].startswith(
+                        f"m-{_owner(h)}-{pool.starts[_owner(h)] - 1}")
+                    for t, h in runs.items() if not model.done(t)),
+                    what="every held run at its last step")
+                held = [t for t, h in runs.items()
+                        if _owner(h) == wid and not model.done(t)]
+                async with _polling(c, runs, seen):
+                    restart = asyncio.create_task(asyncio.to_thread(
+                        pool.restart, agentd_bin, wid,
+                        _extra(pool, wid, srv.url)))
+                    for _ in range(2):  # spawns go on while it restarts
+                        n += 1
+                        await _spawn(c, model, str(n), runs)
+                    await restart
+                    suspended += len(held)
+                    # the resumed runs ask their last step again
+                    await until(lambda wid=wid, held=held: all(
+                        model.steps(t, 2)[-1] == f"m-{wid}-{pool.starts[wid] - 1}"
+                        for t in held), what=f"{wid}'s runs resumed")
+                for t in held:  # the resumed runs may end now
+                    model.release(t)
+            assert {_owner(h) for h in runs.values()} == set(IDS), runs
+            for t in runs:
+                model.release(t)
+            ends = {}
+            for t, h in runs.items():
+                ends[t] = await until(lambda h=h: _done(c, h), limit=120,
+                                      what=f"run {t} ended")
+        for t, state in ends.items():
+            assert state["status"] == "completed", state
+            assert state["result"] == expected(t), state
+            assert "failed" not in seen[t]
+        # the model: each recorded step asked once; a last step held when its
+        # owner stopped asked again by the next process only
+        for t, h in runs.items():
+            assert len(model.steps(t, 1)) == 1, (t, model.steps(t, 1))
+            last = model.steps(t, 2)
+            assert len(last) == len(set(last)), (t, last)
+            assert all(who.startswith(f"m-{_owner(h)}-") for who in last), (t, last)
+        # the tool: each call made once (a resumed run's is answered from its journal)
+        async with httpx2.AsyncClient() as http:
+            stats = (await http.get(f"http://127.0.0.1:{srv.port}/stats")).json()
+        assert stats["calls"] == len(runs), stats
+        # the held runs were suspended and resumed (at least; one spawned on a
+        # worker as its SIGTERM came may have been too)
+        resumed = [e for w in pool.workers.values() for e in w.events("journal.resumed")]
+        assert len(resumed) >= suspended >= len(IDS), (resumed, suspended)
+        assert REFUSED, "the client never met a restarting owner"
+        for w in [*pool.retired, *pool.workers.values()]:
+            assert not w.events("run.drain.timeout"), w.err
+            assert not any("worker lost" in json.dumps(e) for e in w.events())
 
 async def test_a_result_is_read_through_the_balancer_after_its_owner_restarted(
         agentd_bin, tmp_path) -> None:
     model = Model()
     runs: dict[str, str] = {}
-    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv_url):
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv):
         async with sdk_client(url, "alice") as c:
             for n in range(1, 4):
                 model.release(str(n))  # these answer at once
@@ -251,7 +241,7 @@ async def test_a_result_is_read_through_the_balancer_after_its_owner_restarted(
                 assert state["status"] == "completed", state
             for wid in sorted({_owner(h) for h in runs.values()}):
                 await asyncio.to_thread(pool.restart, agentd_bin, wid,
-                                        _extra(pool, wid, srv_url))
+                                        _extra(pool, wid, srv.url))
             for _ in range(2):  # through whichever worker the balancer picks
                 for t, h in runs.items():
                     state = await _status(c, h)
@@ -274,14 +264,14 @@ async def test_a_restart_under_another_pool_key_fails_its_journaled_runs(
         agentd_bin, tmp_path) -> None:
     model = Model()
     runs: dict[str, str] = {}
-    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv_url):
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, url, srv):
         async with sdk_client(pool.url("w3"), "alice") as direct:
             for n in range(1, 3):
                 await _spawn(direct, model, str(n), runs)
         await until(lambda: all(model.steps(t, 2) for t in runs), what="both runs held")
         other = "another-pool-key-for-tests-0c4e"
         w3 = await asyncio.to_thread(pool.restart, agentd_bin, "w3",
-                                     _extra(pool, "w3", srv_url), key=other)
+                                     _extra(pool, "w3", srv.url), key=other)
         broken = w3.events("journal.broken")
         assert len(broken) == len(runs), broken
         for line in broken:
