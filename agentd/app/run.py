@@ -179,9 +179,12 @@ async def _serve_self(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None
         serving.serve(ctx.config, run_id=ctx.run_id, backend=ctx.backend))
 
 
-# The share of --drain-timeout journaled runs get to end before they are suspended;
-# the rest is for stopping their processes (agentd.tree.supervisor.Supervisor.settle).
+# The share of --drain-timeout journaled runs get to end before they are suspended,
+# and the share by which the exchanges in flight then must be answered to be journaled;
+# the rest is for stopping their processes and closing the listener and the MCP
+# sessions (agentd.tree.supervisor.Supervisor.settle).
 JOURNALED_RUN_SHARE = 0.6
+IN_FLIGHT_SHARE = 0.8
 
 
 def _settle_at_drain(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
@@ -196,7 +199,8 @@ def _settle_at_drain(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
     async def settle() -> None:
         now = asyncio.get_running_loop().time()
         start = ctx.stopped_at if ctx.stopped_at is not None else now
-        await sup.settle(start + ctx.config.drain_timeout * JOURNALED_RUN_SHARE)
+        drain = ctx.config.drain_timeout
+        await sup.settle(start + drain * JOURNALED_RUN_SHARE, start + drain * IN_FLIGHT_SHARE)
 
     stack.push_async_callback(settle)
 

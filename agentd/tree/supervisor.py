@@ -200,17 +200,18 @@ class Supervisor:
                 async with asyncio.timeout(self.config.drain_timeout + 5.0):
                     await asyncio.gather(*(r.done.wait() for r in live))
 
-    async def settle(self, until: float) -> None:
+    async def settle(self, until: float, flushed_by: float) -> None:
         """A drain with a journal (docs/operations.md "Durable runs"): no more spawns;
         the journaled runs may end until `until` (the loop's clock); then those still
-        running are suspended: no exchange starts, those in flight are journaled,
+        running are suspended: no exchange starts, those in flight are journaled if
+        they are answered by `flushed_by` (later than `until`, and before the drain's
+        end: the rest of the drain stops the processes and closes the listener),
         their processes are stopped and their journals stay running. Without a
         journal this does nothing (the drain cancels the runs, as it always has)."""
         j = self.journaling
         if j is None:
             return
         self._closing = True
-        loop = asyncio.get_running_loop()
 
         def journaled() -> list[ChildRun]:
             return [r for r in self.registry.runs.values()
@@ -219,12 +220,11 @@ class Supervisor:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(until):
                 while live := journaled():
-                    await asyncio.wait([asyncio.ensure_future(r.done.wait()) for r in live],
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await _first(*(r.done for r in live))
         left = journaled()
         j.hold()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(1.0, until - loop.time())):
+            async with asyncio.timeout_at(flushed_by):
                 await j.quiet()
         self.log.info("journal.suspended", runs=len(left))
         for run in left:

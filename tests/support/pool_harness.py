@@ -11,6 +11,7 @@ import json
 import shutil
 import ssl
 import subprocess
+import urllib.request
 
 import peers
 from agentd_proc import Agentd
@@ -38,13 +39,21 @@ def playback_book(tmp):
 
 
 class Pool:
-    def __init__(self, tmp, *, bearers: bool = True, book=None) -> None:
-        """``book``: the workers' playback file (default: the scripts above)."""
+    def __init__(self, tmp, *, bearers: bool = True, book=None, intelligence: str | None = None,
+                 journals: bool = False) -> None:
+        """``book``: the workers' playback file (default: the scripts above);
+        ``intelligence``: their --intelligence instead (a test's gateway);
+        ``journals``: each worker gets ``--journal`` on a directory of its own
+        (`journal(wid)`), the same one again when it is restarted."""
         self.tmp = tmp
         self.bearers = bearers
         self.book = book
+        self.intelligence = intelligence
+        self.journals = journals
         self.ports = {i: peers.free_port() for i in IDS}
         self.workers: dict[str, Agentd] = {}
+        self.retired: list[Agentd] = []  # the processes `restart` ended
+        self.starts = dict.fromkeys(IDS, 0)  # each worker's processes so far
         cfg = tmp / "worker.toml"
         cfg.write_text('[serve_bearers]\nalice = "{{secret:ALICE_TOKEN}}"\n'
                        'bob = "{{secret:BOB_TOKEN}}"\n')
@@ -53,27 +62,56 @@ class Pool:
     def url(self, wid: str) -> str:
         return f"http://127.0.0.1:{self.ports[wid]}/mcp"
 
+    def journal(self, wid: str):
+        return self.tmp / f"journal-{wid}"
+
     def start(self, agentd_bin: str, wid: str, run: int = 0, extra: tuple[str, ...] = (),
-              *, peer_flags: bool = True) -> Agentd:
-        """``peer_flags``: list every member with --pool-peer (off: --pool-dns in ``extra``)."""
+              *, peer_flags: bool = True, key: str = POOL_KEY) -> Agentd:
+        """``peer_flags``: list every member with --pool-peer (off: --pool-dns in ``extra``);
+        ``key``: its pool key."""
         flags = [f for p in IDS for f in ("--pool-peer",
                                           f"{p}=http://127.0.0.1:{self.ports[p]}")
                  ] if peer_flags else []
         env = {"AGENTD_SECRET_ALICE_TOKEN": TOKENS["alice"],
-               "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": POOL_KEY}
+               "AGENTD_SECRET_BOB_TOKEN": TOKENS["bob"], "AGENTD_POOL_KEY": key}
+        intelligence = self.intelligence or f"playback:{self.book or playback_book(self.tmp)}"
+        journal = ("--journal", str(self.journal(wid))) if self.journals else ()
         worker = Agentd([agentd_bin, "--instruction", "Be a pool worker",
-                         "--intelligence", f"playback:{self.book or playback_book(self.tmp)}", "--mode", "reactive",
+                         "--intelligence", intelligence, "--mode", "reactive",
                          "--subscribe", "file:///nowhere",
                          "--serve-mcp", f"http://127.0.0.1:{self.ports[wid]}",
                          *(("--config", str(self.cfg)) if self.bearers else ()),
-                         "--pool-id", wid, *flags, *extra],
+                         "--pool-id", wid, *flags, *journal, *extra],
                         self.tmp, f"{wid}-{run}", env=env)
         self.workers[wid] = worker
+        self.starts[wid] = max(self.starts[wid], run + 1)
         worker.wait_event("mcp.serve.listening")
         return worker
 
+    def restart(self, agentd_bin: str, wid: str, extra: tuple[str, ...] = (), *,
+                key: str = POOL_KEY) -> Agentd:
+        """A rollout's step for one worker: SIGTERM, its exit awaited (130: drained),
+        then the worker again with the same pool id, port and journal, until ready."""
+        old = self.workers[wid]
+        assert old.stop() == 130, old.stderr()[-3000:]
+        self.retired.append(old)
+        worker = self.start(agentd_bin, wid, self.starts[wid], extra, key=key)
+        self.ready(wid)
+        return worker
+
+    def ready(self, wid: str) -> None:
+        """Until the worker's /readyz answers 200 (the balancer's check then passes)."""
+        def answered() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[wid]}/readyz",
+                                            timeout=5) as resp:
+                    return resp.status == 200
+            except OSError:
+                return False
+        self.workers[wid].wait_until(answered)
+
     def stop(self) -> None:
-        stop_workers(self.workers.values())
+        stop_workers([*self.retired, *self.workers.values()])
 
 
 def stop_workers(workers) -> None:
@@ -210,12 +248,18 @@ def owner_routes(backends: dict[str, int]) -> str:
 
 
 @contextlib.contextmanager
-def balancer(tmp, backends: dict[str, int], *, route: bool = False):
+def balancer(tmp, backends: dict[str, int], *, route: bool = False, checks: bool = False):
     """HAProxy on a free loopback port: round robin per request, no stickiness
-    (``route``: plus the owner routing on the handle headers)."""
+    (``route``: plus the owner routing on the handle headers; ``checks``: the
+    workers' own ``/readyz`` as its health check, so a draining or restarting
+    worker gets no new requests, and a connection refused is sent to another)."""
     port = peers.free_port()
     cfg = tmp / "haproxy.cfg"
-    servers = "\n".join(f"  server {name} 127.0.0.1:{p}" for name, p in backends.items())
+    check = " check inter 100ms fall 1 rise 1" if checks else ""
+    servers = "\n".join(f"  server {name} 127.0.0.1:{p}{check}"
+                         for name, p in backends.items())
+    if checks:
+        servers = "  option httpchk GET /readyz\n  option redispatch\n  retries 3\n" + servers
     routes, extra = "", ""
     if route:
         text = owner_routes(backends).split("\nbackend ", 1)
