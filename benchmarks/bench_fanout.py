@@ -364,13 +364,14 @@ def proc_cpu_s(pid: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def io_peers(latency: float = 0.0):
+async def io_peers(latency: float = 0.0, script: str = __file__):
     """(gateway URL, MCP URL): each in a process of its own, on loopback; the
-    gateway answers each completion after `latency` seconds."""
+    gateway (`script --serve-gateway PORT LATENCY`: this one's, or another
+    benchmark's) answers each completion after `latency` seconds."""
     gw_port, mcp_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [await asyncio.create_subprocess_exec(
-                 sys.executable, __file__, "--serve-gateway", str(gw_port), str(latency),
+                 sys.executable, script, "--serve-gateway", str(gw_port), str(latency),
                  env=env),
              await asyncio.create_subprocess_exec(
                  sys.executable, "-m", "agentd.demo.servers", "echo", str(mcp_port), env=env,
