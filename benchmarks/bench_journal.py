@@ -141,7 +141,7 @@ async def gateway_stats(gw: str) -> dict:
 async def until_held(gw: str, count: int, limit: float = 180.0) -> None:
     """Until the gateway holds `count` answers (polled: it is another process)."""
     async with asyncio.timeout(limit):
-        while (await gateway_stats(gw))["held"] < count:
+        while (await gateway_stats(gw))["held"] < count:  # noqa: ASYNC110 (another process)
             await asyncio.sleep(0.02)
 
 
@@ -221,10 +221,18 @@ def run_files(journal: Path) -> list[dict]:
 
 def per_step(files: list[dict]) -> dict:
     steps = sum(f["steps"] for f in files)
-    return {"runs": len(files), "steps": steps,
+    return {"runs": len(files), "steps_per_run": round(steps / len(files), 1),
+            "file_bytes_per_run": round(sum(f["bytes"] for f in files) / len(files)),
             "file_bytes_per_step": round(sum(f["bytes"] for f in files) / steps),
             "payload_bytes_per_step": round(sum(f["payload"] for f in files) / steps),
             "rows_per_step": round(sum(f["rows"] for f in files) / steps, 2)}
+
+
+def marginal(short: dict, long: dict) -> int:
+    """File bytes of one more step: the long run's over the short one's (the floor
+    of a run's file, its pages for the schema and the record, cancels out)."""
+    return round((long["file_bytes_per_run"] - short["file_bytes_per_run"])
+                 / (long["steps_per_run"] - short["steps_per_run"]))
 
 
 # ------------------------------------------------------------------ the write path
@@ -271,9 +279,13 @@ async def write_path(base: Path, steps: int, concurrent: int = 16) -> dict:
                           "loop_cpu_us_per_exchange":
                               round((time.thread_time() - loop0) * 1e6 / steps, 1)}
         # many runs at once: the loop's worst stall while the writer commits
-        for i in range(concurrent):
+        begins = []
+        for i in range(concurrent):  # a run's file made (its spawn's answer waits for it)
+            t0 = time.perf_counter()
             await journaling.begin(f"{SERVED}.{i + 2}", f"{SERVED}.{i + 2}",
                                    SpawnRequest("x"), None)
+            begins.append(time.perf_counter() - t0)
+        res["begin_p50_us"], res["begin_max_us"] = us(begins, 50), us(begins, 100)
         lateness: list[float] = []
         stop = asyncio.Event()
 
@@ -317,7 +329,9 @@ class Worker:
                      "--intelligence", gw, "--model", "bench", "--mcp", f"echo={mcp_url}",
                      "--mode", "reactive", "--subscribe", "file:///nowhere",
                      "--serve-mcp", f"http://127.0.0.1:{self.port}", "--journal", str(journal),
-                     "--max-children", str(n + 8), "--log-level", "info"]
+                     "--max-children", str(n + 8),  # every run live at once, and
+                     "--max-inflight-intelligence", str(n + 8),  # every held completion
+                     "--log-level", "info"]
         self.seen: dict[str, list[float]] = {e: [] for e in self.EVENTS}
         self.changed = asyncio.Event()
         self.tail: list[str] = []
@@ -455,8 +469,9 @@ async def main(args: argparse.Namespace) -> dict:
                                             - st["without"]["ms_per_step"], 3)
             out["steps"] = {"turns": args.turns, "steps_per_run": 2 * args.turns + 1,
                             "reps": args.reps, **st}
-            out["bytes_per_step"] = {"one_turn_run": per_step(files["fanout"]),
-                                     f"{args.turns}_turn_run": per_step(files["steps"])}
+            short, long = per_step(files["fanout"]), per_step(files["steps"])
+            out["bytes_per_step"] = {"one_turn_run": short, f"{args.turns}_turn_run": long,
+                                     "marginal_file_bytes_per_step": marginal(short, long)}
             out["resume"] = [await resume(base, gw, mcp_url, n) for n in args.resume]
     finally:
         shutil.rmtree(base, ignore_errors=True)
