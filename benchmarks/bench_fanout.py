@@ -319,6 +319,20 @@ async def main(args: argparse.Namespace) -> dict:
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
+def chat_replies(call_id: str = "c1") -> tuple[bytes, bytes]:
+    """A gateway's two Chat Completions bodies: a call of `echo__echo`, and text."""
+    import orjson
+
+    tool = orjson.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": "echo__echo", "arguments": "{\"text\": \"hi\"}"}}]}}],
+        "usage": USAGE})
+    text = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "{\"ok\": true}"}}], "usage": USAGE})
+    return tool, text
+
+
 def serve_gateway(port: int, latency: float = 0.0) -> None:
     """A loopback Chat Completions gateway: first answer a tool call, then text;
     each answer after `latency` seconds (a model that thinks)."""
@@ -327,13 +341,7 @@ def serve_gateway(port: int, latency: float = 0.0) -> None:
     import orjson
     from aiohttp import web
 
-    tool = orjson.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": None, "tool_calls": [{
-            "id": "c1", "type": "function",
-            "function": {"name": "echo__echo", "arguments": "{\"text\": \"hi\"}"}}]}}],
-        "usage": USAGE})
-    text = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": "{\"ok\": true}"}}], "usage": USAGE})
+    tool, text = chat_replies()
 
     async def complete(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())

@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_fanout import io_peers, pct, self_mcp  # noqa: E402
+from bench_fanout import chat_replies, io_peers, pct, self_mcp  # noqa: E402
 from bench_host import busy_cpu_s  # noqa: E402
 
 from agentd import log as agentd_log  # noqa: E402
@@ -81,7 +81,6 @@ from agentd.tree.supervisor import SERVED  # noqa: E402
 from agentd.wire.shapes import Observed  # noqa: E402
 
 TURNS = re.compile(r"turns=(\d+)")
-USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
 # ------------------------------------------------------------------ the gateway
@@ -93,16 +92,7 @@ def serve_gateway(port: int) -> None:
     from aiohttp import web
 
     counts = {"requests": 0, "held": 0}
-
-    def tool(turn: int) -> bytes:
-        return orjson.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-            "role": "assistant", "content": None, "tool_calls": [{
-                "id": f"c{turn}", "type": "function",
-                "function": {"name": "echo__echo", "arguments": "{\"text\": \"hi\"}"}}]}}],
-            "usage": USAGE})
-
-    text = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": "{\"ok\": true}"}}], "usage": USAGE})
+    text = chat_replies()[1]
 
     async def complete(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -113,7 +103,8 @@ def serve_gateway(port: int) -> None:
         turns = int(found.group(1)) if found else 1
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if turn < turns:
-            return web.Response(body=tool(turn), content_type="application/json")
+            return web.Response(body=chat_replies(f"c{turn}")[0],
+                                content_type="application/json")
         if "hang=1" in said:
             counts["held"] += 1
             await asyncio.Event().wait()
