@@ -319,6 +319,20 @@ async def main(args: argparse.Namespace) -> dict:
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
+def chat_replies(call_id: str = "c1") -> tuple[bytes, bytes]:
+    """A gateway's two Chat Completions bodies: a call of `echo__echo`, and text."""
+    import orjson
+
+    tool = orjson.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": "echo__echo", "arguments": "{\"text\": \"hi\"}"}}]}}],
+        "usage": USAGE})
+    text = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "{\"ok\": true}"}}], "usage": USAGE})
+    return tool, text
+
+
 def serve_gateway(port: int, latency: float = 0.0) -> None:
     """A loopback Chat Completions gateway: first answer a tool call, then text;
     each answer after `latency` seconds (a model that thinks)."""
@@ -327,13 +341,7 @@ def serve_gateway(port: int, latency: float = 0.0) -> None:
     import orjson
     from aiohttp import web
 
-    tool = orjson.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": None, "tool_calls": [{
-            "id": "c1", "type": "function",
-            "function": {"name": "echo__echo", "arguments": "{\"text\": \"hi\"}"}}]}}],
-        "usage": USAGE})
-    text = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": "{\"ok\": true}"}}], "usage": USAGE})
+    tool, text = chat_replies()
 
     async def complete(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -364,13 +372,14 @@ def proc_cpu_s(pid: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def io_peers(latency: float = 0.0):
+async def io_peers(latency: float = 0.0, script: str = __file__):
     """(gateway URL, MCP URL): each in a process of its own, on loopback; the
-    gateway answers each completion after `latency` seconds."""
+    gateway (`script --serve-gateway PORT LATENCY`: this one's, or another
+    benchmark's) answers each completion after `latency` seconds."""
     gw_port, mcp_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [await asyncio.create_subprocess_exec(
-                 sys.executable, __file__, "--serve-gateway", str(gw_port), str(latency),
+                 sys.executable, script, "--serve-gateway", str(gw_port), str(latency),
                  env=env),
              await asyncio.create_subprocess_exec(
                  sys.executable, "-m", "agentd.demo.servers", "echo", str(mcp_port), env=env,
