@@ -1,4 +1,4 @@
-"""The journal directory (`--journal DIR`): one SQLite file per run, one writer thread.
+"""The journal directory (`--journal DIR`): one SQLite file per run, written off the loop.
 
 Why one file per run: a file that is truncated, corrupt, of another key or
 another version costs that run only (it ends failed, saying why) while every
@@ -7,12 +7,13 @@ append with one commit per step, readers that never see half a row, and a
 format every operator has a tool for.
 
 Durability rule (docs/operations.md "Durable runs"): every write is its own
-transaction with `synchronous=FULL`, committed on the writer thread before its
+transaction with `synchronous=FULL`, committed on a writer thread before its
 `await` returns. The tree writes a tool call's `sent` step before the call
 is made and every answer before the child is handed it, so a crash (of the
 process, or of the machine) loses at most the exchange in flight. Nothing
 here runs on the event loop: every open, write, read and delete is a job of
-the one writer thread, in order.
+a writer thread: each run has its lane (one of `LANES` threads), so a run's
+writes keep their order while other runs' disk syncs proceed beside them.
 
 Trust: the directory is the worker's own, but a file in it is still input.
 Every row and the run record carry an HMAC-SHA256 under the journal key (the
@@ -62,6 +63,7 @@ __all__ = ["ID_BYTES", "Broken", "Journal", "Loaded", "RunJournal"]
 ID_BYTES: Final = 5  # the journal's id: a pool handle's incarnation (agentd.pool.handles)
 KEY_BYTES: Final = 32
 MAC_BYTES: Final = 16
+LANES: Final = 4  # writer threads: a run's writes keep their order on one of them
 _SLUG: Final = re.compile(r"[^A-Za-z0-9._-]+")
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL)",
@@ -95,7 +97,7 @@ class Broken:
 
 @dataclass(slots=True)
 class _Open:
-    """One run's open file, touched by the writer thread only."""
+    """One run's open file, touched by its lane's writer thread only."""
 
     conn: sqlite3.Connection
     path: str
@@ -145,7 +147,10 @@ class Journal:
         self.run_bytes = run_bytes
         self._key = key
         self._lock_fd = lock_fd
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="agentd-journal")
+        # one thread per lane; a run's writes all go to its lane, so they stay in order
+        # while runs on other lanes wait for their own disk syncs in parallel
+        self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"agentd-journal-{i}")
+                       for i in range(LANES)]
         self._log = log.bind(component="journal")
 
     # ------------------------------------------------------------- opening
@@ -227,12 +232,17 @@ class Journal:
         return key
 
     # ------------------------------------------------------------ the thread
-    async def _do(self, job: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._writer, job)
+    def lane(self, name: str) -> int:
+        """The writer lane of the run `name`."""
+        return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % LANES
+
+    async def _do(self, job: Callable[[], T], lane: int = 0) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._lanes[lane], job)
 
     async def aclose(self) -> None:
         """Wait for the writes queued, close the thread, release the lock."""
-        await asyncio.get_running_loop().run_in_executor(None, self._writer.shutdown)
+        for lane in self._lanes:
+            await asyncio.get_running_loop().run_in_executor(None, lane.shutdown)
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
 
@@ -335,12 +345,13 @@ class Journal:
     async def begin(self, record: RunRecord) -> RunJournal:
         """A new run's file (an earlier file of the same name is replaced)."""
         path = run_path(self.runs_dir, record.name)
-        opened = await self._do(lambda: self._create(path, record))
+        opened = await self._do(lambda: self._create(path, record), self.lane(record.name))
         return RunJournal(self, record, opened)
 
     async def reopen(self, loaded: Loaded) -> RunJournal:
         """A loaded run's file, to go on appending to (a resumed run)."""
-        opened = await self._do(lambda: self._connect(loaded.path))
+        opened = await self._do(lambda: self._connect(loaded.path),
+                                self.lane(loaded.record.name))
         opened.seq, opened.size = loaded.seq, loaded.size
         return RunJournal(self, loaded.record, opened)
 
@@ -372,15 +383,31 @@ class Journal:
                      0o600)
         os.close(fd)
         opened = self._connect(path)
-        with opened.conn:
-            for ddl in _SCHEMA:
-                opened.conn.execute(ddl)
-        raw = self._run_json(record)
-        opened.conn.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", [
-            ("version", str(JOURNAL_VERSION)), ("key", self._key_check()), ("run", raw),
-            ("run_mac", self._mac(b"run", raw).hex())])
-        opened.size = len(raw)
+        conn = opened.conn
+        conn.execute("BEGIN IMMEDIATE")
+        for ddl in _SCHEMA:
+            conn.execute(ddl)
+        conn.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", [
+            ("version", str(JOURNAL_VERSION)), ("key", self._key_check())])
+        opened.size = self._put_record(conn, record, begun=True)
         return opened
+
+    def _put_record(self, conn: sqlite3.Connection, record: RunRecord, *,
+                    begun: bool = False) -> int:
+        """Write the run record and its MAC in one transaction (a crash leaves
+        either both old or both new); its size."""
+        raw = self._run_json(record)
+        if not begun:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", [
+                ("run", raw), ("run_mac", self._mac(b"run", raw).hex())])
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return len(raw)
 
     @staticmethod
     def _run_json(record: RunRecord) -> str:
@@ -400,6 +427,7 @@ class RunJournal:
         self.journal = journal
         self.record = record
         self._open = opened
+        self._lane = journal.lane(record.name)
 
     @property
     def stopped(self) -> str | None:
@@ -408,27 +436,29 @@ class RunJournal:
 
     async def sent(self, rel: str, step: int, req: IoRequest) -> None:
         """A tool call about to be made."""
-        await self._step(rel, step, req, "sent", b"", None)
+        await self._step(rel, step, req, "sent", None)
 
     async def answered(self, rel: str, step: int, req: IoRequest, answer: IoAnswer) -> None:
         """A request's answer, before the child is handed it."""
-        if isinstance(answer, ErrorObject):
-            data = None if answer.data is msgspec.UNSET else answer.data
-            error = redact(msgspec.json.encode(
-                {"code": answer.code, "message": answer.message, "data": data}).decode())
-            await self._step(rel, step, req, "answered", b"", error)
-        else:
-            await self._step(rel, step, req, "answered",
-                             redact(msgspec.json.encode(answer).decode()).encode(), None)
+        await self._step(rel, step, req, "answered", answer)
 
-    async def _step(self, rel: str, step: int, req: IoRequest, state: str, answer: bytes,
-                    error: str | None) -> None:
+    async def _step(self, rel: str, step: int, req: IoRequest, state: str,
+                    answer: IoAnswer | None) -> None:
         if self._open.stopped is not None:
             return
-        request = json.dumps(request_json(req), separators=(",", ":"))
-        kind = str(req.__struct_config__.tag)
-        await self.journal._do(lambda: self._append(rel, step, kind, state, request, answer,
-                                                    error))
+
+        def job() -> None:  # encoding and scrubbing too: off the event loop
+            request = json.dumps(request_json(req), separators=(",", ":"))
+            error = body = None
+            if isinstance(answer, ErrorObject):
+                data = None if answer.data is msgspec.UNSET else answer.data
+                error = redact(msgspec.json.encode(
+                    {"code": answer.code, "message": answer.message, "data": data}).decode())
+            elif answer is not None:
+                body = redact(msgspec.json.encode(answer).decode()).encode()
+            self._append(rel, step, str(req.__struct_config__.tag), state, request,
+                         body or b"", error)
+        await self.journal._do(job, self._lane)
 
     def _append(self, rel: str, step: int, kind: str, state: str, request: str,
                 answer: bytes, error: str | None) -> None:
@@ -462,23 +492,21 @@ class RunJournal:
         record = msgspec.structs.replace(self.record, status=status, result=result,
                                          partial=partial, reason=reason, ended_at=time.time())
         self.record = record
-        await self.journal._do(lambda: self._write_record(record))
+        await self.journal._do(lambda: self._write_record(record), self._lane)
 
     def _write_record(self, record: RunRecord) -> None:
-        raw = self.journal._run_json(record)
         try:
-            self._open.conn.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", [
-                ("run", raw), ("run_mac", self.journal._mac(b"run", raw).hex())])
+            self.journal._put_record(self._open.conn, record)
         except sqlite3.Error as exc:
             self.journal._log.error("journal.write_failed", run=record.name, error=str(exc))
 
     async def close(self) -> None:
         """Close the file (it stays: the run is resumed or answered from it later)."""
-        await self.journal._do(self._open.conn.close)
+        await self.journal._do(self._open.conn.close, self._lane)
 
     async def forget(self) -> None:
         """Retention is over: close and delete the file."""
         def job() -> None:
             self._open.conn.close()
             Journal._delete(self._open.path)
-        await self.journal._do(job)
+        await self.journal._do(job, self._lane)
