@@ -71,8 +71,9 @@ async def start_supervisor(stack: contextlib.AsyncExitStack, config: Config, *,
                                                      journaling=journaling))
     if config.serve is not None:  # a worker: its instruction frames the runs it serves
         sup.framing = config.instruction
-    if journaling is not None:  # what the last process on the journal left
-        await sup.resume(await journaling.journal.load(retention=DEFAULT_TERMINAL_TTL))
+    if sup.durable is not None:  # what the last process on the journal left
+        await sup.durable.resume(await sup.durable.journaling.journal.load(
+            retention=DEFAULT_TERMINAL_TTL))
     return sup
 
 

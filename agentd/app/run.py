@@ -87,6 +87,7 @@ class RunContext:
         self.prior: list[Message] | None = None  # a warm session's conversation so far
         self.stop = asyncio.Event()  # set on SIGINT/SIGTERM: reactive mode drains itself
         self.stopped_at: float | None = None  # the loop's time of that signal
+        self.on_stop: list[Callable[[], None]] = []  # told at that signal, at once
         self.interrupted = False
         self.scope: asyncio.Timeout | None = None
         self.served: Any = None  # the self-MCP's runner (`.url`) with --serve-mcp
@@ -193,15 +194,18 @@ def _settle_at_drain(stack: contextlib.AsyncExitStack, ctx: RunContext) -> None:
     from agentd.tree.supervisor import Supervisor
 
     sup = ctx.backend
-    if not isinstance(sup, Supervisor) or sup.journaling is None:
+    durable = sup.durable if isinstance(sup, Supervisor) else None
+    if durable is None:
         return
 
     async def settle() -> None:
         now = asyncio.get_running_loop().time()
         start = ctx.stopped_at if ctx.stopped_at is not None else now
         drain = ctx.config.drain_timeout
-        await sup.settle(start + drain * JOURNALED_RUN_SHARE, start + drain * IN_FLIGHT_SHARE)
+        await durable.settle(start + drain * JOURNALED_RUN_SHARE,
+                             start + drain * IN_FLIGHT_SHARE)
 
+    ctx.on_stop.append(durable.close)  # from the signal on, not from the settle
     stack.push_async_callback(settle)
 
 
@@ -411,6 +415,8 @@ async def _drive(ctx: RunContext, *, serve: bool, signals: bool,
         log.warning("run.signal", signal=name, drain_timeout_s=config.drain_timeout)
         ctx.stopped_at = loop.time()
         ctx.stop.set()
+        for stopping in ctx.on_stop:
+            stopping()
         # One clock for the whole drain, in every mode: everything (an in-flight
         # reactive wake, the kill ladder, closing MCP sessions) ends by
         # signal + --drain-timeout; past that the process ends anyway.

@@ -6,7 +6,9 @@ admitted with, the principal that owns it, the name peers know it by in a
 pool, and, once it ended, its terminal state. A step is one brokered request of
 the run's subtree, by handle relative to the run and its count on that handle
 (as cassettes number them), `sent` before a tool call is made and `answered`
-once its answer is known. A new member or meaning is a new version: a journal
+once its answer is known. A message sent to a warm session is a row of its
+own (kind `send`, its turn as the step), sent to it again when it resumes.
+A new member or meaning is a new version: a journal
 of another version is not read (its run ends failed, saying which).
 """
 

@@ -44,7 +44,7 @@ import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -63,6 +63,7 @@ __all__ = ["ID_BYTES", "Broken", "Journal", "Loaded", "RunJournal"]
 ID_BYTES: Final = 5  # the journal's id: a pool handle's incarnation (agentd.pool.handles)
 KEY_BYTES: Final = 32
 MAC_BYTES: Final = 16
+SEND: Final = "send"  # a row's kind for a message sent to a warm session
 LANES: Final = 4  # writer threads: a run's writes keep their order on one of them
 _SLUG: Final = re.compile(r"[^A-Za-z0-9._-]+")
 _SCHEMA: Final = (
@@ -83,6 +84,7 @@ class Loaded:
     path: str
     seq: int = 0  # its last row
     size: int = 0  # its file's bytes
+    sends: list[str] = field(default_factory=list)  # a warm session's later turns, in order
 
 
 @dataclass(slots=True)
@@ -320,6 +322,7 @@ class Journal:
         if meta.get("stopped") and not record.terminal:
             return Broken(record.name, f"its journal stopped: {meta['stopped']}", path, record)
         steps: dict[tuple[str, int], Step] = {}
+        sends: list[str] = []
         seq = 0
         for row in conn.execute("SELECT seq, rel, step, kind, state, request, answer, error, "
                                 "mac FROM steps ORDER BY seq"):
@@ -334,12 +337,16 @@ class Journal:
                 return Broken(record.name, f"its journal's row {n} fails its MAC (altered "
                                            "or corrupt)", path, record)
             try:
-                steps[(rel, k)] = Step(rel, k, kind, state, json.loads(request), bytes(answer),
+                body = json.loads(request)
+                if kind == SEND:
+                    sends.append(str(body["message"]))
+                    continue
+                steps[(rel, k)] = Step(rel, k, kind, state, body, bytes(answer),
                                        json.loads(error) if error else None)
-            except PEER_FAULTS as exc:
+            except (*PEER_FAULTS, KeyError) as exc:
                 return Broken(record.name, f"its journal's row {n} is not one: "
                                            f"{fault_text(exc)}", path, record)
-        return Loaded(record, steps, path, seq, size)
+        return Loaded(record, steps, path, seq, size, sends)
 
     # --------------------------------------------------------------- writing
     async def begin(self, record: RunRecord) -> RunJournal:
@@ -441,6 +448,16 @@ class RunJournal:
     async def answered(self, rel: str, step: int, req: IoRequest, answer: IoAnswer) -> None:
         """A request's answer, before the child is handed it."""
         await self._step(rel, step, req, "answered", answer)
+
+    async def message(self, turn: int, message: str) -> None:
+        """The `turn`-th message sent to a warm session (sent to it again on resume)."""
+        if self._open.stopped is not None:
+            return
+
+        def job() -> None:
+            body = redact(json.dumps({"message": message}, separators=(",", ":")))
+            self._append("", turn, SEND, "answered", body, b"", None)
+        await self.journal._do(job, self._lane)
 
     async def _step(self, rel: str, step: int, req: IoRequest, state: str,
                     answer: IoAnswer | None) -> None:

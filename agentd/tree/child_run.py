@@ -38,7 +38,7 @@ from agentd.log import Logger
 from agentd.obs import trace
 from agentd.tree.procs import ChildProcess, exhausted
 
-__all__ = ["ChildRun", "RunHost"]
+__all__ = ["ChildRun", "RunHost", "until_first"]
 
 
 class RunHost(Protocol):
@@ -69,6 +69,16 @@ class RunHost(Protocol):
     def refuse(self, run: ChildRun, cap: str, words: str) -> None:
         """`run` could not start (a machine limit): withdrawn, its spawn refused."""
         ...
+
+
+async def until_first(*events: asyncio.Event) -> None:
+    """Until one of `events` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def _settle(fut: asyncio.Future[Any]) -> None:

@@ -64,9 +64,10 @@ def interrupted_call(tool: str | None) -> Observed:
 class _Journaled:
     """One journaled top run: its file and what is left to resume of it."""
 
-    def __init__(self, journal: RunJournal, resumption: Resumption) -> None:
+    def __init__(self, journal: RunJournal, resumption: Resumption, turns: int = 0) -> None:
         self.journal = journal
         self.resumption = resumption
+        self.turns = turns  # a warm session's messages journaled so far
 
 
 class Journaling:
@@ -120,7 +121,8 @@ class Journaling:
         if loaded is not None:
             rj = await self.journal.reopen(loaded)
             rj.record = msgspec.structs.replace(rj.record, handle=handle)
-            self._runs[handle] = _Journaled(rj, Resumption(loaded.steps, self.bounds))
+            self._runs[handle] = _Journaled(rj, Resumption(loaded.steps, self.bounds),
+                                            len(loaded.sends))
             return True
         external = self.namer(handle, principal) \
             if self.namer is not None and principal is not None else None
@@ -137,7 +139,16 @@ class Journaling:
     async def adopt(self, handle: str, loaded: Loaded) -> None:
         """A running run of an earlier process, driven again under its old handle."""
         rj = await self.journal.reopen(loaded)
-        self._runs[handle] = _Journaled(rj, Resumption(loaded.steps, self.bounds))
+        self._runs[handle] = _Journaled(rj, Resumption(loaded.steps, self.bounds),
+                                        len(loaded.sends))
+
+    async def message(self, handle: str, message: str) -> None:
+        """A message sent to the warm session `handle` (a journaled top run only: a
+        subagent's sends come from its parent, which sends them again itself)."""
+        entry = self._runs.get(handle)
+        if entry is not None:
+            entry.turns += 1
+            await entry.journal.message(entry.turns, message)
 
     async def ended(self, handle: str, status: str, result: Any, partial: bool,
                     reason: str | None) -> None:

@@ -65,14 +65,14 @@ from agentd.config.model import Config
 from agentd.errors import RPCError, TreeError
 from agentd.intelligence.base import model_label
 from agentd.intelligence.ledger import Ledger
-from agentd.journal.store import Broken, Loaded
 from agentd.log import log
 from agentd.obs import health, metrics, trace
 from agentd.output import Usage
 from agentd.trajectory.atif import Trajectory
 from agentd.tree.admission import Admitted, CallerView, TreeView, admit
 from agentd.tree.broker import Broker
-from agentd.tree.child_run import ChildRun
+from agentd.tree.child_run import ChildRun, until_first
+from agentd.tree.durable import Durable
 from agentd.tree.forkserver import ForkserverSpawner, available
 from agentd.tree.io_words import io_attrs, io_event, io_kind, io_what
 from agentd.tree.journaling import Journaling
@@ -86,16 +86,6 @@ __all__ = ["ROOT", "SERVED", "Supervisor"]
 ROOT = "0"
 SERVED = "served"
 CONFIGURE_TIMEOUT = 60.0  # the least time a child gets to answer child/configure
-
-
-async def _first(*events: asyncio.Event) -> None:
-    """Until one of `events` is set."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
 
 
 class Supervisor:
@@ -156,8 +146,11 @@ class Supervisor:
         # --journal: the top runs under `journaling.under` are journaled and resumed
         # (agentd.tree.journaling); built and closed by the owner
         self.journaling = journaling
+        self.durable: Durable | None = None  # its resume and drain, with a journal
         if journaling is not None:
             self.registry.on_evicted(self._journal_forget)
+            self.durable = Durable(journaling, self.registry, self.owners, self.log, host=self,
+                                   tasks=self._task, close=self.close_spawns, turn=self._turn)
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Supervisor:
@@ -200,86 +193,13 @@ class Supervisor:
                 async with asyncio.timeout(self.config.drain_timeout + 5.0):
                     await asyncio.gather(*(r.done.wait() for r in live))
 
-    async def settle(self, until: float, flushed_by: float) -> None:
-        """A drain with a journal (docs/operations.md "Durable runs"): no more spawns;
-        the journaled runs may end until `until` (the loop's clock); then those still
-        running are suspended: no exchange starts, those in flight are journaled if
-        they are answered by `flushed_by` (later than `until`, and before the drain's
-        end: the rest of the drain stops the processes and closes the listener),
-        their processes are stopped and their journals stay running. Without a
-        journal this does nothing (the drain cancels the runs, as it always has)."""
-        j = self.journaling
-        if j is None:
-            return
+    def _task(self, work: Any, name: str) -> None:
+        assert self._tg is not None, "use the Supervisor as an async context manager"
+        self._tg.create_task(work, name=name)
+
+    def close_spawns(self) -> None:
+        """Refuse every spawn from now on (`spawn refused: shutting down`): a drain."""
         self._closing = True
-
-        def journaled() -> list[ChildRun]:
-            return [r for r in self.registry.runs.values()
-                    if r.live and r.request is not None and j.journals(r.parent)]
-
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(until):
-                while live := journaled():
-                    await _first(*(r.done for r in live))
-        left = journaled()
-        j.hold()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(flushed_by):
-                await j.quiet()
-        self.log.info("journal.suspended", runs=len(left))
-        for run in left:
-            for r in self.registry.subtree(run.handle):
-                r.request_stop("cancelled")
-        if left:
-            await asyncio.gather(*(r.done.wait() for r in left))
-
-    async def resume(self, loaded: Iterable[Loaded | Broken], *, drive: bool = True) -> None:
-        """What an earlier process left in the journal (agentd.journal.store.Journal.load):
-        terminal runs answer again for the rest of their retention, running ones are
-        driven again under their old handle (`drive`; a batch instead resumes each
-        when it spawns its sample), broken ones end `failed` with the reason."""
-        j = self.journaling
-        assert j is not None and self._tg is not None, "resume() in a journaling Supervisor"
-        parent = self.registry.runs[j.under]
-        now = time.time()
-        for item in loaded:
-            rec = item.record
-            if rec is None or not rec.handle.startswith(j.under + "."):
-                self.log.error("journal.broken", path=item.path, reason=getattr(
-                    item, "reason", "not a run of this journal"))
-                await j.journal.set_aside(item.path)
-                continue
-            request = msgspec.convert(rec.request, SpawnRequest)
-            scope = parent.scope if request.tool_scope is None \
-                else parent.scope & frozenset(request.tool_scope)
-            run = ChildRun(rec.handle, j.under, scope, request.mode, request)
-            if rec.principal is not None:
-                self.owners.claim(run.handle, rec.principal)
-            j.restored.append(rec)
-            if isinstance(item, Broken) or rec.terminal:
-                reason = item.reason if isinstance(item, Broken) else rec.reason
-                status = "failed" if isinstance(item, Broken) else rec.status
-                run.state.status, run.state.partial = status, rec.partial
-                run.state.result = {"error": f"journal: {reason}"} \
-                    if isinstance(item, Broken) else rec.result
-                run.reason, run.last = reason, "restored"
-                run.done.set()
-                self.registry.restore(run, max(0.0, now - (rec.ended_at or now)))
-                j.keep(run.handle, item.path)
-                if isinstance(item, Broken):
-                    self.log.error("journal.broken", handle=run.handle, path=item.path,
-                                   reason=reason)
-                continue
-            if not drive:
-                j.expect(item)
-                continue
-            await j.adopt(run.handle, item)
-            self.registry.restore(run)
-            metrics.SUBAGENTS.inc("spawned")
-            self.log.info("journal.resumed", handle=run.handle, steps=len(item.steps))
-            attrs: dict[str, Any] = {"agentd.handle": run.handle, "agentd.resumed": True}
-            run.span = trace.start("agentd.spawn", **attrs)
-            self._tg.create_task(run.drive(self), name=f"subagent {run.handle}")
 
     # ------------------------------------------------------------- backend
     async def spawn(self, caller: str, request: SpawnRequest, *,
@@ -308,7 +228,7 @@ class Supervisor:
         self._tg.create_task(run.drive(self), name=f"subagent {run.handle}")
         try:
             # its process started (or refused for a machine limit: refuse)
-            await _first(run.started, run.done)
+            await until_first(run.started, run.done)
             if request.mode == "sync" and run.refusal is None:
                 await run.done.wait()
         except asyncio.CancelledError:  # the caller gave up: so does its child
@@ -323,6 +243,12 @@ class Supervisor:
             return Unknown(handle)
         if run.mode != "warm":
             return Unknown(handle, "is not a warm session")
+        if self.journaling is not None and run.live:  # a resumed session is sent it again
+            await self.journaling.message(handle, message)
+        return await self._turn(run, message)
+
+    async def _turn(self, run: ChildRun, message: str) -> HandleState:
+        """One turn of the warm session `run`: its state after it."""
         async with run.turn_lock:
             await run.idle.wait()
             if not run.live or run.proc is None:
@@ -346,8 +272,8 @@ class Supervisor:
         self.keep_trajectory(run, outcome)
         run.state.result = outcome.result
         run.state.partial = outcome.partial
-        turn = HandleState(handle=handle, status=run.state.status, partial=outcome.partial,
-                           result=outcome.result)
+        turn = HandleState(handle=run.handle, status=run.state.status,
+                           partial=outcome.partial, result=outcome.result)
         turn.started, turn.turn = run.state.started, True
         return turn
 
