@@ -40,13 +40,13 @@ __all__ = ["Durable"]
 class Durable:
     """The journaling tree's resume and drain (see the module doc). `host` drives
     runs, `tasks` starts a task in the tree's TaskGroup, `close` refuses every
-    spawn from then on, `turn(run, message)` is one warm turn."""
+    spawn from then on, `turn(run, message, locked=)` is one warm turn."""
 
     def __init__(self, journaling: Journaling, registry: Registry, owners: Owners,
                  log: Logger, *, host: RunHost,
                  tasks: Callable[[Coroutine[Any, Any, None], str], None],
                  close: Callable[[], None],
-                 turn: Callable[[ChildRun, str], Awaitable[object]]) -> None:
+                 turn: Callable[..., Awaitable[object]]) -> None:
         self.journaling = journaling
         self.registry = registry
         self.owners = owners
@@ -146,8 +146,10 @@ class Durable:
 
     async def _resend(self, run: ChildRun, messages: list[str]) -> None:
         """A resumed warm session's later turns, in order, once its first is done
-        (each answered from the journal as far as it goes)."""
-        for message in messages:
-            if not run.live:
-                return
-            await self._turn(run, message)
+        (each answered from the journal as far as it goes); a peer's new message
+        waits for them all (the session's turn lock is held throughout)."""
+        async with run.turn_lock:
+            for message in messages:
+                if not run.live:
+                    return
+                await self._turn(run, message, locked=True)

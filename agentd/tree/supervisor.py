@@ -247,9 +247,10 @@ class Supervisor:
             await self.journaling.message(handle, message)
         return await self._turn(run, message)
 
-    async def _turn(self, run: ChildRun, message: str) -> HandleState:
-        """One turn of the warm session `run`: its state after it."""
-        async with run.turn_lock:
+    async def _turn(self, run: ChildRun, message: str, *, locked: bool = False) -> HandleState:
+        """One turn of the warm session `run`: its state after it (`locked`: the
+        caller holds the session's turn lock already)."""
+        async with contextlib.nullcontext() if locked else run.turn_lock:
             await run.idle.wait()
             if not run.live or run.proc is None:
                 return run.state

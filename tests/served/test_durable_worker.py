@@ -395,3 +395,48 @@ async def test_a_second_worker_on_the_same_journal_exits_2(agentd_bin, tmp_path)
         await first.stop()
     assert end.rc == 2, end.stderr
     assert f"held by pid {holder.proc.pid}" in end.stderr
+
+
+# ------------------------------------------------------------- a warm session
+async def test_a_warm_session_resumes_with_its_later_turns(agentd_bin, tmp_path):
+    """A warm session killed during its third turn comes back with all three: the
+    messages sent to it are journaled and sent to it again, each turn's steps
+    answered from the journal, the one in flight asked again; a fourth message
+    then finds the whole conversation."""
+    reached, never = asyncio.Event(), asyncio.Event()
+
+    def session(body: dict) -> Reply:
+        said = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        if len(said) == 3:
+            return held(reached, never, "answer 3: " + said[-1])(body)
+        answers = [m["content"] for m in body["messages"] if m["role"] == "assistant"]
+        return Reply.text(f"answer {len(said)} after {answers}")
+
+    model = Model({"warm job": session})
+    async with Gateway([model] * 20) as gw:
+        w = Worker(agentd_bin, gw, tmp_path / "journal")
+        await w.start()
+        async with w.client() as c:
+            r = await c.call_tool("subagent.spawn", {"instruction": "warm job", "warm": True})
+            handle = str(r.structured_content["handle"])
+            second = await c.call_tool("subagent.send", {"handle": handle, "message": "two"})
+            assert second.structured_content["result"].startswith("answer 2"), second
+
+        async def send_third() -> None:
+            async with w.client() as c:
+                await c.call_tool("subagent.send", {"handle": handle, "message": "three"})
+        third = asyncio.ensure_future(send_third())
+        await on(reached, "the third turn's model request")
+        await w.kill()
+        with contextlib.suppress(Exception):  # its connection went with the worker
+            await third
+        again = await w.start()
+        await again.wait_for_event("journal.resumed", handle=handle, turns=2)
+        async with w.client() as c:
+            fourth = await c.call_tool("subagent.send", {"handle": handle, "message": "four"})
+        await w.stop()
+    result = fourth.structured_content["result"]
+    assert result.startswith("answer 4") and "answer 3: three" in result, fourth
+    # the first two turns were answered from the journal; the third was asked again
+    assert model.seen == {("warm job", 0): 1, ("warm job", 1): 1, ("warm job", 2): 2,
+                          ("warm job", 3): 1}, model.seen
