@@ -302,23 +302,31 @@ class Journal:
 
     def _read(self, conn: sqlite3.Connection, name: str, path: str,
               size: int) -> Loaded | Broken:
-        meta = dict(conn.execute("SELECT k, v FROM meta").fetchall())
+        meta = {k: v for k, v in conn.execute("SELECT k, v FROM meta").fetchall()
+                if isinstance(k, str) and isinstance(v, str)}
+        raw = meta.get("run", "")
+        try:  # named before it is trusted: a run that cannot be resumed still ends failed
+            record: RunRecord | None = msgspec.json.decode(raw, type=RunRecord)
+        except PEER_FAULTS:
+            record = None
+        shown = record.name if record is not None else name
         version = meta.get("version")
         if version != str(JOURNAL_VERSION):
-            return Broken(name, f"its journal is of version {version or 'unknown'}; this "
-                                f"agentd reads version {JOURNAL_VERSION}", path)
+            return Broken(shown, f"its journal is of version {version or 'unknown'}; this "
+                                 f"agentd reads version {JOURNAL_VERSION}", path, record)
         if not hmac.compare_digest(meta.get("key", ""), self._key_check()):
-            return Broken(name, "its journal was written under another key (another "
-                                "--pool-key, or another journal directory's key)", path)
-        raw = meta.get("run", "")
-        if not hmac.compare_digest(bytes.fromhex(meta.get("run_mac", "") or "00"),
-                                   self._mac(b"run", raw)):
-            return Broken(name, "its journal's run record fails its MAC (altered or "
-                                "corrupt)", path)
+            return Broken(shown, "its journal was written under another key (another "
+                                 "--pool-key, or another journal directory's key)", path,
+                          record)
         try:
-            record = msgspec.json.decode(raw, type=RunRecord)
-        except PEER_FAULTS as exc:
-            return Broken(name, f"its run record is not one: {fault_text(exc)}", path)
+            mac = bytes.fromhex(meta.get("run_mac", ""))
+        except ValueError:
+            mac = b""
+        if not hmac.compare_digest(mac, self._mac(b"run", raw)):
+            return Broken(shown, "its journal's run record fails its MAC (altered or "
+                                 "corrupt)", path, record)
+        if record is None:
+            return Broken(name, "its run record is not one", path)
         if meta.get("stopped") and not record.terminal:
             return Broken(record.name, f"its journal stopped: {meta['stopped']}", path, record)
         steps: dict[tuple[str, int], Step] = {}

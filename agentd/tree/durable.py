@@ -95,7 +95,7 @@ class Durable:
         now = time.time()
         for item in loaded:
             rec = item.record
-            if rec is None or not rec.handle.startswith(j.under + "."):
+            if rec is None or not self._top_handle(rec.handle):
                 self.log.error("journal.broken", path=item.path, reason=getattr(
                     item, "reason", "not a run of this journal"))
                 await j.journal.set_aside(item.path)
@@ -113,6 +113,13 @@ class Durable:
                 await self._drive(run, item)
             else:
                 j.expect(item)
+
+    def _top_handle(self, handle: str) -> bool:
+        """Is `handle` one of this tree's top runs (`served.N`)? A record that names
+        anything else is not restored, whatever it says."""
+        head, _, n = handle.rpartition(".")
+        return head == self.journaling.under and n.isdigit() and len(n) <= 9 \
+            and not n.startswith("0")
 
     def _restore_ended(self, run: ChildRun, item: Loaded | Broken, now: float) -> None:
         """A terminal run, or one whose journal cannot be resumed (`failed`, why)."""

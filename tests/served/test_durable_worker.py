@@ -368,6 +368,28 @@ async def test_a_broken_run_fails_with_its_reason_and_the_other_resumes(agentd_b
     assert second.events("journal.broken")
 
 
+async def test_a_run_journaled_under_another_key_ends_failed(agentd_bin, tmp_path):
+    """The journal's key changed (here DIR/key; in a pool, --pool-key): the worker
+    starts, and the run reads failed, naming the key, with no model call."""
+    reached, never = asyncio.Event(), asyncio.Event()
+    model = Model({"keyed job": held(reached, never, "never")})
+    journal = tmp_path / "journal"
+    async with Gateway([model] * 5) as gw:
+        w = Worker(agentd_bin, gw, journal)
+        await w.start()
+        handle = await spawn(w, "keyed job")
+        await on(reached, "the run's model request")
+        await w.kill()
+        (journal / "key").write_bytes(os.urandom(32))
+        again = await w.start()
+        async with w.client() as c:
+            state = await finished(c, handle)
+        await w.stop()
+    assert state["status"] == "failed" and "another key" in json.dumps(state["result"]), state
+    assert model.seen == {("keyed job", 0): 1}, model.seen
+    assert [e["handle"] for e in again.events("journal.broken")] == [handle]
+
+
 async def test_unreadable_run_file_is_set_aside_and_the_worker_starts(agentd_bin, tmp_path):
     journal = tmp_path / "journal"
     model = Model({})
