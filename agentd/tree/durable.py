@@ -33,6 +33,7 @@ from agentd.tree.child_run import ChildRun, RunHost, until_first
 from agentd.tree.journaling import Journaling
 from agentd.tree.ownership import Owners
 from agentd.tree.registry import Registry
+from agentd.wire.guard import PEER_FAULTS, fault_text
 
 __all__ = ["Durable"]
 
@@ -100,7 +101,13 @@ class Durable:
                     item, "reason", "not a run of this journal"))
                 await j.journal.set_aside(item.path)
                 continue
-            request = msgspec.convert(rec.request, SpawnRequest)
+            try:  # a broken file's record is not trusted: its request may be anything
+                request = msgspec.convert(rec.request, SpawnRequest)
+            except PEER_FAULTS as exc:
+                self.log.error("journal.broken", path=item.path, reason=f"its run record's "
+                               f"request is not one: {fault_text(exc)}")
+                await j.journal.set_aside(item.path)
+                continue
             scope = parent.scope if request.tool_scope is None \
                 else parent.scope & frozenset(request.tool_scope)
             run = ChildRun(rec.handle, j.under, scope, request.mode, request)

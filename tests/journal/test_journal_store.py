@@ -197,6 +197,8 @@ async def test_a_run_of_another_key_is_broken(tmp_path):
     runs = by_name(await reopened(d, key=b"pool key two"))
     one = runs[next(n for n in runs if n != "served.2")]
     assert isinstance(one, Broken) and "another key" in one.reason
+    # named (not trusted) so that the worker can end that run failed, saying why
+    assert one.record is not None and one.record.handle == "served.1"
     assert isinstance(runs["served.2"], Loaded)
 
 
