@@ -371,7 +371,7 @@ class Journal:
         return RunJournal(self, loaded.record, opened)
 
     async def discard(self, path: str) -> None:
-        """Delete a run's file (a Broken one the worker has reported)."""
+        """Delete a run's file (a restored run's, once its retention is over)."""
         await self._do(lambda: self._delete(path))
 
     async def set_aside(self, path: str) -> None:

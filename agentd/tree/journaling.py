@@ -223,10 +223,6 @@ class Journaling:
         """No exchange starts from now on (the drain suspends the runs next)."""
         self._held = True
 
-    @property
-    def holding(self) -> bool:
-        return self._held
-
     def suspends(self, handle: str) -> bool:
         """Is `handle` in a journaled run being suspended (no terminal is written)?"""
         return self._held and self.top_of(handle) in self._runs

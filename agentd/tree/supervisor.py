@@ -20,7 +20,11 @@ cancels its live non-detached descendants, and `aclose()` walks the kill
 ladder over every live child within `--drain-timeout`.
 
 The supervisor composes nothing: its `broker` (the provider, the Toolbox, one
-ledger: `agentd.tree.broker`) is built by its owner (`agentd.app.compose`).
+ledger: `agentd.tree.broker`) is built by its owner (`agentd.app.compose`),
+and so is its `journaling` (`--journal`: agentd.tree.journaling), with which
+every brokered request of a journaled run passes through its journal and the
+Supervisor holds a `Durable` (agentd.tree.durable: the resume at start and
+the drain that suspends instead of ending).
 """
 
 from __future__ import annotations
