@@ -51,7 +51,7 @@ import msgspec
 
 from agentd.child.control import IoAnswer, IoRequest
 from agentd.config.model import DEFAULT_JOURNAL_RUN_BYTES
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, TreeError
 from agentd.journal.exchange import request_json
 from agentd.journal.records import JOURNAL_VERSION, RunRecord, Step
 from agentd.log import log, redact
@@ -263,7 +263,12 @@ class Journal:
 
     def _load_all(self, retention: float | None, now: float) -> list[Loaded | Broken]:
         out: list[Loaded | Broken] = []
-        for entry in sorted(os.scandir(self.runs_dir), key=lambda e: e.name):
+        try:
+            entries = sorted(os.scandir(self.runs_dir), key=lambda e: e.name)
+        except OSError as exc:
+            raise ConfigError(f"--journal {self.path}: its runs cannot be listed: "
+                              f"{exc.strerror or exc}") from None
+        for entry in entries:
             if not entry.name.endswith(".sqlite"):
                 continue
             run = self._load_one(entry.path)
@@ -360,15 +365,22 @@ class Journal:
     async def begin(self, record: RunRecord) -> RunJournal:
         """A new run's file (an earlier file of the same name is replaced)."""
         path = run_path(self.runs_dir, record.name)
-        opened = await self._do(lambda: self._create(path, record), self.lane(record.name))
+        opened = await self._guarded(record.name, lambda: self._create(path, record))
         return RunJournal(self, record, opened)
 
     async def reopen(self, loaded: Loaded) -> RunJournal:
         """A loaded run's file, to go on appending to (a resumed run)."""
-        opened = await self._do(lambda: self._connect(loaded.path),
-                                self.lane(loaded.record.name))
+        opened = await self._guarded(loaded.record.name, lambda: self._connect(loaded.path))
         opened.seq, opened.size = loaded.seq, loaded.size
         return RunJournal(self, loaded.record, opened)
+
+    async def _guarded(self, name: str, job: Callable[[], _Open]) -> _Open:
+        """A run file opened on its lane; a failure is a TreeError naming it."""
+        try:
+            return await self._do(job, self.lane(name))
+        except (OSError, sqlite3.Error) as exc:
+            raise TreeError(f"--journal {self.path}: run {name!r} cannot be journaled: "
+                            f"{getattr(exc, 'strerror', None) or exc}") from None
 
     async def discard(self, path: str) -> None:
         """Delete a run's file (a restored run's, once its retention is over)."""
@@ -431,8 +443,13 @@ class Journal:
     @staticmethod
     def _delete(path: str) -> None:
         for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(path + suffix)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # left behind, said: the next start retries it
+                log.error("journal.delete_failed", path=path + suffix,
+                          error=exc.strerror or str(exc))
 
 
 class RunJournal:

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from agentd.agent.subagents import SpawnRequest
+from agentd.errors import TreeError
 from agentd.journal.store import Broken, Loaded
 from agentd.log import Logger
 from agentd.obs import metrics, trace
@@ -147,7 +148,12 @@ class Durable:
             self.log.error("journal.broken", handle=run.handle, path=item.path, reason=reason)
 
     async def _drive(self, run: ChildRun, item: Loaded) -> None:
-        await self.journaling.adopt(run.handle, item)
+        try:
+            await self.journaling.adopt(run.handle, item)
+        except TreeError as exc:  # its file cannot be written on: it cannot go on
+            self._restore_ended(run, Broken(item.record.name, str(exc), item.path,
+                                            item.record), time.time())
+            return
         self.registry.restore(run)
         metrics.SUBAGENTS.inc("spawned")
         self.log.info("journal.resumed", handle=run.handle, steps=len(item.steps),

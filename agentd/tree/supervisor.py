@@ -221,7 +221,11 @@ class Supervisor:
         j = self.journaling
         if j is not None and j.journals(caller):
             # durably created before the spawn is answered (docs/operations.md)
-            await j.begin(run.handle, name or run.handle, request, principal)
+            try:
+                await j.begin(run.handle, name or run.handle, request, principal)
+            except TreeError as exc:  # a run that cannot be journaled is not started
+                self.refuse(run, "journal", str(exc))
+                return Refusal(run.refusal or str(exc))
         if admitted is not None:
             admitted(run.handle)
         assert self._tg is not None, "use the Supervisor as an async context manager"
@@ -448,8 +452,8 @@ class Supervisor:
             self.trajectories[run.handle] = outcome.trajectory
 
     def refuse(self, run: ChildRun, cap: str, words: str) -> None:
-        """`run` could not start: the machine ran out (agentd.tree.procs.LIMITS). Its
-        spawn is refused and it is withdrawn: it is reported neither completed nor
+        """`run` could not start: the machine ran out (agentd.tree.procs.LIMITS), or
+        its journal could not be made (`--journal`). Its spawn is refused and it is withdrawn: it is reported neither completed nor
         failed, and the runs alive go on."""
         run.refusal = f"spawn refused: {words}; handle {run.handle} not started"
         self.registry.withdraw(run)

@@ -20,7 +20,7 @@ import pytest
 from logcapture import events
 
 from agentd.child.control import IoCall, IoComplete, IoCompletion
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, TreeError
 from agentd.intelligence.base import Completion, Message
 from agentd.journal.records import RunRecord
 from agentd.journal.store import Broken, Journal, Loaded, RunJournal, run_path
@@ -292,3 +292,16 @@ async def test_registered_secrets_never_reach_the_files(tmp_path):
         assert isinstance(run, Loaded) and "***" in run.record.request["instruction"]
     finally:
         secret_set().discard(secret)
+
+
+async def test_a_run_file_that_cannot_be_made_is_a_tree_error(tmp_path):
+    """The spawn of a run the journal cannot record is refused (the Supervisor's
+    TreeError -> Refusal): here its file's name is taken by a directory."""
+    journal = Journal.open(str(tmp_path / "j"))
+    try:
+        os.mkdir(run_path(journal.runs_dir, "served.1"))
+        with pytest.raises(TreeError, match="run 'served.1' cannot be journaled"):
+            await journal.begin(record("served.1"))
+    finally:
+        await journal.aclose()
+

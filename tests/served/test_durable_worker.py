@@ -390,6 +390,25 @@ async def test_a_run_journaled_under_another_key_ends_failed(agentd_bin, tmp_pat
     assert [e["handle"] for e in again.events("journal.broken")] == [handle]
 
 
+async def test_a_spawn_the_journal_cannot_record_is_refused(agentd_bin, tmp_path):
+    """A served run that cannot be journaled is not started: its spawn is refused,
+    naming --journal and the cause, and the worker goes on."""
+    journal = tmp_path / "journal"
+    model = Model({"fine job": lambda body: Reply.text("fine")})
+    async with Gateway([model] * 5) as gw:
+        w = Worker(agentd_bin, gw, journal)
+        await w.start()
+        os.mkdir(run_path(str(journal / "runs"), "served.1"))  # its file's name taken
+        async with w.client() as c:
+            refused = await c.call_tool("subagent.spawn", {"instruction": "fine job"})
+            fine = await c.call_tool("subagent.spawn", {"instruction": "fine job"})
+        await w.stop()
+    assert refused.is_error, refused
+    text = refused.content[0].text
+    assert "spawn refused" in text and "--journal" in text and "served.1" in text, text
+    assert fine.structured_content["result"] == "fine", fine
+
+
 async def test_unreadable_run_file_is_set_aside_and_the_worker_starts(agentd_bin, tmp_path):
     journal = tmp_path / "journal"
     model = Model({})
