@@ -8,6 +8,10 @@ Every run is two model steps around one tool call: the model asks for
 by the gateway until the test releases the run, so runs outlast the workers'
 ``--drain-timeout`` by as long as the test wants, with no clock involved.
 
+Beside the rollout through the balancer: a run one worker owns, watched and
+asked about through another (its peer) while the owner is SIGTERMed or
+SIGKILLed and started again on its journal.
+
 Each worker process gets a model name of its own (``--model m-<id>-<n>``), so
 every request body the gateway saw names the process that sent it: a step a
 process sent twice, or a recorded step sent again after a restart, is seen.
@@ -25,10 +29,23 @@ from typing import Any
 import peers
 import pytest
 from gateway import Gateway, Reply
-from pool_harness import IDS, Pool, balancer, httpx2, sdk_client
+from pool_harness import (
+    IDS,
+    TOKENS,
+    ClientSession,
+    Pool,
+    balancer,
+    httpx2,
+    mcp,
+    sdk_client,
+    streamable_http_client,
+)
 from waiting import until
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(600)]
+
+from mcp.client.subscriptions import ResourceUpdated  # noqa: E402  (the SDK: pool_harness)
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 DRAIN = "2"  # --drain-timeout: every held run outlasts it
 TAG = re.compile(r"\[run (\d+)\]")
@@ -290,3 +307,131 @@ async def test_a_restart_under_another_pool_key_fails_its_journaled_runs(
                     assert r.is_error, r.structured_content
         assert not any(who == "m-w3-1" for t in runs for who in model.steps(t, 2))
         assert not w3.events("journal.resumed")
+
+
+async def _peer_seen(pool: Pool, wid: str, peer: str) -> None:
+    """Until ``wid`` has had ``peer``'s probe answer (so it knows the peer is durable)."""
+    await asyncio.to_thread(pool.workers[wid].wait_event, "pool.peer",
+                            lambda r: r.get("peer") == peer and r.get("status") == "alive")
+
+
+@contextlib.asynccontextmanager
+async def _subscriber(url: str, heard: list[tuple[str, bool]], model: Model, tag: str):
+    """A 2025-11-25 session (the official SDK's ClientSession) on ``url``; each
+    ``updated`` it gets is kept with whether run ``tag`` was released by then."""
+    async def on_message(message) -> None:
+        if isinstance(message, mcp.types.ResourceUpdatedNotification):
+            heard.append((str(message.params.uri), model.done(tag)))
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS['alice']}"},
+                                  timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as streams, \
+            ClientSession(streams[0], streams[1], message_handler=on_message) as session:
+        await session.initialize()
+        yield session
+
+
+async def _tool_calls(srv) -> int:
+    """How many tool calls the SDK server has answered."""
+    async with httpx2.AsyncClient() as http:
+        return (await http.get(f"http://127.0.0.1:{srv.port}/stats")).json()["calls"]
+
+
+async def _body(session, uri: str) -> dict[str, Any]:
+    return json.loads((await session.read_resource(uri)).contents[0].text)
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed:UserWarning")  # 2025-11-25's
+async def test_a_subscriber_on_a_peer_hears_the_end_after_the_owner_restarted(
+        agentd_bin, tmp_path) -> None:
+    """A run owned by w2, subscribed (2025-11-25) and listened for (2026-07-28)
+    through w1; w2 is SIGTERMed with the run held (suspended, not ended) and
+    started again on its journal: the subscribers hear nothing until the run
+    really ends, then its ``updated``, and the read through w1 is the result."""
+    model = Model()
+    runs: dict[str, str] = {}
+    heard: list[tuple[str, bool]] = []  # (uri, released when heard) of the 2025 session
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, _, srv):
+        await _peer_seen(pool, "w1", "w2")
+        async with sdk_client(pool.url("w2"), "alice") as direct:
+            await _spawn(direct, model, "1", runs)
+        uri = f"agent://subagent/{runs['1']}"
+        assert _owner(runs["1"]) == "w2", runs
+        await until(lambda: model.steps("1", 2), what="the run held at its last step")
+
+        async def listened(sub) -> tuple[Any, bool]:
+            event = await anext(aiter(sub))
+            return event, model.done("1")
+
+        async with _subscriber(pool.url("w1"), heard, model, "1") as s1, \
+                sdk_client(pool.url("w1"), "alice") as c1, \
+                c1.listen(resource_subscriptions=[uri]) as sub:
+            await s1.subscribe_resource(uri)
+            assert sub.honored.resource_subscriptions == [uri]
+            first = asyncio.create_task(listened(sub))
+            await asyncio.to_thread(pool.restart, agentd_bin, "w2", _extra(pool, "w2", srv.url))
+            await until(lambda: model.steps("1", 2)[-1] == "m-w2-1", what="the run resumed")
+            # through the stop and the restart: no terminal `updated` on either path
+            if heard or first.done():
+                raise AssertionError(f"an update during the restart ({heard}, "
+                                     f"{first.done() and first.result()}): "
+                                     f"{await _body(s1, uri)}")
+            state = await _body(s1, uri)
+            assert state["status"] == "running", state
+            model.release("1")
+            async with asyncio.timeout(60):
+                event, released = await first
+            assert event == ResourceUpdated(uri=uri) and released
+            await until(lambda: heard, what="the 2025-11-25 session's updated")
+            assert heard[0] == (uri, True), heard
+            body = await _body(s1, uri)
+            assert body["handle"] == runs["1"], body
+            assert (body["status"], body["result"]) == ("completed", expected("1")), body
+        assert await _tool_calls(srv) == 1  # made once: the resumed run's from its journal
+    assert pool.workers["w2"].events("journal.resumed")
+    assert [e["runs"] for e in pool.retired[0].events("journal.suspended")] == [1]
+    assert len(model.steps("1", 1)) == 1 and model.steps("1", 2) == ["m-w2-0", "m-w2-1"]
+    for w in [*pool.retired, *pool.workers.values()]:
+        assert not any("worker lost" in json.dumps(e) for e in w.events()), w.err
+
+
+async def test_a_sigkilled_owner_is_retryable_through_a_peer_and_its_run_completes(
+        agentd_bin, tmp_path) -> None:
+    """A run on w2 with its last model step in flight; w2 is SIGKILLed. Meanwhile a
+    status through w1 is the documented retryable refusal (never `worker lost`,
+    never unknown); w2 started again on its journal resumes the run, which
+    completes, and the status through w1 reads it."""
+    model = Model()
+    runs: dict[str, str] = {}
+    async with _journaled_pool(agentd_bin, tmp_path, model) as (pool, _, srv):
+        await _peer_seen(pool, "w1", "w2")
+        async with sdk_client(pool.url("w2"), "alice") as direct:
+            await _spawn(direct, model, "1", runs)
+        handle = runs["1"]
+        assert _owner(handle) == "w2", runs
+        await until(lambda: model.steps("1", 2), what="the run's last step in flight")
+        killed = pool.workers["w2"]
+        killed.proc.kill()
+        await asyncio.to_thread(killed.proc.wait)
+        pool.retired.append(killed)
+        async with sdk_client(pool.url("w1"), "alice") as c1:
+            r = await c1.call_tool("subagent.status", {"handle": handle})
+            assert r.is_error, r.structured_content
+            text = r.content[0].text
+            assert RETRYABLE in text and "pool member w2 holding this run" in text, text
+            with pytest.raises(MCPError) as read:  # a read too: refused, not "not found"
+                await c1.read_resource(f"agent://subagent/{handle}")
+            assert RETRYABLE in read.value.error.message, read.value.error
+            # started again on its journal: the run resumes (its last step asked again)
+            await asyncio.to_thread(pool.start, agentd_bin, "w2", pool.starts["w2"],
+                                    _extra(pool, "w2", srv.url))
+            await asyncio.to_thread(pool.ready, "w2")
+            await until(lambda: model.steps("1", 2)[-1] == "m-w2-1", what="the run resumed")
+            model.release("1")
+            state = await until(lambda: _done(c1, handle), limit=120, what="the run ended")
+        assert (state["status"], state["result"]) == ("completed", expected("1")), state
+        assert await _tool_calls(srv) == 1  # made once: the resumed run's from its journal
+    assert pool.workers["w2"].events("journal.resumed")
+    assert len(model.steps("1", 1)) == 1 and model.steps("1", 2) == ["m-w2-0", "m-w2-1"]
+    for w in [*pool.retired, *pool.workers.values()]:
+        assert not any("worker lost" in json.dumps(e) for e in w.events()), w.err
