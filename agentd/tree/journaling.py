@@ -114,23 +114,22 @@ class Journaling:
         """A running run a later spawn of the same name resumes (a batch's sample)."""
         self._pending[loaded.record.name] = loaded
 
-    async def begin(self, handle: str, name: str, request: Any, principal: str | None) -> bool:
+    async def begin(self, handle: str, name: str, request: Any, principal: str | None) -> None:
         """Journal a new top run (durably, before its spawn is answered); a run of
-        that name left running by an earlier process is resumed instead (True)."""
+        that name an earlier process left (`expect`) is resumed instead."""
         loaded = self._pending.pop(name, None)
         if loaded is not None:
             rj = await self.journal.reopen(loaded)
             rj.record = msgspec.structs.replace(rj.record, handle=handle)
             self._runs[handle] = _Journaled(rj, Resumption(loaded.steps, self.bounds),
                                             len(loaded.sends))
-            return True
+            return
         external = self.namer(handle, principal) \
             if self.namer is not None and principal is not None else None
         rj = await self.journal.begin(RunRecord(
             name=name, handle=handle, request=msgspec.to_builtins(request),
             started_at=time.time(), principal=principal, external=external))
         self._runs[handle] = _Journaled(rj, Resumption({}, self.bounds))
-        return False
 
     def keep(self, handle: str, path: str) -> None:
         """A restored terminal (or broken) run's file: deleted when the run is evicted."""
