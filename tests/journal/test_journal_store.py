@@ -300,7 +300,7 @@ async def test_a_run_file_that_cannot_be_made_is_a_tree_error(tmp_path):
     journal = Journal.open(str(tmp_path / "j"))
     try:
         os.mkdir(run_path(journal.runs_dir, "served.1"))
-        with pytest.raises(TreeError, match="run 'served.1' cannot be journaled"):
+        with pytest.raises(TreeError, match=r"run 'served\.1' cannot be journaled"):
             await journal.begin(record("served.1"))
     finally:
         await journal.aclose()
