@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from agentd.log import log
 
@@ -34,6 +35,20 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         log.warning("uvloop.unavailable", detail="running on the plain asyncio event loop")
         return None
     return uvloop.new_event_loop
+
+
+def pipe_file(fd: int, mode: str) -> BinaryIO:
+    """The file object to give `loop.connect_read_pipe`/`connect_write_pipe` for the
+    pipe `fd`, which the transport then owns.
+
+    uvloop closes a pipe's fd itself (libuv) and then closes the file object it was
+    given as well: a file object that owned the fd would close that number a second
+    time, by then perhaps another thread's file (the journal's writers open SQLite
+    files all the time: a run's commit failed with SQLITE_IOERR_WRITE). So under
+    uvloop the file object does not own the fd; under asyncio, which closes only
+    the file object, it does."""
+    uv = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+    return os.fdopen(fd, mode, buffering=0, closefd=not uv)
 
 
 def announce_native() -> None:

@@ -9,7 +9,6 @@ never the other way round.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from msgspec import UNSET
 from agentd.child.control import ControlSession, Incoming, Oversize, Reply
 from agentd.errors import RPCError, TreeError
 from agentd.obs import metrics
+from agentd.runtime import pipe_file
 from agentd.wire.dispatch import Dispatcher
 
 __all__ = ["Channel", "ChannelClosed"]
@@ -88,8 +88,8 @@ class Channel:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        rfile = os.fdopen(self._read_fd, "rb", buffering=0)
-        wfile = os.fdopen(self._write_fd, "wb", buffering=0)
+        rfile = pipe_file(self._read_fd, "rb")  # the transports own the fds from here
+        wfile = pipe_file(self._write_fd, "wb")
         # the write side first: a request read at once must be answerable
         self._wtransport, _ = await loop.connect_write_pipe(lambda: self._writer, wfile)
         self._rtransport, _ = await loop.connect_read_pipe(

@@ -379,8 +379,10 @@ class Journal:
         try:
             return await self._do(job, self.lane(name))
         except (OSError, sqlite3.Error) as exc:
+            code = getattr(exc, "sqlite_errorname", None)  # SQLite's own word for it
             raise TreeError(f"--journal {self.path}: run {name!r} cannot be journaled: "
-                            f"{getattr(exc, 'strerror', None) or exc}") from None
+                            f"{getattr(exc, 'strerror', None) or exc}"
+                            + (f" ({code})" if code else "")) from None
 
     async def discard(self, path: str) -> None:
         """Delete a run's file (a restored run's, once its retention is over)."""

@@ -32,6 +32,7 @@ from agentd.child.channel import Channel
 from agentd.child.control import ControlSession, Incoming
 from agentd.log import Logger, log, text_form
 from agentd.obs import metrics
+from agentd.runtime import pipe_file
 from agentd.tree.ladder import Ladder
 from agentd.wire.guard import PEER_FAULTS
 
@@ -241,7 +242,7 @@ class ChildProcess:
         loop = asyncio.get_running_loop()
         drain = self._stderr = _StderrDrain(self.log)
         self._stderr_transport, _ = await loop.connect_read_pipe(
-            lambda: drain, os.fdopen(self._stderr_fd, "rb", buffering=0))
+            lambda: drain, pipe_file(self._stderr_fd, "rb"))
 
     def set_exit(self, returncode: int) -> None:
         if self.returncode is None:
