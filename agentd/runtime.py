@@ -19,7 +19,7 @@ import asyncio
 import gc
 import os
 from collections.abc import Callable, Coroutine
-from typing import Any, BinaryIO, TypeVar
+from typing import IO, Any, TypeVar
 
 from agentd.log import log
 
@@ -37,7 +37,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def pipe_file(fd: int, mode: str) -> BinaryIO:
+def pipe_file(fd: int, mode: str) -> IO[bytes]:
     """The file object to give `loop.connect_read_pipe`/`connect_write_pipe` for the
     pipe `fd`, which the transport then owns.
 
