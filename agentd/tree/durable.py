@@ -89,9 +89,9 @@ class Durable:
             await asyncio.gather(*(r.done.wait() for r in left))
 
     # ---------------------------------------------------------------- resume
-    async def resume(self, loaded: Iterable[Loaded | Broken], *, drive: bool = True) -> None:
-        """Bring back what `Journal.load` gave (module doc); with `drive` False (a
-        batch) a running run is resumed when its sample is spawned again instead."""
+    async def resume(self, loaded: Iterable[Loaded | Broken]) -> None:
+        """Bring back what `Journal.load` gave (module doc). A batch resumes its
+        samples otherwise: each when it is spawned again (`Journaling.expect`)."""
         j = self.journaling
         parent = self.registry.runs[j.under]
         now = time.time()
@@ -117,10 +117,8 @@ class Durable:
             j.restored.append(rec)
             if isinstance(item, Broken) or rec.terminal:
                 self._restore_ended(run, item, now)
-            elif drive:
-                await self._drive(run, item)
             else:
-                j.expect(item)
+                await self._drive(run, item)
 
     def _top_handle(self, handle: str) -> bool:
         """Is `handle` one of this tree's top runs (`served.N`)? A record that names
