@@ -225,7 +225,7 @@ class Batch:
         planned = {u.cassette for u in todo}
         done = {unit_name(i, e) for (i, e) in self.results.finished} - planned
         by_path = {run_path(j.journal.runs_dir, name): name for name in planned | done}
-        for item in await j.journal.load():
+        for item in await j.journal.load(ended_steps=True):
             name = item.record.name if item.record is not None else by_path.get(item.path)
             if name in done:
                 await j.journal.discard(item.path)

@@ -256,12 +256,17 @@ class Journal:
         return self._mac(b"agentd-journal-key").hex()
 
     # --------------------------------------------------------------- loading
-    async def load(self, *, retention: float | None = None) -> list[Loaded | Broken]:
+    async def load(self, *, retention: float | None = None,
+                   ended_steps: bool = False) -> list[Loaded | Broken]:
         """Every run an earlier process left, oldest first; a terminal run older than
-        `retention` seconds is deleted instead (its retention is over)."""
-        return await self._do(lambda: self._load_all(retention, time.time()))
+        `retention` seconds is deleted instead (its retention is over). A terminal
+        run's steps are read only with `ended_steps` (a batch replays an ended
+        sample whose line was not written); a worker needs only its record, so its
+        start does not read every retained run's exchanges."""
+        return await self._do(lambda: self._load_all(retention, time.time(), ended_steps))
 
-    def _load_all(self, retention: float | None, now: float) -> list[Loaded | Broken]:
+    def _load_all(self, retention: float | None, now: float,
+                  ended_steps: bool) -> list[Loaded | Broken]:
         out: list[Loaded | Broken] = []
         try:
             entries = sorted(os.scandir(self.runs_dir), key=lambda e: e.name)
@@ -271,7 +276,7 @@ class Journal:
         for entry in entries:
             if not entry.name.endswith(".sqlite"):
                 continue
-            run = self._load_one(entry.path)
+            run = self._load_one(entry.path, ended_steps)
             rec = run.record
             if (retention is not None and rec is not None and rec.terminal
                     and (rec.ended_at or 0) + retention < now):
@@ -281,14 +286,14 @@ class Journal:
         out.sort(key=lambda r: r.record.started_at if r.record is not None else 0.0)
         return out
 
-    def _load_one(self, path: str) -> Loaded | Broken:
+    def _load_one(self, path: str, ended_steps: bool) -> Loaded | Broken:
         name = os.path.basename(path).removesuffix(".sqlite")
         try:
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode):
                 return Broken(name, "its journal file is not a regular file", path)
-            size = st.st_size + sum(os.path.getsize(path + s) for s in ("-wal",)
-                                    if os.path.exists(path + s))
+            wal = path + "-wal"
+            size = st.st_size + (os.path.getsize(wal) if os.path.exists(wal) else 0)
             if size > self.run_bytes + (1 << 20):
                 return Broken(name, f"its journal is {size} bytes, past journal_run_bytes="
                                     f"{self.run_bytes}", path)
@@ -299,14 +304,14 @@ class Journal:
         except sqlite3.Error as exc:
             return Broken(name, f"its journal cannot be opened: {exc}", path)
         try:
-            return self._read(conn, name, path, size)
+            return self._read(conn, name, path, size, ended_steps)
         except sqlite3.Error as exc:
             return Broken(name, f"its journal is corrupt or truncated: {exc}", path)
         finally:
             conn.close()
 
-    def _read(self, conn: sqlite3.Connection, name: str, path: str,
-              size: int) -> Loaded | Broken:
+    def _read(self, conn: sqlite3.Connection, name: str, path: str, size: int,
+              ended_steps: bool) -> Loaded | Broken:
         meta = {k: v for k, v in conn.execute("SELECT k, v FROM meta").fetchall()
                 if isinstance(k, str) and isinstance(v, str)}
         raw = meta.get("run", "")
@@ -334,6 +339,8 @@ class Journal:
             return Broken(name, "its run record is not one", path)
         if meta.get("stopped") and not record.terminal:
             return Broken(record.name, f"its journal stopped: {meta['stopped']}", path, record)
+        if record.terminal and not ended_steps:  # its record (MAC'd) is all it answers with
+            return Loaded(record, {}, path, size=size)
         steps: dict[tuple[str, int], Step] = {}
         sends: list[str] = []
         seq = 0

@@ -51,10 +51,11 @@ async def write_run(journal: Journal, name: str, steps: int = 3, **fields) -> Ru
     return rj
 
 
-async def reopened(path: Path, **options) -> list[Loaded | Broken]:
+async def reopened(path: Path, *, ended_steps: bool = False,
+                   **options) -> list[Loaded | Broken]:
     journal = Journal.open(str(path), **options)
     try:
-        return await journal.load()
+        return await journal.load(ended_steps=ended_steps)
     finally:
         await journal.aclose()
 
@@ -117,7 +118,7 @@ async def test_runs_round_trip(tmp_path):
     await rj.ended("completed", {"answer": 42}, False, None)
     await rj.close()
     await journal.aclose()
-    runs = by_name(await reopened(d))
+    runs = by_name(await reopened(d, ended_steps=True))
     one, two = runs["served.1"], runs["served.2"]
     assert isinstance(one, Loaded) and isinstance(two, Loaded)
     assert one.record.status == "running" and one.record.principal == "alice"
@@ -127,6 +128,9 @@ async def test_runs_round_trip(tmp_path):
     assert two.record.terminal and two.record.result == {"answer": 42}
     assert two.steps[("", 1)].error == {"code": -32000, "message": "the model refused",
                                          "data": None}
+    # a worker's start reads an ended run's record only, not its exchanges
+    ended = by_name(await reopened(d))["served.2"]
+    assert isinstance(ended, Loaded) and ended.record.terminal and ended.steps == {}
 
 
 # ------------------------------------------------------------- broken run files
