@@ -51,25 +51,35 @@ def _log_lines(sample: dict[str, Any]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in sample["store"]["agentd_stderr"].splitlines()]
 
 
+def _ran_clean(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """agentd completed with no warning or error; else the failure shows its own
+    stderr, the host tool's events and the score, not just a missing store key."""
+    lines = _log_lines(sample)
+    loud = [r for r in lines if r["level"] in ("warning", "error")]
+    outcome = (sample["store"].get("agentd", {}).get("status"), loud)
+    assert outcome == ("completed", []), (
+        f"agentd: {sample['store'].get('agentd')}\nscore: {sample['scores']}\n"
+        f"host tool events: {_host_tool_events(sample)}\n"
+        f"stderr: {sample['store']['agentd_stderr'][-4000:]}")
+    return lines
+
+
 def test_agentd_calls_a_host_tool_through_inspects_bridged_mcp_server(logs) -> None:
     sample = _sample(logs["proposal_exempt"])
+    lines = _ran_clean(sample)
     assert sample["scores"]["includes"]["value"] == "C"
-    assert sample["store"]["agentd"]["status"] == "completed"
     assert "/mcp/host" in sample["store"]["mcp_url"]
     # the host tool ran once, on the host, with the arguments agentd sent
-    assert sample["store"]["add_calls"] == [QUESTION_ARGS]
+    assert sample["store"].get("add_calls") == [QUESTION_ARGS], _host_tool_events(sample)
     (event,) = _host_tool_events(sample)
     assert (event["function"], event["arguments"], event["result"]) == ("add", QUESTION_ARGS, "42")
     assert "error" not in event or event["error"] is None
-    # inspect's server conventions are taken quietly
-    lines = _log_lines(sample)
+    # inspect's server conventions are taken quietly (_ran_clean: no warning)
     (handshake,) = [r for r in lines if r["event"] == "mcp.handshake"]
     assert (handshake["server"], handshake["protocol_version"]) == ("host", "2025-03-26")
     events = {r["event"]: r for r in lines}
     assert "-32601" in events["mcp.discover.fallback"]["reason"]
     assert events["mcp.stream.not_offered"]["status"] == 405
-    loud = [r for r in lines if r["level"] in ("warning", "error")]
-    assert loud == [], loud
 
 
 def test_inspects_default_proposal_check_finds_agentds_description(logs) -> None:
@@ -79,14 +89,12 @@ def test_inspects_default_proposal_check_finds_agentds_description(logs) -> None
     whole -- for a description of at least 64 characters, inspect's own floor for
     a text with a preamble (docs/harnesses.md)."""
     sample = _sample(logs["proposal_checked"])
-    assert sample["store"]["add_calls"] == [QUESTION_ARGS]
+    _ran_clean(sample)
+    assert sample["store"].get("add_calls") == [QUESTION_ARGS], _host_tool_events(sample)
     (event,) = _host_tool_events(sample)
     assert event["metadata"]["bridge"]["grant"] != "denied"
     assert (event["function"], event["arguments"], event["result"]) == ("add", QUESTION_ARGS, "42")
     assert sample["scores"]["includes"]["value"] == "C"
-    assert sample["store"]["agentd"]["status"] == "completed"
-    loud = [r for r in _log_lines(sample) if r["level"] in ("warning", "error")]
-    assert loud == [], loud
     declared = next(t["description"] for e in sample["events"] if e["event"] == "model"
                     for t in e["tools"] if t["name"] == "host__add")
     if declared.startswith("attachment://"):  # inspect stores long strings aside
