@@ -228,7 +228,8 @@ MCP_SECONDS = _h("agentd_mcp_call_duration_seconds",
                  "Latency of MCP tools/call requests.", "server", "tool")
 SUBAGENTS_LIVE = _g("agentd_subagents_live", "Subagents running now.")
 SUBAGENTS = _c("agentd_subagents_total",
-               "Subagents by status: spawned, and each terminal status.", "status")
+               "Subagents by status: spawned, resumed (a journaled run an earlier process "
+               "held, driven again), and each terminal status.", "status")
 REFUSALS = _c("agentd_spawn_refusals_total", "Spawns refused, by the cap that refused them.",
               "cap")
 SERVED = _c("agentd_served_requests_total",

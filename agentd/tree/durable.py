@@ -153,7 +153,7 @@ class Durable:
                                             item.record), time.time())
             return
         self.registry.restore(run)
-        metrics.SUBAGENTS.inc("spawned")
+        metrics.SUBAGENTS.inc("resumed")
         self.log.info("journal.resumed", handle=run.handle, steps=len(item.steps),
                       turns=len(item.sends))
         attrs: dict[str, Any] = {"agentd.handle": run.handle, "agentd.resumed": True}

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import peers
 import pytest
 from agentd_proc import Agentd, start_agentd
@@ -150,6 +151,16 @@ async def on(event: asyncio.Event, what: str) -> None:
         raise AssertionError(f"never happened: {what}") from None
 
 
+async def subagent_counts(w: Worker) -> dict[str, float]:
+    """`agentd_subagents_total` of the worker's /metrics, by status."""
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{w.port}/metrics") as r:
+        assert r.status == 200
+        text = await r.text()
+    prefix = 'agentd_subagents_total{status="'
+    return {line[len(prefix):].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
 async def loaded(journal: Path) -> list[Loaded | Broken]:
     """The journal as the next worker will find it (the worker has exited)."""
     j = Journal.open(str(journal))
@@ -184,9 +195,13 @@ async def test_sigkill_mid_run_resumes_the_run_and_its_subagent(agentd_bin, tmp_
         await again.wait_for_event("journal.resumed", handle=handle)
         async with w.client() as c:
             state = await finished(c, handle)
+        counts = await subagent_counts(w)
         await w.stop()
     assert state["status"] == "completed", state
     assert "child done" in json.dumps(state["result"])
+    # the new process drove the served run again (resumed, not spawned) and its
+    # replay spawned the subagent again; both completed there
+    assert counts == {"resumed": 1, "spawned": 1, "completed": 2}, counts
     # each recorded step's request reached the model (and the tool) once; the
     # subagent's request in flight at the kill was asked again (never answered)
     assert model.seen == {("parent job", 0): 1, ("child job", 0): 1, ("child job", 1): 2,
