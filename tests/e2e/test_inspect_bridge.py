@@ -10,11 +10,11 @@ inspect's JSON eval logs (the host tool's events, the store, the score).
 
 That server follows the harness conventions agentd must take without a
 warning: revision 2025-03-26, -32601 (HTTP 200) to `server/discover`, 405 on
-GET. Its default proposal check (a host tool runs only for a call it matches
-to a model proposal, by the tool description the agent declared) cannot match
-agentd's fenced descriptions (`[UNTRUSTED] … [END UNTRUSTED]`): the second
-test pins that, the first uses inspect's documented opt-out
-(`require_proposal=False`); docs/batch.md says which to use.
+GET. The first test serves the tool with inspect's opt-out
+(`require_proposal=False`); the second with its default proposal check (a host
+tool runs only for a call it matches to a model proposal, by the tool
+description the agent declared), which finds the served description behind
+agentd's `[UNTRUSTED] ` mark (docs/harnesses.md says when it cannot).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ URL (`mcp_url`) and the arguments the host tool ran with (`add_calls`).
 Two tasks, one per setting of inspect's proposal check (a host tool runs only
 for a call the bridge matched to a model proposal by the tool's description as
 the agent declared it): `proposal_exempt` serves the tool with
-`require_proposal=False`, `proposal_checked` with inspect's default, which
-cannot match agentd's fenced descriptions (docs/harnesses.md, "inspect_swe").
+`require_proposal=False`, `proposal_checked` with inspect's default, which finds
+the served description behind agentd's mark (docs/harnesses.md, "inspect_swe").
 """
 
 from __future__ import annotations
