@@ -14,7 +14,10 @@ that spawned it, truncated.  Why each part:
 * the incarnation (random per process start, or the journal's id for a worker
   with ``--journal``, so its handles outlive a restart) lets a restarted owner
   answer a handle of its former self with the terminal "worker lost" body
-  instead of "unknown handle";
+  instead of "unknown handle"; its first bit says which of the two it is
+  (:func:`incarnation`), so any worker can tell from a verified handle alone
+  that its owner journals its runs, even one that has never heard that owner
+  answer a probe (it started while the owner was down);
 * the principal inside the MAC makes the ownership rule checkable by every
   worker: another principal's handle fails verification, so it is unknown
   everywhere, the same answer a single worker gives;
@@ -69,6 +72,7 @@ __all__ = [
     "RelayVerifier",
     "Signed",
     "body_digest",
+    "incarnation",
     "mint_handle",
     "mint_session",
     "parse_handle",
@@ -89,6 +93,7 @@ _TOKEN_BYTES: Final = INCARNATION_BYTES + RANDOM_BYTES + MAC_BYTES
 _TOKEN_CHARS: Final = 40  # base32 of 25 bytes, unpadded
 _TOKEN_RE: Final = re.compile(r"[a-z2-7]{40}")
 MAX_HANDLE: Final = 512  # a longer handle is unknown without being parsed
+DURABLE_MARK: Final = 0x80  # an incarnation's first bit: its worker journals its runs
 
 RELAY_HEADER: Final = "Agentd-Pool-Auth"
 RELAY_PRINCIPAL_HEADER: Final = "Agentd-Pool-Principal"
@@ -123,12 +128,26 @@ class PoolKey:
         return m.digest()
 
 
+def incarnation(seed: bytes, *, durable: bool) -> bytes:
+    """A worker's incarnation from the first bytes of ``seed`` (its journal's id,
+    or random per process), its first bit set when ``durable`` (``--journal``)
+    and clear otherwise.  The bit lies under every handle's MAC, so it cannot be
+    set on a handle by anyone but the owner."""
+    head = seed[0] | DURABLE_MARK if durable else seed[0] & ~DURABLE_MARK
+    return bytes([head]) + seed[1:INCARNATION_BYTES]
+
+
 class HandleRef(NamedTuple):
     """A verified pool handle: who owns it, which incarnation, its top handle."""
 
     owner: str
     incarnation: bytes
     top: str  # served.<owner>.<token>: the run the whole subtree belongs to
+
+    @property
+    def durable(self) -> bool:
+        """Minted by a worker with a journal: its run outlives the owner's process."""
+        return bool(self.incarnation[0] & DURABLE_MARK)
 
 
 def _b32(raw: bytes) -> str:

@@ -74,13 +74,15 @@ class PeerState:
     free: int = 0  # spawn slots the peer reported free with its last answer
     durable: bool = False  # its last answer said it journals its runs (they outlive it)
 
-    def holds(self, incarnation: bytes) -> bool:
+    def holds(self, incarnation: bytes, *, durable: bool = False) -> bool:
         """Whether the runs of ``incarnation`` still live with this peer: it has not
         answered with another incarnation, and it is not dead, unless durable (a
-        durable peer that is down is restarting, its runs journaled)."""
+        durable peer that is down is restarting, its runs journaled).  ``durable``:
+        the incarnation itself says so (a handle's, agentd.pool.handles), for a
+        peer this worker has not yet heard answer."""
         if self.incarnation not in (None, incarnation):
             return False
-        return self.status != "dead" or self.durable
+        return self.status != "dead" or self.durable or durable
 
 
 @dataclass(slots=True)

@@ -92,6 +92,7 @@ class Where(NamedTuple):
     internal: str | None = None
     owner: str | None = None
     lost: dict[str, Any] | None = None
+    durable: bool = False  # the handle's owner journals its runs (its incarnation says so)
 
 
 class PoolServed:
@@ -109,8 +110,9 @@ class PoolServed:
         self.me = spec.id
         self.capacity = capacity  # this worker's --max-subagents: its free slots' ceiling
         self.durable = journal_id is not None
-        self.incarnation = journal_id if journal_id is not None \
-            else os.urandom(handles.INCARNATION_BYTES)
+        self.incarnation = handles.incarnation(
+            journal_id if journal_id is not None else os.urandom(handles.INCARNATION_BYTES),
+            durable=self.durable)
         self.relay = Relay(self.key, self.me, {p.id: p.url for p in spec.peers},
                            ssl_context=ssl_context, open_members=spec.dns is not None)
         self.membership = Membership(self.me, dead_after=spec.dead_after)
@@ -275,10 +277,10 @@ class PoolServed:
             return None
         if ref.owner != self.me:
             peer = self.membership.peers.get(ref.owner)
-            if peer is not None and not peer.holds(ref.incarnation):
+            if peer is not None and not peer.holds(ref.incarnation, durable=ref.durable):
                 # dead (and not durable), or answering with another incarnation since
                 return Where(lost=lost_body(handle, ref.owner))
-            return Where(owner=ref.owner)
+            return Where(owner=ref.owner, durable=ref.durable)
         if ref.incarnation != self.incarnation:  # this worker restarted since
             return Where(lost=lost_body(handle, self.me))
         internal = self.internal(handle)
@@ -287,16 +289,18 @@ class PoolServed:
         return Where(internal=internal)
 
     async def call(self, owner: str, op: str, handle: str, message: str | None,
-                   principal: str, *, arguments: dict[str, Any] | None = None) -> RelayAnswer:
+                   principal: str, *, arguments: dict[str, Any] | None = None,
+                   durable: bool = False) -> RelayAnswer:
         """One operation relayed to ``owner`` (raises a PoolError of kind "unavailable";
-        for a durable owner, in words saying its runs are journaled: retry)."""
+        for a durable owner, in words saying its runs are journaled: retry).  A durable
+        owner is one whose probe answer said so, or, ``durable``, whose handle does."""
         request = RelayRequest(op=op, handle=handle, message=message,  # type: ignore[arg-type]
                                arguments=arguments)
         try:
             return await self.relay.call(owner, request, principal)
         except PoolError as exc:
             peer = self.membership.peers.get(owner)
-            if peer is None or not peer.durable:
+            if not (durable or (peer is not None and peer.durable)):
                 raise
             raise PoolError(f"pool member {owner} holding this run is not answering "
                             f"(restarting?); its runs are journaled there: retry ({exc})",
@@ -387,7 +391,8 @@ class PoolBackend:
         if where.lost is not None:
             return where.lost
         if where.owner is not None:
-            answer = await self.pool.call(where.owner, op, handle, message, principal)
+            answer = await self.pool.call(where.owner, op, handle, message, principal,
+                                          durable=where.durable)
             if answer.kind == "refused":
                 return Refusal(answer.text or "spawn refused")
             if answer.kind != "body" or answer.body is None:

@@ -265,6 +265,33 @@ def test_the_probe_mac_binds_durable_and_keeps_the_non_durable_mac() -> None:
     assert plain == KEY.mac(b"probe", b"w2", b"ab12", b"3", b"nonce-1").hex()
 
 
+def test_an_incarnation_says_whether_its_worker_journals_its_runs() -> None:
+    for seed in (b"\x00" * 5, b"\xff" * 5, os.urandom(5), b"jrnl1"):
+        durable, plain = h.incarnation(seed, durable=True), h.incarnation(seed, durable=False)
+        assert len(durable) == len(plain) == h.INCARNATION_BYTES
+        assert durable[1:] == plain[1:] == seed[1:]  # only the first bit differs
+        assert durable[0] | 0x80 == durable[0] and plain[0] & 0x80 == 0
+        assert durable[0] & 0x7F == plain[0] == seed[0] & 0x7F
+        for inc, want in ((durable, True), (plain, False)):
+            handle = h.mint_handle(KEY, "w1", inc, os.urandom(10), "alice")
+            ref = h.parse_handle(KEY, handle, "alice")
+            assert ref is not None and ref.incarnation == inc and ref.durable is want
+
+
+def test_a_dead_peer_never_heard_holds_only_durable_handles() -> None:
+    """A peer dead before it ever answered: only a handle whose incarnation says
+    its owner journals its runs is still held (agentd.pool.handles.incarnation)."""
+    m = Membership("w1")
+    m.set_peers({"w2"}, 0.0)
+    assert _dies(m, "w2")[-1] == Transition("w2", "dead")
+    assert m.peers["w2"].holds(b"jrnl1", durable=True)
+    assert not m.peers["w2"].holds(b"jrnl1")
+    # once it answers, an incarnation other than the handle's is a loss either way
+    m.due(100.0)
+    m.answered("w2", b"jrnl2", 2, 100.0, durable=True)
+    assert not m.peers["w2"].holds(b"jrnl1", durable=True)
+
+
 def test_a_token_carries_its_incarnation() -> None:
     handle = _mint("w1")
     assert h.token_incarnation(handle.split(".")[2]) == INC

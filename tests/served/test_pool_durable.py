@@ -5,10 +5,12 @@ the tree's contract without a tree) and the prober's clock is injected, so "dead
 is reached by moving the clock, not by waiting.
 
 The owner ``w2`` journals its runs: its probes say ``durable: true`` and its
-incarnation is its journal's id.  While it is down its handles stay its own on
-``w1`` (the retryable refusal, a subscriber's watch waits); restarted on the same
-journal it adopts its run's pool name and answers it again; restarted on another
-journal (a node loss) its former handles read "worker lost".
+incarnation is its journal's id, marked durable.  While it is down its handles
+stay its own on ``w1`` (the retryable refusal, a subscriber's watch waits), even
+when ``w1`` started after it went down and never heard it answer (the handle's
+incarnation says so); restarted on the same journal it adopts its run's pool name
+and answers it again; restarted on another journal (a node loss) its former
+handles read "worker lost".
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from agentd.agent.subagents import SpawnRequest, Unknown
 from agentd.config.model import PoolPeer, PoolSpec
 from agentd.errors import PoolError
 from agentd.obs import health
+from agentd.pool import handles
 from agentd.pool.link.prober import Prober
 from agentd.served.backend import LocalServed
 from agentd.served.pool import PoolBackend, PoolServed, Where
@@ -33,6 +36,8 @@ from agentd.served.pool import PoolBackend, PoolServed, Where
 KEY = "pool-key-for-durable-tests-7c1e"
 JOURNAL = b"jrnl1"
 OTHER_JOURNAL = b"jrnl2"
+INCARNATION = handles.incarnation(JOURNAL, durable=True)  # what w2's probes answer
+OTHER_INCARNATION = handles.incarnation(OTHER_JOURNAL, durable=True)
 
 
 class Worker:
@@ -102,7 +107,7 @@ async def test_a_durable_owner_down_then_back_keeps_its_runs_then_a_node_loss_lo
     handle = body["handle"]
     w2.runs.finish("served.1", "the answer")
     async with observer(ports) as (w1, now):
-        await _answered(w1, JOURNAL)
+        await _answered(w1, INCARNATION)
         assert w1.pool.membership.peers["w2"].durable  # carried by the signed probe
         done = await w1.backend.operate("status", handle, None, "alice")
         assert isinstance(done, dict) and done["result"] == "the answer"
@@ -111,7 +116,7 @@ async def test_a_durable_owner_down_then_back_keeps_its_runs_then_a_node_loss_lo
         await w2.down()
         now[0] += 100.0
         await until(lambda: w1.pool.membership.status("w2") == "dead", what="w2 called dead")
-        assert w1.pool.where(handle, "alice") == Where(owner="w2")
+        assert w1.pool.where(handle, "alice") == Where(owner="w2", durable=True)
         with pytest.raises(PoolError, match="pool member w2 holding this run is not answering "
                                             r"\(restarting\?\); its runs are journaled there: "
                                             "retry") as refused:
@@ -135,7 +140,7 @@ async def test_a_durable_owner_down_then_back_keeps_its_runs_then_a_node_loss_lo
         w2b.runs.finish("served.1", "the answer")
         await w2b.up()
         now[0] += w1.pool.membership.interval
-        await _answered(w1, JOURNAL)
+        await _answered(w1, INCARNATION)
         await asyncio.wait_for(ended.wait(), 60)  # the watch saw the terminal body
         back = await w1.backend.operate("status", handle, None, "alice")
         assert isinstance(back, dict) and back["status"] == "completed"
@@ -150,13 +155,51 @@ async def test_a_durable_owner_down_then_back_keeps_its_runs_then_a_node_loss_lo
         w2c = Worker("w2", ports, journal=OTHER_JOURNAL)
         await w2c.up()
         now[0] += 100.0
-        await _answered(w1, OTHER_JOURNAL)
+        await _answered(w1, OTHER_INCARNATION)
         lost = await w1.backend.operate("status", handle, None, "alice")
         assert isinstance(lost, dict) and lost["status"] == "failed"
         assert lost["result"].startswith("worker lost: pool member w2")
         # and on w2 itself a handle of another journal's incarnation reads lost
         assert w2c.pool.where(handle, "alice").lost is not None
         await w2c.down()
+
+
+async def test_a_peer_that_never_heard_a_durable_owner_holds_its_handles() -> None:
+    """w1 starts while w2 is down (a pool restarted at once) and calls it dead
+    without ever hearing it answer: w2's handle says it journals its runs, so w1
+    refuses retryably and waits, and the run answers once w2 is back.  A handle
+    of an owner without a journal, in the same spot, reads "worker lost"."""
+    ports = _ports()
+    w2 = Worker("w2", ports, journal=JOURNAL)
+    body = await w2.backend.spawn(SpawnRequest("work", mode="async"), "alice")
+    plain = Worker("w2", ports)  # the same owner id, without a journal
+    plain_body = await plain.backend.spawn(SpawnRequest("work", mode="async"), "alice")
+    await plain.pool.close()
+    assert isinstance(body, dict) and isinstance(plain_body, dict)
+    handle = body["handle"]
+    async with observer(ports) as (w1, now):
+        await until(lambda: "w2" in w1.pool.membership.peers, what="w1 knows its peer")
+        now[0] += 100.0  # w2 never answered: dead
+        await until(lambda: w1.pool.membership.status("w2") == "dead", what="w2 called dead")
+        assert w1.pool.membership.peers["w2"].incarnation is None  # never heard
+        assert w1.pool.where(handle, "alice") == Where(owner="w2", durable=True)
+        with pytest.raises(PoolError, match="its runs are journaled there: retry") as refused:
+            await w1.backend.operate("status", handle, None, "alice")
+        assert refused.value.kind == "unavailable"
+        lost = await w1.backend.operate("status", plain_body["handle"], None, "alice")
+        assert isinstance(lost, dict) and lost["result"].startswith("worker lost")
+        ended = asyncio.Event()
+        assert w1.backend.subscribe(f"agent://subagents/{handle}", handle, "alice", None,
+                                    lambda _: ended.set()) == "held"
+        # w2 comes up (its run resumed, its name adopted) and answers
+        w2.runs.finish("served.1", "the answer")
+        await w2.up()
+        now[0] += w1.pool.membership.interval
+        await _answered(w1, INCARNATION)
+        await asyncio.wait_for(ended.wait(), 60)  # the watch saw the terminal body
+        back = await w1.backend.operate("status", handle, None, "alice")
+        assert isinstance(back, dict) and back["result"] == "the answer"
+        await w2.down()
 
 
 async def test_adopt_takes_only_this_workers_own_names() -> None:
