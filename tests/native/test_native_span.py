@@ -2,7 +2,7 @@
 
 Each twin is its own module with its own settings and context variable, so
 each test configures the twin it runs on. What a span does is the facade's
-contract (`agentd.obs.trace`); the facade's own tests (tests/obs/test_obs.py) run
+contract (`agentd.obs.trace`); the facade's own tests (tests/obs/test_trace.py) run
 on whichever twin is installed, these on both.
 """
 

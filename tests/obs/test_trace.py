@@ -1,10 +1,8 @@
-"""Seeing a running tree: traces, metrics, health probes and `agentd top`.
+"""Traces of a running tree, and the OTLP exporter that sends them.
 
-Real peers throughout: an OTLP/HTTP receiver decoding the exported protobuf
-with the official `opentelemetry-proto` types; an official-SDK MCP server that
-records the `_meta.traceparent` of each call (tests/support/obs_servers.py); Debian's
-Prometheus scraping a serving agentd; `agentd top` driven in a pseudo-terminal
-(pexpect) against a worker whose served run is three levels deep.
+Real peers: an OTLP/HTTP receiver decoding the exported protobuf with the
+official `opentelemetry-proto` types; an official-SDK MCP server that records the
+`_meta.traceparent` of each call (tests/support/obs_servers.py).
 """
 
 from __future__ import annotations
@@ -13,43 +11,19 @@ import asyncio
 import hashlib
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from agentd_proc import agentd_env, run_agentd, start_agentd
+from agentd_proc import agentd_env, run_agentd
 from logcapture import events
-from obs_peers import OtlpReceiver, Prometheus, prometheus_bin
+from obs_peers import OtlpReceiver
+from obs_worker import http_get, write_book
 from peers import ROOT, free_port, python_peer, require_modules
-from waiting import until
 
-TOKEN = "obs-bearer-7f3a9c"
 SECRET = "s3cret-obs-header-value-91d2"
-
-
-def _book(tmp: Path, scripts: list[dict]) -> Path:
-    path = tmp / "book.json"
-    path.write_text(json.dumps({"playback": 1, "scripts": scripts}))
-    return path
-
-
-def _get(url: str, *, bearer: str | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(url)
-    if bearer:
-        req.add_header("Authorization", f"Bearer {bearer}")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
 
 TREE_SCRIPTS = [
     {"name": "grandchild", "match": "[grandchild]", "turns": [
@@ -74,7 +48,7 @@ async def test_one_trace_from_the_root_to_an_mcp_server(agentd_bin, tmp_path) ->
     """root -> child -> grandchild -> an SDK MCP server: one trace id, and the
     server's `_meta.traceparent` names the span of the call that reached it."""
     require_modules("opentelemetry.proto", "mcp")
-    book = _book(tmp_path, TREE_SCRIPTS)
+    book = write_book(tmp_path, TREE_SCRIPTS)
     config = tmp_path / "agentd.toml"
     with python_peer("obs_servers.py") as sdk:
         config.write_text(f'[[mcp_servers]]\nname = "sdk"\nurl = "{sdk.url}"\n'
@@ -88,7 +62,7 @@ async def test_one_trace_from_the_root_to_an_mcp_server(agentd_bin, tmp_path) ->
                 "--config", str(config)], env=env)
             assert done.rc == 0, done.stderr
             await otlp.wait_for("agentd.run")
-        status, text = await asyncio.to_thread(_get, sdk.url.removesuffix("/mcp") + "/seen")
+        status, text = await asyncio.to_thread(http_get, sdk.url.removesuffix("/mcp") + "/seen")
         assert status == 200
         seen = json.loads(text)
 
@@ -158,7 +132,7 @@ async def test_tracing_off_loads_nothing_and_exports_nothing(agentd_bin, tmp_pat
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "None", "False", "False"]
 
-    book = _book(tmp_path, [{"turns": [{"content": "ok"}]}])
+    book = write_book(tmp_path, [{"turns": [{"content": "ok"}]}])
     async with OtlpReceiver() as otlp:
         done = await run_agentd(agentd_bin, ["--instruction", "x", "--intelligence",
                                              f"playback:{book}"],
@@ -625,280 +599,3 @@ def test_relay_in_skips_malformed_records_and_scrubs(monkeypatch) -> None:
     assert len(name) == 256 and parent == int(sid, 16) and kind == "internal"
     assert attrs == {"agentd.handle": "0.3"} and len(error) == 256
 
-
-def test_refusal_caps_are_a_small_fixed_set() -> None:
-    import msgspec
-
-    from agentd.agent.subagents import SpawnRequest
-    from agentd.tree.admission import CallerView, TreeView, admit
-
-    tree = TreeView(max_depth=4, max_children=16, max_subagents=256, live=0, tokens=0,
-                    ceiling=50000)
-    caller = CallerView(handle="0.2", running=True, scope=frozenset(), live_children=0,
-                        minted=0)
-
-    def cap(tree=tree, handle="0.2", caller=caller, request=SpawnRequest("x")):
-        return admit(tree, handle, caller, request).cap
-
-    assert cap(handle="0.2.1.3") == "max_depth"
-    assert cap(tree=msgspec.structs.replace(tree, tokens=50000)) == "token_ceiling"
-    assert cap(request=SpawnRequest("x", tool_scope=("x",))) == "tool_scope"
-    assert cap(caller=None) == "not_running"
-    assert cap(tree=msgspec.structs.replace(tree, closing=True)) == "shutting_down"
-    assert cap(request=SpawnRequest("x", mode="x")) == "mode"  # type: ignore[arg-type]
-
-
-# ------------------------------------------------------------------ metrics
-
-def test_exposition_format_units() -> None:
-    from agentd.obs.metrics import Counter, Gauge, Histogram, Registry
-
-    reg = Registry()
-    c = reg.add(Counter("x_total", "Things.", ("kind",)))
-    g = reg.add(Gauge("y", "Level."))
-    h = reg.add(Histogram("z_seconds", "Latency.", ("op",), buckets=(0.1, 1.0)))
-    c.inc('a"b\\c\nd')
-    c.inc("plain", n=2)
-    g.source(lambda: {(): 3})
-    g.set(4)
-    h.observe(0.05, "read")
-    h.observe(0.5, "read")
-    h.observe(5, "read")
-    text = reg.render().decode()
-    assert '# TYPE x_total counter' in text
-    assert 'x_total{kind="a\\"b\\\\c\\nd"} 1' in text
-    assert 'x_total{kind="plain"} 2' in text
-    assert "y 7" in text  # the set value plus the source
-    assert 'z_seconds_bucket{op="read",le="0.1"} 1' in text
-    assert 'z_seconds_bucket{op="read",le="1.0"} 2' in text
-    assert 'z_seconds_bucket{op="read",le="+Inf"} 3' in text
-    assert 'z_seconds_count{op="read"} 3' in text and 'z_seconds_sum{op="read"} 5.55' in text
-
-
-def _worker(agentd_bin: str, book: Path, port: int, *extra: str):
-    return start_agentd(agentd_bin, [
-        "--instruction", "[worker] serve", "--intelligence", f"playback:{book}",
-        "--mode", "reactive", "--subscribe", "file:///nowhere",
-        "--serve-mcp", f"http://127.0.0.1:{port}", "--serve-bearer", TOKEN, *extra],
-        env=agentd_env(OTEL_SDK_DISABLED="true"))
-
-
-async def _spawn(url: str, instruction: str, *, wait: bool = True) -> dict:
-    from agentd.config.model import ServerSpec
-    from agentd.mcp import MCPClient
-
-    spec = ServerSpec(name="worker", url=url, headers={"Authorization": f"Bearer {TOKEN}"})
-    async with MCPClient(spec, ping_interval=None) as c:
-        r = await c.call_tool("subagent.spawn", {"instruction": instruction,
-                                                 "async": not wait})
-        assert not r.is_error, r.text
-        return r.structured if isinstance(r.structured, dict) else json.loads(r.text)
-
-
-async def test_prometheus_scrapes_a_serving_worker(agentd_bin, tmp_path) -> None:
-    """A real Prometheus scrapes /metrics (behind the listener's bearer) and sees
-    a served run's step and end move the counters."""
-    binary = prometheus_bin()
-    book = _book(tmp_path, [{"name": "quick", "match": "[quick]",
-                             "turns": [{"content": "done",
-                                        "usage": {"prompt_tokens": 4, "completion_tokens": 6}}]},
-                            {"name": "worker", "turns": [{"content": "idle"}]}])
-    port = free_port()
-    worker = await _worker(agentd_bin, book, port)
-    try:
-        await worker.wait_for_event("reactive.ready")
-        base = f"http://127.0.0.1:{port}"
-        assert _get(base + "/metrics")[0] == 401  # same auth as the MCP endpoint
-        status, text = _get(base + "/metrics", bearer=TOKEN)
-        assert status == 200 and "agentd_build_info" in text
-        with Prometheus(binary, tmp_path / "prom", f"127.0.0.1:{port}", bearer=TOKEN) as prom:
-            await prom.wait_value('up{job="agentd"}', 1)  # scraped and parsed
-            await prom.wait_value('agentd_subagents_total{status="spawned"} or vector(0)', 0)
-            body = await _spawn(base + "/mcp", "[quick] answer")
-            assert body["status"] == "completed"
-            await prom.wait_value('agentd_subagents_total{status="completed"}', 1)
-            await prom.wait_value("agentd_loop_steps_total", 1)
-            await prom.wait_value('sum(agentd_tokens_total{model="playback"})', 10)
-            await prom.wait_value("agentd_subagents_live", 0)
-            await prom.wait_value('sum(agentd_control_frames_total) > bool 0', 1)
-    finally:
-        worker.signal(signal.SIGTERM)
-        done = await worker.done()
-    assert done.rc == 130, done.stderr
-    assert TOKEN not in done.stderr
-
-
-# ------------------------------------------------------------------ health
-
-async def test_readyz_goes_false_at_the_start_of_a_drain(agentd_bin, tmp_path) -> None:
-    """/readyz answers 503 "draining" from the first signal while the in-flight
-    wake finishes; /healthz stays 200; the drain then ends with exit 130."""
-    require_modules("mcp")
-    book = _book(tmp_path, [{"name": "worker", "repeat_last": True,
-                             "turns": [{"delay": 6, "content": "woke"}]}])
-    port = free_port()
-    with python_peer("sdk_servers.py") as sdk:
-        worker = await start_agentd(agentd_bin, [
-            "--instruction", "[worker] watch", "--intelligence", f"playback:{book}",
-            "--mcp", f"sdk={sdk.url}", "--mode", "reactive", "--subscribe", "mem://watched",
-            "--serve-mcp", f"http://127.0.0.1:{port}", "--drain-timeout", "30"],
-            env=agentd_env(OTEL_SDK_DISABLED="true"))
-        try:
-            await worker.wait_for_event("reactive.ready")
-            base = f"http://127.0.0.1:{port}"
-            # ready, and what it watches and how (docs/operations.md)
-            assert _get(base + "/readyz") == (200, "ready\nwatch subscribe sdk mem://watched\n")
-            assert _get(base + "/healthz") == (200, "ok\n")
-            await asyncio.to_thread(urllib.request.urlopen, urllib.request.Request(
-                sdk.url.removesuffix("/mcp") + "/update?value=v1", method="POST"), timeout=10)
-            await worker.wait_for_event("reactive.wake")
-            assert _get(base + "/readyz")[0] == 200  # busy is still ready
-            worker.signal(signal.SIGTERM)
-            async def draining() -> str | None:
-                status, text = await asyncio.to_thread(_get, base + "/readyz")
-                return text if status == 503 else None
-            text = await until(draining, limit=30, what="/readyz answers 503")
-            assert text.startswith("not ready: draining")
-            assert text.endswith("\nwatch subscribe sdk mem://watched\n")
-            assert _get(base + "/healthz")[0] == 200  # alive while it drains
-        finally:
-            done = await worker.done()
-    assert done.rc == 130, done.stderr
-    assert done.events("reactive.draining")
-
-
-async def test_metrics_listen_in_task_mode(agentd_bin, tmp_path) -> None:
-    """`--metrics-listen`: a task run with no MCP listener still has /metrics and
-    the probes on their own loopback listener, for the run's whole life."""
-    book = _book(tmp_path, [{"turns": [{"delay": 30, "content": "never"}]}])
-    port = free_port()
-    config = tmp_path / "agentd.toml"  # the /metrics bearer as a secret reference
-    config.write_text('metrics_bearer = "{{secret:METRICS}}"\n')
-    agent = await start_agentd(agentd_bin, [
-        "--instruction", "think", "--intelligence", f"playback:{book}", "--config", str(config),
-        "--metrics-listen", f"127.0.0.1:{port}"],
-        env=agentd_env(OTEL_SDK_DISABLED="true", AGENTD_SECRET_METRICS=TOKEN))
-    try:
-        await agent.wait_for_event("obs.metrics.listening")
-        base = f"http://127.0.0.1:{port}"
-        assert _get(base + "/metrics")[0] == 401
-        status, text = _get(base + "/metrics", bearer=TOKEN)
-        assert status == 200 and 'agentd_build_info{version="' in text
-        assert _get(base + "/readyz") == (200, "ready\n")
-        assert _get(base + "/healthz") == (200, "ok\n")
-    finally:
-        agent.signal(signal.SIGTERM)
-        done = await agent.done()
-    assert done.rc == 130 and done.result["status"] == "interrupted"
-    assert TOKEN not in done.stderr
-
-
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--metrics-listen", "nope"], "expected HOST:PORT"),
-    (["--metrics-listen", "0.0.0.0:9464"], "needs --metrics-bearer"),
-    (["--metrics-bearer", "t0ken-x"], "needs --metrics-listen"),
-])
-def test_metrics_listen_usage_errors(agentd_bin, argv, needle) -> None:
-    proc = subprocess.run([agentd_bin, "--instruction", "x", "--intelligence",
-                           "playback:/nonexistent", *argv], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2 and needle in proc.stderr and proc.stdout == ""
-
-
-# ------------------------------------------------------------------ agentd top
-
-
-def test_top_age_is_a_handles_age_a_finished_one_says_how_long_it_ran() -> None:
-    """A handle that ran 2 s and ended 58 s ago is 60 s old: AGE says 1m00s and
-    its status `completed in 2.0s` (the row used to give its run time as age)."""
-    from agentd.cli.top import rows
-    from agentd.tree.child_run import ChildRun
-
-    run = ChildRun("0.1", "0", frozenset(), "sync", None)
-    run.spawned_at, run.finished_at = 100.0, 102.0
-    run.state.status = "completed"
-    row = run.row(160.0)
-    assert (row["age_ms"], row["ran_ms"]) == (60_000, 2_000)
-    live = ChildRun("0.2", "0", frozenset(), "sync", None)
-    live.spawned_at = 150.0
-    assert "ran_ms" not in live.row(160.0) and live.row(160.0)["age_ms"] == 10_000
-    (done, running) = rows({"tree": [row, live.row(160.0)]})
-    assert done[1] == "completed in 2.0s" and done[5] == "1m00s"
-    assert running[5] == "10.0s" and " in " not in running[1]
-
-THREE_LEVELS = [
-    {"name": "level3", "match": "[level3]", "turns": [{"delay": 60, "content": "c done"}]},
-    {"name": "level2", "match": "[level2]", "turns": [
-        {"tool_calls": [{"name": "agentd__subagent_spawn",
-                         "arguments": {"instruction": "[level3] wait"}}]},
-        {"content": "b done"}]},
-    {"name": "level1", "match": "[level1]", "turns": [
-        {"tool_calls": [{"name": "agentd__subagent_spawn",
-                         "arguments": {"instruction": "[level2] go"}}]},
-        {"content": "a done"}]},
-    {"name": "worker", "turns": [{"content": "idle"}]},
-]
-
-
-async def test_top_in_a_terminal_shows_a_three_level_tree(agentd_bin, tmp_path) -> None:
-    """`agentd top URL --bearer` in a pseudo-terminal: the served run and its two
-    levels of subagents, running, each with its depth and last event; Ctrl-C quits."""
-    require_modules("pexpect", "rich")
-    import pexpect
-
-    book = _book(tmp_path, THREE_LEVELS)
-    port = free_port()
-    worker = await _worker(agentd_bin, book, port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await worker.wait_for_event("reactive.ready")
-        await _spawn(url + "/mcp", "[level1] start", wait=False)
-        await worker.wait_for_event("subagent.spawn", handle="served.1.1.1")
-
-        def drive() -> tuple[str, int | None]:
-            child = pexpect.spawn(agentd_bin, ["top", url, "--interval", "0.5"],
-                                  env={**agentd_env(AGENTD_BEARER=TOKEN), "TERM": "xterm",
-                                       "COLUMNS": "140", "LINES": "40"},
-                                  dimensions=(40, 140), encoding="utf-8", timeout=60)
-            try:
-                child.expect(r"served\.1\.1\.1")
-                screen = child.before + child.after
-                child.expect("step 1: thinking")  # the deepest run's last event
-                screen += child.before + child.after
-                child.sendcontrol("c")
-                child.expect(pexpect.EOF)
-            finally:
-                child.close()
-            return screen, child.exitstatus
-
-        screen, code = await asyncio.to_thread(drive)
-        assert code == 0
-        screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)  # colours, cursor moves
-        assert re.search(r"served\.1\.1\.1\s+running\s+4\s", screen), screen
-        assert "served.1 " in screen and "served.1.1 " in screen
-        assert "HANDLE" in screen and "LAST EVENT" in screen
-        assert TOKEN not in screen
-
-        # --once: one plain frame, the same rows; a wrong bearer is exit 6, no token shown
-        once = await asyncio.to_thread(
-            subprocess.run, [agentd_bin, "top", url, "--once"], capture_output=True,
-            text=True, timeout=60, env=agentd_env(AGENTD_BEARER=TOKEN))
-        assert once.returncode == 0, once.stderr
-        lines = once.stdout.splitlines()
-        assert any(ln.split()[:3] == ["served.1.1.1", "running", "4"] for ln in lines)
-        bad = await asyncio.to_thread(
-            subprocess.run, [agentd_bin, "top", url, "--once", "--bearer", "wrong-token"],
-            capture_output=True, text=True, timeout=60)
-        assert bad.returncode == 6 and "wrong-token" not in bad.stderr + bad.stdout
-    finally:
-        worker.signal(signal.SIGTERM)
-        done = await worker.done()
-    assert done.rc == 130, done.stderr
-
-
-def test_top_usage_errors(agentd_bin) -> None:
-    for argv, needle in ((["top", "ftp://x"], "expected http(s)://host:port"),
-                         (["top", "http://10.1.2.3:8443"], "must be https://"),
-                         (["top", "https://h:1", "--client-cert", "c.pem"], "go together")):
-        proc = subprocess.run([agentd_bin, *argv], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and needle in proc.stderr, (argv, proc.stderr)
