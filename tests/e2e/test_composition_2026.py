@@ -34,7 +34,6 @@ from pathlib import Path
 
 import aiohttp
 import peers
-import pytest
 from agentd_proc import Agentd
 from aiohttp import web
 from waiting import until
@@ -202,7 +201,7 @@ def test_new_parent_drives_and_subscribes_a_2025_worker(agentd_bin, tmp_path) ->
     assert not parent.events("mcp.listen.open")
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # resources/subscribe: it is 2025
+@peers.LEGACY_SUBSCRIBE  # resources/subscribe: it is 2025
 async def test_a_2025_parent_drives_and_subscribes_new_worker(agentd_bin, tmp_path) -> None:
     peers.import_peer("mcp")
     from mcp import Client

@@ -27,7 +27,8 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), peers.LEGACY_SUBSCRIBE,
+              pytest.mark.timeout(300)]
 
 async def _answers(session, handle: str) -> dict:
     """Everything a caller learns of `handle`, with the handle's text masked."""

@@ -23,7 +23,8 @@ mcp = peers.import_peer("mcp", reason="the official MCP Python SDK (pip install 
 httpx2 = peers.import_peer("httpx2")
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), peers.LEGACY_SUBSCRIBE,
+              pytest.mark.timeout(600)]
 
 
 async def test_sdk_auto_mode_through_a_round_robin_balancer(agentd_bin, tmp_path) -> None:

@@ -27,7 +27,7 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), peers.LEGACY_SUBSCRIBE]
 
 TOKENS = {"alice": "tok-alice-8c1f3e", "bob": "tok-bob-27d9a4"}
 

@@ -27,7 +27,7 @@ from agentd.app import serving  # noqa: E402
 from agentd.app.compose import open_supervisor  # noqa: E402
 from agentd.config.serve import parse_serve  # noqa: E402
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), peers.LEGACY_SUBSCRIBE]
 
 TREE_SCRIPTS = [
     {"name": "level-1", "match": "level-one",
