@@ -61,6 +61,9 @@ class SpawnRequest(msgspec.Struct, frozen=True):
     output_contract: str | None = None
     tool_scope: tuple[str, ...] | None = None  # None: the caller's whole scope
     mode: SpawnMode = "sync"
+    # the A2A contextId of a run that is a served A2A task (agentd.served.a2a): it goes
+    # where the request goes, into the run's journal too, so the task outlives a restart
+    a2a_context: str | None = None
 
 
 class HandleState(msgspec.Struct, dict=True):

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agentd.agent.subagents import SubagentBackend, Unavailable
 from agentd.config.model import Config, ServeSpec
 from agentd.config.serve import resolve_bearers
+from agentd.journal.records import RunRecord
 from agentd.log import log
 from agentd.mcp.server.auth import server_ssl_context
 from agentd.mcp.server.http.server import Limits, Runner
@@ -39,9 +40,12 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
                          run_id: str = "", mode: str = "task",
                          limits: Limits | None = None,
                          secrets_dir: str = DEFAULT_SECRETS_DIR,
-                         a2a: bool = False, pool: PoolServed | None = None) -> Runner:
+                         a2a: bool = False, pool: PoolServed | None = None,
+                         restored: Sequence[RunRecord] = ()) -> Runner:
     """Serve the self-MCP at ``/`` and ``/mcp`` of ``spec`` (``--serve-mcp``; spec §3's
-    parent names the worker by host and port alone); returns the runner."""
+    parent names the worker by host and port alone); returns the runner.  ``restored``:
+    the journaled runs the tree brought back (``--journal``); those that were A2A
+    tasks are tasks again."""
     if not spec.loopback and not spec.authenticated:  # config validation already exits 2
         raise ValueError(f"--serve-mcp {spec.url}: a non-loopback listener needs mTLS or a bearer")
     ssl_ctx = server_ssl_context(spec.cert, spec.key, spec.client_ca) \
@@ -63,6 +67,10 @@ async def serve_self_mcp(spec: ServeSpec, backend: SubagentBackend | None = None
                 body_timeout=server.limits.body_timeout))
     if a2a:  # --serve-a2a: the A2A agent on this listener, behind the same guard
         served = A2AServed(backend)
+        for rec in restored:
+            context = rec.request.get("a2a_context")
+            if isinstance(context, str):
+                served.adopt(rec.handle, context, running=not rec.terminal)
         base = mount
 
         def mount(server: Any) -> None:
@@ -98,7 +106,8 @@ async def serve(config: Config, *, run_id: str = "",
                                 reason="minted under another --pool-id or journal identity")
     runner = await serve_self_mcp(config.serve, backend, run_id=run_id, mode=config.mode,
                                   secrets_dir=config.secrets_dir, a2a=config.serve_a2a,
-                                  pool=pool)
+                                  pool=pool,
+                                  restored=journaling.restored if journaling is not None else ())
     stop = asyncio.Event()
     try:
         async with asyncio.TaskGroup() as tg:

@@ -110,6 +110,13 @@ class A2AServed:
         if ev is not None:
             ev.set()
 
+    def adopt(self, handle: str, context_id: str, *, running: bool) -> None:
+        """A task an earlier process on the same journal served (``--journal``), its
+        run restored under its old handle: a task again, in its old context."""
+        self._own(handle, context_id)
+        if running:
+            self._ended[handle] = asyncio.Event()
+
     def _own(self, handle: str, context_id: str) -> None:
         self._contexts[handle] = context_id
         while len(self._contexts) > KEEP_OWNED:
@@ -241,7 +248,8 @@ class A2AServed:
             raise RPCError(-32602, "Invalid params: the message has no text part", side="local")
         context_id = req.message.context_id or uuid.uuid4().hex
         state = await self.backend.spawn(SERVED_CALLER,
-                                         SpawnRequest(instruction=text, mode="async"),
+                                         SpawnRequest(instruction=text, mode="async",
+                                                      a2a_context=context_id),
                                          principal=principal)
         if isinstance(state, Refusal):
             rejected = f"rejected-{uuid.uuid4().hex[:12]}"

@@ -90,7 +90,8 @@ class Worker:
     """One worker's command line, started and stopped again on one journal and port."""
 
     def __init__(self, agentd_bin: str, gw: Gateway, journal: Path | None, *,
-                 tools: GatedTools | None = None, drain: float | None = None) -> None:
+                 tools: GatedTools | None = None, drain: float | None = None,
+                 a2a: bool = False) -> None:
         self.port = peers.free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.journal = journal
@@ -104,6 +105,8 @@ class Worker:
             self.argv += ["--mcp", f"gated={tools.url}"]
         if drain is not None:
             self.argv += ["--drain-timeout", str(drain)]
+        if a2a:
+            self.argv += ["--features", "a2a", "--serve-a2a"]
         self.proc: Agentd | None = None
 
     async def start(self) -> Agentd:
@@ -299,6 +302,43 @@ async def test_results_and_subscriptions_across_a_restart(agentd_bin, tmp_path):
             assert read["result"] == "slow result"
         await w.stop()
     assert model.seen[("quick job", 0)] == 1  # answered from the journal after the restart
+
+
+async def test_an_a2a_task_outlives_a_restart(agentd_bin, tmp_path):
+    """A task sent with the official A2A client (`--serve-a2a`) is a task again after
+    a SIGKILL: GetTask finds it under its id, in the context the client gave it, and
+    it completes."""
+    peers.require_modules("a2a", "httpx")
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import a2a_pb2 as pb
+
+    reached, never = asyncio.Event(), asyncio.Event()
+    model = Model({"the a2a job": held(reached, never, "a2a result")})
+    async with Gateway([model] * 20) as gw:
+        w = Worker(agentd_bin, gw, tmp_path / "journal", a2a=True)
+        await w.start()
+        base = f"http://127.0.0.1:{w.port}"
+        client = await create_client(base, client_config=ClientConfig(streaming=False))
+        req = pb.SendMessageRequest(message=pb.Message(
+            message_id="m1", role=pb.Role.ROLE_USER, context_id="ctx-7",
+            parts=[pb.Part(text="do the a2a job")]))
+        req.configuration.return_immediately = True
+        [ack] = [ev async for ev in client.send_message(req)]
+        task_id = ack.task.id
+        await on(reached, "the task's model request")
+        await w.kill()
+        again = await w.start()
+        await again.wait_for_event("journal.resumed", handle=task_id)
+        client = await create_client(base, client_config=ClientConfig(streaming=False))
+
+        async def completed() -> Any:
+            task = await client.get_task(pb.GetTaskRequest(id=task_id))
+            return task if task.status.state == pb.TaskState.TASK_STATE_COMPLETED else None
+        task = await until(completed, what="the task completed after the restart")
+        await w.stop()
+    assert (task.id, task.context_id) == (task_id, "ctx-7")
+    assert task.artifacts[0].parts[0].text == "a2a result"
+    assert model.seen[("the a2a job", 0)] == 2  # in flight at the kill: asked again
 
 
 # ------------------------------------------------------------------- d: SIGTERM
