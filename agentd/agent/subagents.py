@@ -54,8 +54,12 @@ def mint(caller: str, n: int) -> str:
     return f"{caller}.{n}"
 
 
-class SpawnRequest(msgspec.Struct, frozen=True):
-    """A spawn as a caller asks for it; depth is never taken from here."""
+class SpawnRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A spawn as a caller asks for it; depth is never taken from here.  Encoded
+    without its defaults, so a member added later (as `a2a_context` was) never
+    reaches a peer that does not know it unless it is set: a pool peer decodes a
+    placed spawn strictly (agentd.served.pool), and during a rolling upgrade the
+    pool runs both versions."""
 
     instruction: str
     output_contract: str | None = None
