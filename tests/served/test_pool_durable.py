@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import msgspec
 import peers
 import pytest
 from aiohttp import web
@@ -31,7 +32,7 @@ from agentd.obs import health
 from agentd.pool import handles
 from agentd.pool.link.prober import Prober
 from agentd.served.backend import LocalServed
-from agentd.served.pool import PoolBackend, PoolServed, Where
+from agentd.served.pool import PoolBackend, PoolServed, Where, _PlacedSpawn
 
 KEY = "pool-key-for-durable-tests-7c1e"
 JOURNAL = b"jrnl1"
@@ -239,3 +240,22 @@ async def test_a_draining_worker_answers_no_free_slots() -> None:
     finally:
         health.set_draining(False)
         await w2.down()
+
+
+def test_a_placed_spawn_carries_only_the_members_it_sets() -> None:
+    """A spawn placed on a peer is encoded without its defaults, so a member added
+    later (``a2a_context``) reaches the peer only when set: a peer of the version
+    before it, which decodes placements strictly, still takes every other spawn
+    while a rolling upgrade runs both versions."""
+    class Before(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+        instruction: str  # SpawnRequest's members before a2a_context
+        output_contract: str | None = None
+        tool_scope: tuple[str, ...] | None = None
+        mode: str = "sync"
+
+    plain = msgspec.to_builtins(SpawnRequest("x", tool_scope=("fs__read",), mode="async"))
+    assert msgspec.convert(plain, Before) == Before("x", None, ("fs__read",), "async")
+    placed = msgspec.convert(plain, _PlacedSpawn)
+    assert (placed.instruction, placed.tool_scope, placed.a2a_context) == ("x", ("fs__read",), None)
+    assert msgspec.to_builtins(SpawnRequest("x", a2a_context="ctx")) == {
+        "instruction": "x", "a2a_context": "ctx"}
