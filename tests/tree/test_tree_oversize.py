@@ -121,7 +121,10 @@ async def _survives(agentd_bin: str, tmp_path, big: str, what: str,
                 [line] = [e for e in ag.events("subagent.io_oversize")
                           if e["handle"] == huge]
                 assert line["limit"] == LIMIT and line["bytes"] > BIG
-            [end] = [e for e in ag.events("subagent.exit") if e["handle"] == huge]
+            # logged once the child's process is gone, which may come after its
+            # status read terminal (the kill ladder)
+            [end] = await until(lambda: [e for e in ag.events("subagent.exit")
+                                         if e["handle"] == huge], what="huge's subagent.exit")
             assert end["status"] == "failed" and f"{LIMIT} bytes" in end["reason"]
             assert not ag.events("run.failed")
         finally:
