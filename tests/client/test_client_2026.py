@@ -300,9 +300,10 @@ async def test_catalogue_ttl_is_honoured(tmp_path):
             assert http(peer, "/stats")["tools_list"] == 1
             await c.subscribe("mem://watched")  # a listen stream (tools list changes too)
             # the server restarts: the stream is re-opened, the updates synthesized...
+            await until(lambda: "mem://watched" in c.listening)  # its stream acknowledged
+            opens = c.listen_opens  # before the kill: the re-open may beat peer.start back
             await asyncio.to_thread(peer.kill)
             await asyncio.to_thread(peer.start)
-            opens = c.listen_opens
             await until(lambda: c.listen_opens > opens, limit=40)
             async with asyncio.timeout(20):
                 assert await c.updates.get() == ("sdk", "mem://watched")

@@ -171,6 +171,7 @@ async def _journaled_pool(agentd_bin, tmp_path, model: Model):
                 for wid in IDS:
                     await asyncio.to_thread(pool.start, agentd_bin, wid, 0,
                                             _extra(pool, wid, srv.url))
+                await asyncio.to_thread(pool.formed)  # a draining worker places its spawns
                 with balancer(tmp_path, pool.ports, checks=True) as url:
                     yield pool, url, srv
             finally:

@@ -99,6 +99,17 @@ class Pool:
         self.ready(wid)
         return worker
 
+    def formed(self) -> None:
+        """Until every worker has heard each of its peers answer a probe.  A worker's
+        first probes go out before the workers started after it listen, and the next
+        come a probe interval later; until then it knows no peer alive and places no
+        spawn on one.  A rollout starts from a pool that has formed."""
+        for wid, worker in self.workers.items():
+            for peer in self.workers:
+                if peer != wid:
+                    worker.wait_event("pool.peer", lambda r, peer=peer: r.get("peer") == peer
+                                      and r.get("status") == "alive")
+
     def ready(self, wid: str) -> None:
         """Until the worker's /readyz answers 200 (the balancer's check then passes)."""
         def answered() -> bool:
