@@ -320,15 +320,17 @@ async def test_a_samples_subagent_traffic_is_recorded_and_replayed(tmp_path, age
                                          "--replay", str(rec)], env=env())
     assert done.rc == 0, done.stderr[-2000:]
     assert strip_run(read_results(v1)) == strip_run(read_results(replayed))
-    # a task the recording never saw: no cassette, that sample fails and only it
+    # a task the recording never saw: no cassette, that sample fails and only it;
+    # --parallel 1, so sample a starts first and gets the handle it was recorded
+    # under, which its parent's second request carries (docs/batch.md, "Replay")
     with tasks.open("a") as f:
         f.write(json.dumps({"id": "new", "instruction": "parent new"}) + "\n")
     again = tmp_path / "again.jsonl"
     done = await run_agentd(agentd_bin, ["batch", "--tasks", str(tasks), "--out", str(again),
-                                         "--replay", str(rec)], env=env())
+                                         "--replay", str(rec), "--parallel", "1"], env=env())
     assert done.rc == 1, done.stderr[-2000:]
     by_id = {r["id"]: r for r in read_results(again)}
-    assert by_id["a"]["status"] == "completed"
+    assert by_id["a"]["status"] == "completed", by_id["a"]
     assert by_id["new"]["status"] == "failed"
     assert by_id["new"]["error"].startswith("no cassette for sample 'new': ")
 
