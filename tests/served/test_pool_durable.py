@@ -98,6 +98,18 @@ async def _answered(w1: Worker, incarnation: bytes) -> None:
                 what="w1's probe of w2 answered")
 
 
+async def _back(w1: Worker, now: list[float], ended: asyncio.Event,
+                handle: str) -> dict:
+    """w2 answers again: w1 hears it on its next probe, the held watch ends on the
+    run's terminal body, and a status through w1 reads the run's end."""
+    now[0] += w1.pool.membership.interval
+    await _answered(w1, INCARNATION)
+    await asyncio.wait_for(ended.wait(), 60)  # the watch saw the terminal body
+    back = await w1.backend.operate("status", handle, None, "alice")
+    assert isinstance(back, dict) and back["result"] == "the answer"
+    return back
+
+
 async def test_a_durable_owner_down_then_back_keeps_its_runs_then_a_node_loss_loses_them(
 ) -> None:
     ports = _ports()
@@ -140,12 +152,8 @@ async def test_a_durable_owner_down_then_back_keeps_its_runs_then_a_node_loss_lo
         assert w2b.pool.adopt("served.1", handle)
         w2b.runs.finish("served.1", "the answer")
         await w2b.up()
-        now[0] += w1.pool.membership.interval
-        await _answered(w1, INCARNATION)
-        await asyncio.wait_for(ended.wait(), 60)  # the watch saw the terminal body
-        back = await w1.backend.operate("status", handle, None, "alice")
-        assert isinstance(back, dict) and back["status"] == "completed"
-        assert back["handle"] == handle and back["result"] == "the answer"
+        back = await _back(w1, now, ended, handle)
+        assert back["status"] == "completed" and back["handle"] == handle
         # a forged or another principal's handle stays unknown, here and relayed
         forged = handle[:-1] + ("a" if handle[-1] != "a" else "b")
         assert isinstance(await w1.backend.operate("status", forged, None, "alice"), Unknown)
@@ -195,11 +203,7 @@ async def test_a_peer_that_never_heard_a_durable_owner_holds_its_handles() -> No
         # w2 comes up (its run resumed, its name adopted) and answers
         w2.runs.finish("served.1", "the answer")
         await w2.up()
-        now[0] += w1.pool.membership.interval
-        await _answered(w1, INCARNATION)
-        await asyncio.wait_for(ended.wait(), 60)  # the watch saw the terminal body
-        back = await w1.backend.operate("status", handle, None, "alice")
-        assert isinstance(back, dict) and back["result"] == "the answer"
+        await _back(w1, now, ended, handle)
         await w2.down()
 
 
